@@ -8,3 +8,16 @@ crash inside the spec.
 
 class ContractViolation(ValueError):
     """A call broke a precondition of SPEC.md; nothing was changed."""
+
+
+class InvariantViolation(AssertionError):
+    """A state broke one of the invariants of SPEC.md §4.
+
+    ``name`` is the invariant's short name (``sentinels``, ``bijection``, ...), stable
+    across releases because case-file signatures include it.
+    """
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"invariant {name!r} broken: {message}")
+        self.name = name
+        self.detail = message

@@ -1,0 +1,320 @@
+"""SPEC.md §3: one sub-pool of the unified KV pool, as a plain-Python state machine.
+
+This is the oracle: every rule is written the way SPEC.md states it, favouring
+obviousness over speed. Rules the spec leaves open, chosen here (the simplest that
+keeps every invariant of §4):
+
+- ``alloc`` checks ``n_tokens % page_size`` before ``n_tokens <= 0``, so ``alloc(-1)`` at
+  page size 2 is a ContractViolation and ``alloc(0)`` returns ``[]``.
+- ``forward(tokens)`` requires every token's page to be live (ContractViolation
+  otherwise). Each forward gets a fresh event id, counted from 0 after ``clear``. A
+  forward that fires stays recorded as ``in_flight`` (fired) until the next forward.
+- A flush that moves pages while a reader is in flight records those sources as ONE
+  pending batch for that flush, tied to the in-flight event.
+- Eager free ignores the in-flight forward (an eager pool is the legacy path, whose
+  frees may synchronise anyway); eager ``flush`` only fires when urgent.
+- ``write`` takes unique, live tokens; ``read`` takes live tokens (repeats allowed).
+  Data lives per physical slot: ``kv[v2p[t // ps] * ps + t % ps]``; a freshly
+  allocated page holds whatever its physical page last held (0 after ``clear``).
+- ``live_pages`` is kept for eager pools too (it equals the span size there).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from dataclasses import dataclass, field
+
+from . import kernels
+from .config import PoolConfig
+from .errors import ContractViolation
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass
+class Event:
+    id: int
+    fired: bool = False
+
+
+@dataclass
+class InFlight:
+    event: Event
+    pages: frozenset = field(default_factory=frozenset)
+
+
+def _as_int_list(values, what: str) -> list[int]:
+    out = []
+    for i, x in enumerate(values):
+        if not isinstance(x, int) or isinstance(x, bool):
+            raise ContractViolation(f"{what}[{i}] = {x!r} is not an int")
+        out.append(x)
+    return out
+
+
+class Allocator:
+    def __init__(self, config: PoolConfig):
+        if not isinstance(config, PoolConfig):
+            raise ContractViolation(f"Allocator needs a PoolConfig, got {type(config).__name__}")
+        self.config = config
+        self.clear()
+
+    # ---- geometry -------------------------------------------------------------
+    @property
+    def up(self) -> bool:
+        return self.config.grow == "up"
+
+    def span(self) -> range:
+        c = self.config
+        return range(c.min_page, self.watermark) if self.up else range(self.watermark + 1, c.num_pages)
+
+    def index_room(self) -> int:
+        return self.config.capacity_pages - len(self.span())
+
+    def reader_in_flight(self) -> bool:
+        return self.in_flight is not None and not self.in_flight.event.fired
+
+    # ---- lifecycle ------------------------------------------------------------
+    def clear(self) -> None:
+        c = self.config
+        self.v2p = [-1] * c.table_rows
+        self.p2v = [-1] * c.table_rows
+        self.v2p[0] = self.p2v[0] = 0
+        self.free_virtual = list(range(c.min_page, c.num_pages))
+        self.watermark = c.min_page if self.up else c.num_pages - 1
+        self.holes: list[int] = []
+        self.pending: list[tuple[Event, list[int]]] = []
+        self.live_pages = 0
+        self.kv = [0] * (c.num_pages * c.page_size)
+        self.in_flight: InFlight | None = None
+        self.written: dict[int, int] = {}
+        self._events = 0
+
+    # ---- token <-> page -------------------------------------------------------
+    def _live_page(self, page: int, why: str) -> None:
+        c = self.config
+        if not c.min_page <= page < c.num_pages:
+            kind = "reserved" if 0 <= page < c.min_page else "out of range"
+            raise ContractViolation(f"{why}: page {page} is {kind} (allocatable pages are [{c.min_page}, {c.num_pages}))")
+        if self.v2p[page] == -1:
+            raise ContractViolation(f"{why}: page {page} is not allocated")
+
+    def _slot(self, token: int) -> int:
+        ps = self.config.page_size
+        return self.v2p[token // ps] * ps + token % ps
+
+    def _check_live_tokens(self, tokens: list[int], why: str) -> None:
+        for t in tokens:
+            if t < 0:
+                raise ContractViolation(f"{why}: token {t} is negative")
+            self._live_page(t // self.config.page_size, f"{why} (token {t})")
+
+    def pages_of_run(self, tokens: list[int]) -> list[int]:
+        """The pages of a free run (SPEC §3 free, step 1), checking its shape."""
+        ps = self.config.page_size
+        if ps == 1:
+            return list(tokens)
+        for i, t in enumerate(tokens):
+            head = tokens[i - i % ps]
+            if head % ps != 0:
+                raise ContractViolation(f"free run: token {head} at index {i - i % ps} does not start a page (page_size={ps})")
+            if t != head + i % ps:
+                raise ContractViolation(f"free run: tokens[{i}] = {t}, expected {head + i % ps} (a page's tokens must be consecutive)")
+        return [t // ps for t in tokens[::ps]]
+
+    # ---- alloc ----------------------------------------------------------------
+    def alloc(self, n_tokens: int) -> list[int] | None:
+        c = self.config
+        if not isinstance(n_tokens, int) or isinstance(n_tokens, bool):
+            raise ContractViolation(f"alloc: n_tokens must be an int, got {n_tokens!r}")
+        if n_tokens % c.page_size:
+            raise ContractViolation(f"alloc: n_tokens={n_tokens} is not a multiple of page_size={c.page_size}")
+        if n_tokens <= 0:
+            return []
+        k = n_tokens // c.page_size
+        if k > self.index_room() + len(self.holes) or k > len(self.free_virtual):
+            return None
+        vp = self.free_virtual[:k]
+        del self.free_virtual[:k]
+        d = min(k, len(self.holes))
+        phys = self.holes[:d]
+        del self.holes[:d]
+        new = k - d
+        if self.up:
+            start = self.watermark
+            self.watermark += new
+        else:
+            start = self.watermark - new + 1
+            self.watermark -= new
+        if d == 0:
+            kernels.alloc_bind(self.v2p, self.p2v, vp, start)
+        else:
+            kernels.bind(self.v2p, self.p2v, vp, phys + list(range(start, start + new)))
+        self.live_pages += k
+        return [v * c.page_size + o for v in vp for o in range(c.page_size)]
+
+    # ---- free -----------------------------------------------------------------
+    def free(self, tokens) -> None:
+        tokens = _as_int_list(tokens, "free tokens")
+        if not tokens:
+            return
+        pages = self.pages_of_run(tokens)
+        seen: set[int] = set()
+        for p in pages:
+            if p in seen:
+                raise ContractViolation(f"free: page {p} appears twice")
+            seen.add(p)
+            self._live_page(p, "free (double free or never allocated)")
+        phys = kernels.free_unbind(self.v2p, self.p2v, pages)
+        self.free_virtual.extend(pages)
+        self.live_pages -= len(pages)
+        ps = self.config.page_size
+        self.written = {t: s for t, s in self.written.items() if t // ps not in seen}
+        if self.config.lazy:
+            self.holes.extend(phys)
+        else:
+            self._compact_eager(phys)
+
+    def _compact_eager(self, freed: list[int]) -> None:
+        k = len(freed)
+        if self.up:
+            new_wm = self.watermark - k
+            vacated = range(new_wm, self.watermark)
+            kept_freed = sorted(p for p in freed if p < new_wm)
+        else:
+            new_wm = self.watermark + k
+            vacated = range(self.watermark + 1, new_wm + 1)
+            kept_freed = sorted(p for p in freed if p > new_wm)
+        survivors = [p for p in vacated if self.p2v[p] != -1]
+        assert len(survivors) == len(kept_freed), "eager compaction: band sizes disagree"
+        for src, dst in zip(survivors, kept_freed):
+            self._move(src, dst)
+        for p in vacated:
+            self.p2v[p] = -1
+        self.watermark = new_wm
+
+    def _move(self, src: int, dst: int) -> None:
+        ps = self.config.page_size
+        self.kv[dst * ps:(dst + 1) * ps] = self.kv[src * ps:(src + 1) * ps]
+        v = self.p2v[src]
+        self.v2p[v] = dst
+        self.p2v[dst] = v
+        self.p2v[src] = -1
+
+    # ---- flush ----------------------------------------------------------------
+    def flush(self, urgent: bool = False) -> None:
+        if urgent:
+            self.fire()
+        if not self.config.lazy:
+            return
+        still = []
+        for event, pages in self.pending:
+            if event.fired:
+                self.holes.extend(pages)
+            else:
+                still.append((event, pages))
+        self.pending = still
+        self.holes.sort()
+        self._absorb()
+        self._walk(urgent)
+        self._absorb()
+
+    def _absorb(self) -> None:
+        if self.up:
+            while self.holes and self.holes[-1] == self.watermark - 1:
+                self.holes.pop()
+                self.watermark -= 1
+        else:
+            while self.holes and self.holes[0] == self.watermark + 1:
+                self.holes.pop(0)
+                self.watermark += 1
+
+    def _source(self) -> int | None:
+        span = self.span()
+        for p in (reversed(span) if self.up else span):
+            if self.p2v[p] != -1:
+                return p
+        return None
+
+    def _walk(self, urgent: bool) -> None:
+        moves = 0
+        batch: list[int] = []
+        while self.holes:
+            if not urgent and moves >= self.config.max_moves:
+                break
+            dst = self.holes[0] if self.up else self.holes[-1]
+            src = self._source()
+            if src is None or (src <= dst if self.up else src >= dst):
+                break
+            if self.reader_in_flight() and self.p2v[src] in self.in_flight.pages:
+                break
+            self._move(src, dst)
+            self.holes.remove(dst)
+            if self.reader_in_flight():
+                batch.append(src)
+            else:
+                insort(self.holes, src)
+            moves += 1
+        if batch:
+            self.pending.append((self.in_flight.event, batch))
+
+    # ---- forward / data -------------------------------------------------------
+    def forward(self, tokens) -> None:
+        tokens = _as_int_list(tokens, "forward tokens")
+        self._check_live_tokens(tokens, "forward")
+        self.fire()
+        event = Event(self._events)
+        self._events += 1
+        self.in_flight = InFlight(event, frozenset(t // self.config.page_size for t in tokens))
+
+    def fire(self) -> None:
+        if self.in_flight is not None:
+            self.in_flight.event.fired = True
+
+    def write(self, tokens, stamps) -> None:
+        tokens = _as_int_list(tokens, "write tokens")
+        stamps = _as_int_list(stamps, "write stamps")
+        if len(tokens) != len(stamps):
+            raise ContractViolation(f"write: {len(tokens)} tokens but {len(stamps)} stamps")
+        if len(set(tokens)) != len(tokens):
+            raise ContractViolation("write: a token appears twice (lanes would race on one slot)")
+        for s in stamps:
+            if not INT64_MIN <= s <= INT64_MAX:
+                raise ContractViolation(f"write: stamp {s} does not fit int64")
+        self._check_live_tokens(tokens, "write")
+        for t, s in zip(tokens, stamps):
+            self.kv[self._slot(t)] = s
+            self.written[t] = s
+
+    def read(self, tokens) -> list[int]:
+        tokens = _as_int_list(tokens, "read tokens")
+        self._check_live_tokens(tokens, "read")
+        return [self.kv[self._slot(t)] for t in tokens]
+
+    # ---- kernel-level views over this pool's v2p --------------------------------
+    def read_table(self, **kwargs) -> list[list[int]]:
+        c = self.config
+        return kernels.read_table(v2p=self.v2p, multiplier=c.multiplier, page_size=c.page_size, **kwargs)
+
+    def read_table_packed(self, **kwargs) -> list[int]:
+        c = self.config
+        return kernels.read_table_packed(v2p=self.v2p, multiplier=c.multiplier, page_size=c.page_size, **kwargs)
+
+    def translate(self, loc) -> list[int]:
+        return kernels.translate(self.v2p, _as_int_list(loc, "translate loc"), self.config.page_size)
+
+    # ---- state ----------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """The whole state as plain data; DeviceAllocator.snapshot() has the same shape."""
+        f = self.in_flight
+        return {
+            "v2p": list(self.v2p),
+            "p2v": list(self.p2v),
+            "free_virtual": list(self.free_virtual),
+            "holes": list(self.holes),
+            "pending": [[e.id, list(pages)] for e, pages in self.pending],
+            "watermark": self.watermark,
+            "live_pages": self.live_pages,
+            "in_flight": None if f is None else {"id": f.event.id, "fired": f.event.fired, "pages": sorted(f.pages)},
+            "kv": list(self.kv),
+        }
