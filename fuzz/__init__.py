@@ -1,0 +1,1 @@
+"""kvfuzz's harness: op language, generators, differential runner, oracles, case files."""

@@ -1,0 +1,94 @@
+"""Tiers and kernel sets: what runs the target, and where.
+
+The interpreter tier only works if ``TRITON_INTERPRET=1`` is in the environment before
+Triton decorates a kernel, so ``select_backend`` must run before anything imports
+triton or a kernel set; it refuses (SetupError) when that is no longer possible.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+BACKENDS = ("torch", "interpret", "cuda")
+REQUIRED = ("alloc_bind_inplace", "free_unbind_inplace", "bind_inplace", "build_kv_read_table")
+OPTIONAL = ("build_kv_read_table_packed", "build_kv_read_table_legacy", "translate_tokens")
+
+
+class SetupError(RuntimeError):
+    """The requested backend or kernel set cannot be used here (CLI exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    backend: str
+    kernels_name: str
+    kernels: ModuleType
+    device: str
+
+    def has(self, fn: str) -> bool:
+        return callable(getattr(self.kernels, fn, None))
+
+
+def select_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise SetupError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "interpret":
+        if os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
+            raise SetupError("--backend interpret must be chosen before triton is imported (set TRITON_INTERPRET=1)")
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif backend == "cuda":
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            raise SetupError("--backend cuda with TRITON_INTERPRET=1 set: unset it to run compiled kernels")
+
+
+def default_kernels(backend: str) -> str:
+    return "kvkernels.torch_path" if backend == "torch" else "kvkernels"
+
+
+def load_kernels(name: str) -> ModuleType:
+    """A kernel set from a dotted module name or a path to a .py file."""
+    if name.endswith(".py") or os.sep in name:
+        path = Path(name)
+        if not path.is_file():
+            raise SetupError(f"--kernels {name}: no such file")
+        mod_name = f"kvfuzz_kernels_{abs(hash(str(path.resolve())))}"
+        if mod_name in sys.modules:
+            module = sys.modules[mod_name]
+        else:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[mod_name]
+                raise SetupError(f"--kernels {name}: importing it failed: {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise SetupError(f"--kernels {name}: cannot import: {exc}") from exc
+    missing = [fn for fn in REQUIRED if not callable(getattr(module, fn, None))]
+    if missing:
+        raise SetupError(f"--kernels {name}: not a kernel set, missing {', '.join(missing)}")
+    return module
+
+
+def make_tier(backend: str, kernels: str | None = None) -> Tier:
+    select_backend(backend)
+    name = kernels or default_kernels(backend)
+    module = load_kernels(name)
+    device = "cpu"
+    if backend == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SetupError("--backend cuda: no CUDA device is available")
+        device = "cuda"
+    return Tier(backend, name, module, device)

@@ -1,0 +1,116 @@
+"""Shrink a failing op sequence while its signature stays the same.
+
+Delta debugging over ops (Zeller's ddmin: drop chunks, then complements, halving the
+chunk size), then per-op simplification (fewer tokens, smaller allocs, fewer rows),
+then a smaller pool. Every candidate is replayed from scratch; the search stops at the
+deadline and keeps the best sequence found so far.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import kvref
+
+from .backends import Tier
+from .runner import Divergence, replay
+
+
+class Minimizer:
+    def __init__(self, tier: Tier, signature: dict, deadline: float | None = None):
+        self.tier = tier
+        self.signature = signature
+        self.deadline = deadline
+        self.replays = 0
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def fails(self, config: kvref.PoolConfig, ops: list[dict]) -> Divergence | None:
+        self.replays += 1
+        d, _ = replay(config, ops, self.tier)
+        return d if d is not None and d.signature == self.signature else None
+
+    def ddmin(self, config, ops: list[dict]) -> list[dict]:
+        n = 2
+        while len(ops) >= 2 and not self.out_of_time():
+            chunk = -(-len(ops) // n)
+            parts = [ops[i:i + chunk] for i in range(0, len(ops), chunk)]
+            reduced = False
+            for i in range(len(parts)):
+                complement = [op for j, p in enumerate(parts) if j != i for op in p]
+                if self.fails(config, complement):
+                    ops, n, reduced = complement, max(n - 1, 2), True
+                    break
+                if self.out_of_time():
+                    return ops
+            if not reduced:
+                if n >= len(ops):
+                    break
+                n = min(len(ops), 2 * n)
+        return ops
+
+    def _variants(self, op: dict):
+        kind = op["op"]
+        for key in ("tokens", "loc"):
+            if key in op and len(op[key]) > 1:
+                seq = op[key]
+                for keep in (seq[: len(seq) // 2], seq[len(seq) // 2:], seq[:1]):
+                    new = dict(op, **{key: keep})
+                    if "stamps" in op:
+                        new["stamps"] = op["stamps"][: len(keep)] if keep == seq[: len(keep)] else op["stamps"][-len(keep):]
+                    yield new
+        if kind == "write":
+            yield dict(op, stamps=[1 + i for i in range(len(op["stamps"]))])
+        if kind == "alloc" and op["n"] > 0:
+            yield dict(op, n=op["n"] // 2)
+        if kind == "flush" and op["urgent"]:
+            yield dict(op, urgent=False)
+        if kind == "read_table" and len(op["req_idx"]) > 1:
+            for b in range(len(op["req_idx"])):
+                yield dict(op, req_idx=[op["req_idx"][b]], seq_lens=[op["seq_lens"][b]])
+
+    def simplify_ops(self, config, ops: list[dict]) -> list[dict]:
+        changed = True
+        while changed and not self.out_of_time():
+            changed = False
+            for i in range(len(ops)):
+                for variant in self._variants(ops[i]):
+                    cand = ops[:i] + [variant] + ops[i + 1:]
+                    if self.fails(config, cand):
+                        ops, changed = cand, True
+                        break
+                    if self.out_of_time():
+                        return ops
+        return ops
+
+    def simplify_config(self, config: kvref.PoolConfig, ops: list[dict]) -> kvref.PoolConfig:
+        for change in ({"max_moves": 0}, {"multiplier": 1}, {"min_page": 1}):
+            if self.out_of_time():
+                break
+            try:
+                cand = replace(config, **change)
+            except kvref.ContractViolation:
+                continue
+            if cand != config and self.fails(cand, ops):
+                config = cand
+        while config.num_pages > config.min_page + 1 and not self.out_of_time():
+            try:
+                cand = replace(config, num_pages=config.num_pages - max(1, (config.num_pages - config.min_page) // 4))
+            except kvref.ContractViolation:
+                break
+            if not self.fails(cand, ops):
+                break
+            config = cand
+        return config
+
+    def run(self, config, ops: list[dict]) -> tuple[kvref.PoolConfig, list[dict], Divergence]:
+        d = self.fails(config, ops)
+        if d is None:
+            raise ValueError("the case does not fail with its signature; nothing to minimize")
+        ops = self.ddmin(config, ops)
+        ops = self.simplify_ops(config, ops)
+        config = self.simplify_config(config, ops)
+        ops = self.ddmin(config, ops)
+        return config, ops, self.fails(config, ops) or d

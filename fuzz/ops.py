@@ -1,0 +1,63 @@
+"""The op language: each op is a small JSON object ``{"op": KIND, ...args}``.
+
+Ops carry literal token ids, so a case file reads on its own and replays identically;
+deleting an earlier op during minimization simply turns later ops into contract
+violations, which changes the failure's signature and is rejected.
+
+Pool ops (``PoolConfig``, one allocator):
+  alloc{n}  free{tokens}  flush{urgent}  forward{tokens}  fire{}  write{tokens, stamps}
+  read{tokens}  translate{loc}  clear{}
+  read_table{rows, req_idx, seq_lens, max_pages, width, legacy}
+  read_table_packed{rows, req_idx, seq_lens, kv_start, indptr, max_tokens, width}
+where ``rows`` are the req_to_token rows (the given tokens, then -1 up to ``width``).
+"""
+
+from __future__ import annotations
+
+POOL_OPS = ("alloc", "free", "flush", "forward", "fire", "write", "read", "translate", "clear",
+            "read_table", "read_table_packed")
+TABLE_OPS = ("read_table", "read_table_packed")
+POISON = 0x7A7A7A7A  # int32 canary in read-table buffers: nothing past the live prefix may change
+OUT_SLACK_ROWS = 1
+OUT_SLACK_COLS = 3
+PACKED_SLACK = 4
+
+_FIELDS = {
+    "alloc": {"n"}, "free": {"tokens"}, "flush": {"urgent"}, "forward": {"tokens"}, "fire": set(),
+    "write": {"tokens", "stamps"}, "read": {"tokens"}, "translate": {"loc"}, "clear": set(),
+    "read_table": {"rows", "req_idx", "seq_lens", "max_pages", "width", "legacy"},
+    "read_table_packed": {"rows", "req_idx", "seq_lens", "kv_start", "indptr", "max_tokens", "width"},
+}
+
+
+class OpError(ValueError):
+    """An op that is not well-formed JSON for the op language (not a contract violation)."""
+
+
+def validate_op(op: dict) -> dict:
+    if not isinstance(op, dict) or op.get("op") not in _FIELDS:
+        raise OpError(f"not an op: {op!r} (kinds: {', '.join(POOL_OPS)})")
+    want = _FIELDS[op["op"]]
+    have = set(op) - {"op"}
+    if have != want:
+        raise OpError(f"{op['op']} op needs fields {sorted(want)}, got {sorted(have)}")
+    return op
+
+
+def req_to_token_rows(op: dict) -> list[list[int]]:
+    width = op["width"]
+    return [list(r[:width]) + [-1] * (width - len(r[:width])) for r in op["rows"]]
+
+
+def poisoned_out(op: dict) -> list:
+    """The read-table output buffer, as the spec sees it: poison everywhere."""
+    if op["op"] == "read_table":
+        bs = len(op["req_idx"])
+        return [[POISON] * (op["max_pages"] + OUT_SLACK_COLS) for _ in range(bs + OUT_SLACK_ROWS)]
+    return [POISON] * ((op["indptr"][-1] if op["indptr"] else 0) + PACKED_SLACK)
+
+
+def describe(op: dict, limit: int = 80) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in op.items() if k != "op")
+    text = f"{op['op']}({args})"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

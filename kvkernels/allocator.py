@@ -1,0 +1,377 @@
+"""DeviceAllocator: the allocator state machine of SPEC.md §3 over torch tensors.
+
+It drives a *kernel set* (DESIGN.md) given to its constructor, so the same state
+machine runs the torch tier (``kvkernels.torch_path``), the interpreter tier and the
+CUDA tier (``kvkernels``), or a team's own kernels.
+
+Why it is shaped this way:
+- The lazy free path and the read-table build never synchronise (SPEC §5): the free
+  list and the holes are device tensors grown with ``torch.cat``; every size the host
+  needs comes from ``numel``/``shape``, never from reading device memory.
+- ``flush`` and eager ``free`` may synchronise, so they compute the walk on the host
+  from one copy of the tables and apply all moves as batched device ops. The moves of
+  one walk are disjoint (no destination is ever a later source), so batching them
+  equals doing them one by one.
+- ``checked=True`` validates every precondition first (reading device memory, so it
+  synchronises) and raises ContractViolation with nothing changed. Unchecked, bad
+  input must still stay inside the buffers: token data goes through ``translate``,
+  which sends an invalid token to the padding sink, page 0.
+- ``guard_rows > 0`` surrounds v2p, p2v and kv with red zones filled with a canary;
+  ``red_zone_damage()`` names any that changed.
+- Forward events are simulated (``fire()`` marks one fired): the fuzzer, not a stream,
+  decides when a forward completes, so traces replay identically on every tier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from kvref.errors import ContractViolation
+
+CANARY = -0x5EEDC0DE5EEDC0DE  # negative int64, unlike any id or -1
+
+
+@dataclass
+class _Event:
+    id: int
+    fired: bool = False
+
+
+@dataclass
+class _InFlight:
+    event: _Event
+    pages: torch.Tensor  # virtual pages it writes, on the device
+
+
+def _guarded(n: int, guard: int, fill: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    buf = torch.full((n + 2 * guard,), CANARY, dtype=torch.int64, device=device)
+    view = buf[guard:guard + n]
+    view.fill_(fill)
+    return buf, view
+
+
+class DeviceAllocator:
+    def __init__(self, config, kernels: ModuleType | None = None, device="cpu", checked: bool = False,
+                 guard_rows: int = 0):
+        if kernels is None:
+            import kvkernels as kernels
+        self.config = config
+        self.kernels = kernels
+        self.device = torch.device(device)
+        self.checked = checked
+        self.guard_rows = guard_rows
+        c = config
+        self._v2p_buf, self.v2p = _guarded(c.table_rows, guard_rows, -1, self.device)
+        self._p2v_buf, self.p2v = _guarded(c.table_rows, guard_rows, -1, self.device)
+        self._kv_buf, self.kv = _guarded(c.num_pages * c.page_size, guard_rows * c.page_size, 0, self.device)
+        self.clear()
+
+    # ---- geometry -------------------------------------------------------------
+    @property
+    def up(self) -> bool:
+        return self.config.grow == "up"
+
+    def _span(self, wm: int | None = None) -> range:
+        wm = self.watermark if wm is None else wm
+        c = self.config
+        return range(c.min_page, wm) if self.up else range(wm + 1, c.num_pages)
+
+    def _long(self, values) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=self.device)
+
+    def _reader_in_flight(self) -> bool:
+        return self.in_flight is not None and not self.in_flight.event.fired
+
+    # ---- lifecycle ------------------------------------------------------------
+    def clear(self) -> None:
+        c = self.config
+        for t in (self.v2p, self.p2v):
+            t.fill_(-1)
+            t[:1].fill_(0)
+        self.kv.fill_(0)
+        self.free_virtual = torch.arange(c.min_page, c.num_pages, dtype=torch.int64, device=self.device)
+        self.holes = torch.empty(0, dtype=torch.int64, device=self.device)
+        self.pending: list[tuple[_Event, torch.Tensor]] = []
+        self.watermark = c.min_page if self.up else c.num_pages - 1
+        self.live_pages = 0
+        self.in_flight: _InFlight | None = None
+        self._events = 0
+
+    # ---- alloc ----------------------------------------------------------------
+    def alloc(self, n_tokens: int) -> torch.Tensor | None:
+        c = self.config
+        if not isinstance(n_tokens, int) or isinstance(n_tokens, bool):
+            raise ContractViolation(f"alloc: n_tokens must be an int, got {n_tokens!r}")
+        if n_tokens % c.page_size:
+            raise ContractViolation(f"alloc: n_tokens={n_tokens} is not a multiple of page_size={c.page_size}")
+        if n_tokens <= 0:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        k = n_tokens // c.page_size
+        n_holes = self.holes.numel()
+        if k > c.capacity_pages - len(self._span()) + n_holes or k > self.free_virtual.numel():
+            return None
+        vp = self.free_virtual[:k]
+        self.free_virtual = self.free_virtual[k:]
+        d = min(k, n_holes)
+        new = k - d
+        start = self.watermark if self.up else self.watermark - new + 1
+        self.watermark += new if self.up else -new
+        if d == 0:
+            self.kernels.alloc_bind_inplace(vp, self.v2p, self.p2v, start)
+        else:
+            fresh = torch.arange(start, start + new, dtype=torch.int64, device=self.device)
+            phys = torch.cat((self.holes[:d], fresh))
+            self.holes = self.holes[d:]
+            self.kernels.bind_inplace(vp, phys, self.v2p, self.p2v)
+        self.live_pages += k
+        offsets = torch.arange(c.page_size, dtype=torch.int64, device=self.device)
+        return (vp[:, None] * c.page_size + offsets).reshape(-1)
+
+    # ---- free -----------------------------------------------------------------
+    def _pages_of_run(self, tokens: torch.Tensor) -> torch.Tensor:
+        ps = self.config.page_size
+        return tokens if ps == 1 else torch.div(tokens[::ps], ps, rounding_mode="floor")
+
+    def free(self, tokens: torch.Tensor) -> None:
+        if tokens.numel() == 0:
+            return
+        if self.checked:
+            self._check_free(tokens)
+        if self.config.lazy:
+            self._free_lazy(tokens)
+        else:
+            self._free_eager(tokens)
+
+    def _free_lazy(self, tokens: torch.Tensor) -> None:
+        pages = self._pages_of_run(tokens)
+        phys = self.kernels.free_unbind_inplace(pages, self.v2p, self.p2v)
+        self.free_virtual = torch.cat((self.free_virtual, pages))
+        self.holes = torch.cat((self.holes, phys))
+        self.live_pages -= pages.numel()
+
+    def _free_eager(self, tokens: torch.Tensor) -> None:
+        pages = self._pages_of_run(tokens)
+        freed = self.kernels.free_unbind_inplace(pages, self.v2p, self.p2v).tolist()
+        self.free_virtual = torch.cat((self.free_virtual, pages))
+        self.live_pages -= len(freed)
+        k = len(freed)
+        if self.up:
+            new_wm = self.watermark - k
+            vacated = range(new_wm, self.watermark)
+            kept = sorted(p for p in freed if p < new_wm)
+        else:
+            new_wm = self.watermark + k
+            vacated = range(self.watermark + 1, new_wm + 1)
+            kept = sorted(p for p in freed if p > new_wm)
+        band = self.p2v[vacated.start:vacated.stop].tolist()
+        survivors = [p for p, v in zip(vacated, band) if v != -1]
+        self._move_pages(survivors, kept)
+        self.p2v[vacated.start:vacated.stop].fill_(-1)
+        self.watermark = new_wm
+
+    def _move_pages(self, src: list[int], dst: list[int]) -> None:
+        """Batched page moves src[i] -> dst[i] (disjoint), carrying data."""
+        if not src:
+            return
+        if len(src) != len(dst):
+            raise RuntimeError(f"page moves: {len(src)} sources for {len(dst)} destinations")
+        s, d = self._long(src), self._long(dst)
+        pages = self.kv.view(self.config.num_pages, self.config.page_size)
+        pages[d] = pages[s]
+        v = self.p2v[s]
+        self.kernels.bind_inplace(v, d, self.v2p, self.p2v)
+        self.p2v.index_fill_(0, s, -1)
+
+    # ---- flush ----------------------------------------------------------------
+    def flush(self, urgent: bool = False) -> None:
+        if urgent:
+            self.fire()
+        if not self.config.lazy:
+            return
+        holes = self.holes.tolist()
+        still = []
+        for event, pages in self.pending:
+            if event.fired:
+                holes.extend(pages.tolist())
+            else:
+                still.append((event, pages))
+        self.pending = still
+        holes.sort()
+        p2v = self.p2v.tolist()
+        pinned = set(self.in_flight.pages.tolist()) if self._reader_in_flight() else set()
+        wm = self._absorb(holes, self.watermark)
+        src_list, dst_list, batch = [], [], []
+        live = sorted(p for p in self._span(wm) if p2v[p] != -1)
+        while holes and (urgent or len(src_list) < self.config.max_moves) and live:
+            dst = holes[0] if self.up else holes[-1]
+            src = live[-1] if self.up else live[0]
+            if (src <= dst if self.up else src >= dst) or p2v[src] in pinned:
+                break
+            holes.remove(dst)
+            live.remove(src)
+            live.append(dst)
+            live.sort()
+            src_list.append(src)
+            dst_list.append(dst)
+            if self._reader_in_flight():
+                batch.append(src)
+            else:
+                holes.append(src)
+                holes.sort()
+        self._move_pages(src_list, dst_list)
+        if batch:
+            self.pending.append((self.in_flight.event, self._long(batch)))
+        self.watermark = self._absorb(holes, wm)
+        self.holes = self._long(holes)
+
+    def _absorb(self, holes: list[int], wm: int) -> int:
+        if self.up:
+            while holes and holes[-1] == wm - 1:
+                holes.pop()
+                wm -= 1
+        else:
+            while holes and holes[0] == wm + 1:
+                holes.pop(0)
+                wm += 1
+        return wm
+
+    # ---- forward / data -------------------------------------------------------
+    def forward(self, tokens: torch.Tensor) -> None:
+        if self.checked:
+            self._check_live_tokens(tokens, "forward")
+        self.fire()
+        event = _Event(self._events)
+        self._events += 1
+        pages = torch.div(tokens, self.config.page_size, rounding_mode="floor")
+        self.in_flight = _InFlight(event, pages)
+
+    def fire(self) -> None:
+        if self.in_flight is not None:
+            self.in_flight.event.fired = True
+
+    def _slots(self, tokens: torch.Tensor) -> torch.Tensor:
+        translate = getattr(self.kernels, "translate_tokens", None)
+        if translate is None:
+            from . import torch_path
+
+            translate = torch_path.translate_tokens
+        return translate(loc=tokens, v2p=self.v2p, page_size=self.config.page_size)
+
+    def write(self, tokens: torch.Tensor, stamps: torch.Tensor) -> None:
+        if self.checked:
+            if tokens.shape != stamps.shape:
+                raise ContractViolation(f"write: {tokens.numel()} tokens but {stamps.numel()} stamps")
+            if torch.unique(tokens).numel() != tokens.numel():
+                raise ContractViolation("write: a token appears twice (lanes would race on one slot)")
+            self._check_live_tokens(tokens, "write")
+        if tokens.numel():
+            self.kv[self._slots(tokens)] = stamps.to(torch.int64)
+
+    def read(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.checked:
+            self._check_live_tokens(tokens, "read")
+        if tokens.numel() == 0:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        return self.kv[self._slots(tokens)]
+
+    # ---- kernel-level views over this pool's v2p --------------------------------
+    def build_read_table(self, *, legacy: bool = False, **kwargs) -> torch.Tensor:
+        c = self.config
+        fn = self.kernels.build_kv_read_table_legacy if legacy else self.kernels.build_kv_read_table
+        return fn(v2p=self.v2p, multiplier=c.multiplier, page_size=c.page_size, **kwargs)
+
+    def build_read_table_packed(self, **kwargs) -> torch.Tensor:
+        c = self.config
+        return self.kernels.build_kv_read_table_packed(
+            v2p=self.v2p, multiplier=c.multiplier, page_size=c.page_size, **kwargs)
+
+    def translate(self, loc: torch.Tensor) -> torch.Tensor:
+        return self._slots(loc)
+
+    # ---- checked mode ---------------------------------------------------------
+    def _check_live_pages(self, pages: list[int], why: str, v2p: list[int]) -> None:
+        c = self.config
+        for p in pages:
+            if not c.min_page <= p < c.num_pages:
+                kind = "reserved" if 0 <= p < c.min_page else "out of range"
+                raise ContractViolation(f"{why}: page {p} is {kind} (allocatable pages are [{c.min_page}, {c.num_pages}))")
+            if v2p[p] == -1:
+                raise ContractViolation(f"{why}: page {p} is not allocated")
+
+    def _check_live_tokens(self, tokens: torch.Tensor, why: str) -> None:
+        ps = self.config.page_size
+        toks = tokens.tolist()
+        for t in toks:
+            if t < 0:
+                raise ContractViolation(f"{why}: token {t} is negative")
+        self._check_live_pages([t // ps for t in toks], why, self.v2p.tolist())
+
+    def _check_free(self, tokens: torch.Tensor) -> None:
+        ps = self.config.page_size
+        toks = tokens.tolist()
+        if ps > 1:
+            for i, t in enumerate(toks):
+                head = toks[i - i % ps]
+                if head % ps != 0:
+                    raise ContractViolation(f"free run: token {head} at index {i - i % ps} does not start a page (page_size={ps})")
+                if t != head + i % ps:
+                    raise ContractViolation(f"free run: tokens[{i}] = {t}, expected {head + i % ps} (a page's tokens must be consecutive)")
+        pages = toks[::ps]
+        pages = [t // ps for t in pages]
+        seen: set[int] = set()
+        for p in pages:
+            if p in seen:
+                raise ContractViolation(f"free: page {p} appears twice")
+            seen.add(p)
+        self._check_live_pages(pages, "free (double free or never allocated)", self.v2p.tolist())
+
+    # ---- state ----------------------------------------------------------------
+    def snapshot(self) -> dict:
+        f = self.in_flight
+        return {
+            "v2p": self.v2p.tolist(),
+            "p2v": self.p2v.tolist(),
+            "free_virtual": self.free_virtual.tolist(),
+            "holes": self.holes.tolist(),
+            "pending": [[e.id, pages.tolist()] for e, pages in self.pending],
+            "watermark": self.watermark,
+            "live_pages": self.live_pages,
+            "in_flight": None if f is None else {
+                "id": f.event.id, "fired": f.event.fired, "pages": sorted(set(f.pages.tolist()))},
+            "kv": self.kv.tolist(),
+        }
+
+    def red_zone_damage(self) -> list[str]:
+        """Names of the buffers whose guard rows no longer hold the canary."""
+        if not self.guard_rows:
+            return []
+        damaged = []
+        for name, buf, g in (("v2p", self._v2p_buf, self.guard_rows), ("p2v", self._p2v_buf, self.guard_rows),
+                             ("kv", self._kv_buf, self.guard_rows * self.config.page_size)):
+            if not (bool((buf[:g] == CANARY).all()) and bool((buf[buf.numel() - g:] == CANARY).all())):
+                damaged.append(name)
+        return damaged
+
+    def clone(self, checked: bool | None = None, guard_rows: int | None = None) -> "DeviceAllocator":
+        """An independent copy (fresh buffers and red zones), e.g. for an unchecked probe."""
+        twin = DeviceAllocator(self.config, self.kernels, self.device,
+                               self.checked if checked is None else checked,
+                               self.guard_rows if guard_rows is None else guard_rows)
+        twin.v2p.copy_(self.v2p)
+        twin.p2v.copy_(self.p2v)
+        twin.kv.copy_(self.kv)
+        twin.free_virtual = self.free_virtual.clone()
+        twin.holes = self.holes.clone()
+        events = {}
+        for event, _ in self.pending:
+            events.setdefault(id(event), _Event(event.id, event.fired))
+        if self.in_flight is not None:
+            e = self.in_flight.event
+            events.setdefault(id(e), _Event(e.id, e.fired))
+            twin.in_flight = _InFlight(events[id(e)], self.in_flight.pages.clone())
+        twin.pending = [(events[id(e)], pages.clone()) for e, pages in self.pending]
+        twin.watermark, twin.live_pages, twin._events = self.watermark, self.live_pages, self._events
+        return twin
