@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The main job: a fuzz campaign. On the CPU it fuzzes the real Triton kernels on the
+# interpreter tier; where CUDA exists it uses the compiled kernels (the nightly GPU job).
+# Knobs: KVFUZZ_BACKEND, KVFUZZ_BUDGET_S, KVFUZZ_WORKERS, KVFUZZ_SEED, KVFUZZ_SHARD (I/N), KVFUZZ_OUT.
+# Exit: 0 clean, 1 failures (case files in KVFUZZ_OUT), 2 setup error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=$(bash ci/setup.sh)
+if [ -z "${KVFUZZ_BACKEND:-}" ]; then
+  if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    KVFUZZ_BACKEND=cuda
+  else
+    KVFUZZ_BACKEND=interpret
+  fi
+fi
+exec "$PY" -m fuzz run --backend "$KVFUZZ_BACKEND" --budget-s "${KVFUZZ_BUDGET_S:-120}" \
+  --workers "${KVFUZZ_WORKERS:-$(nproc)}" --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" \
+  --shard "${KVFUZZ_SHARD:-0/1}" --out "${KVFUZZ_OUT:-kvfuzz-out}"

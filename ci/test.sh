@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Pre-merge job: set up, then the whole test suite (spec, kernels on the interpreter
+# tier, allocator, fuzz engine, no-sync checks, regression corpus) and the static
+# no-host-sync check of our allocator.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=$(bash ci/setup.sh)
+"$PY" -m pytest -n "${KVFUZZ_TEST_WORKERS:-2}" "$@"
+"$PY" -m fuzz check-sync

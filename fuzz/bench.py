@@ -1,0 +1,64 @@
+"""``kvfuzz bench``: diffed ops per second per tier, and on a GPU the kernel benchmarks.
+
+Each tier runs in its own process (``kvfuzz run --json``), because the interpreter
+tier must set TRITON_INTERPRET=1 before Triton is imported and the CUDA tier must not.
+Speed targets live here, never in timed tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+
+def _tier_rate(backend: str, seconds: float) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "fuzz", "run", "--backend", backend, "--budget-s", str(seconds),
+               "--out", out, "--json", "--seed", "1"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    try:
+        data = json.loads(last)
+    except json.JSONDecodeError:
+        return {"backend": backend, "error": (proc.stderr or proc.stdout)[-400:], "exit": proc.returncode}
+    return {"backend": backend, "ops": data["ops"], "ops_per_s": round(data["ops_per_s"], 1),
+            "sequences": data["sequences"], "failures": data["failures"], "seconds": seconds}
+
+
+def environment() -> dict:
+    import torch
+    import triton
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+            "cpu_count": os.cpu_count(), "machine": platform.machine(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def main(seconds: float = 10.0, tiers: str | None = None, out: str | None = None) -> int:
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    chosen = tiers.split(",") if tiers else (["torch", "cuda"] if has_cuda else ["torch", "interpret"])
+    report = {"environment": environment(), "fuzz": [], "kernels": None}
+    for backend in chosen:
+        row = _tier_rate(backend.strip(), seconds)
+        report["fuzz"].append(row)
+        if "error" in row:
+            print(f"{backend:>10}: failed (exit {row['exit']}): {row['error']}")
+        else:
+            print(f"{backend:>10}: {row['ops_per_s']:>9.1f} diffed ops/s  ({row['ops']} ops, "
+                  f"{row['sequences']} sequences, {row['failures']} failures, {seconds:.0f} s)")
+    if has_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        from .bench_kernels import run_all
+
+        report["kernels"] = run_all(print_fn=print)
+    if out:
+        with open(out, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"results written to {out}")
+    return 0
