@@ -1,0 +1,128 @@
+"""DeviceAllocator against the spec on scripted traces, on every CPU tier (and CUDA)."""
+
+import pytest
+import torch
+
+import kvref
+from fuzz.backends import make_tier
+from fuzz.runner import replay
+from kvkernels import DeviceAllocator
+from kvref import ContractViolation, PoolConfig
+
+TIERS = [
+    pytest.param(("torch", None), id="torch"),
+    pytest.param(("interpret", None), id="interpret", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="interpreter tier runs on CPU-only machines")),
+    pytest.param(("cuda", None), id="cuda", marks=pytest.mark.cuda),
+]
+
+
+@pytest.fixture(params=TIERS)
+def tier(request):
+    backend, kernels = request.param
+    return make_tier(backend, kernels)
+
+
+TRACES = {
+    # grow up, ps 1: fast path, holes, the slow path takes holes from the front, flush moves data
+    "holes_then_slow_path": (
+        PoolConfig(num_pages=12, min_page=2, page_size=1, grow="up", max_moves=2),
+        [{"op": "alloc", "n": 6}, {"op": "write", "tokens": [2, 3, 4, 5, 6, 7], "stamps": [1, 2, 3, 4, 5, 6]},
+         {"op": "free", "tokens": [5, 3]}, {"op": "alloc", "n": 3},
+         {"op": "read", "tokens": [2, 4, 6, 7]}, {"op": "free", "tokens": [2]},
+         {"op": "flush", "urgent": False}, {"op": "read", "tokens": [4, 6, 7]},
+         {"op": "flush", "urgent": True}, {"op": "read", "tokens": [4, 6, 7]}]),
+    # grow down, ps 4: runs with a partial last page, flush with an in-flight forward -> pending
+    "grow_down_pending": (
+        PoolConfig(num_pages=10, min_page=1, page_size=4, grow="down", max_moves=8),
+        [{"op": "alloc", "n": 12}, {"op": "alloc", "n": 8},
+         {"op": "write", "tokens": [20, 21, 24], "stamps": [7, 8, 9]},
+         {"op": "free", "tokens": [4, 5, 6, 7, 8, 9]}, {"op": "forward", "tokens": [12, 13]},
+         {"op": "flush", "urgent": False}, {"op": "alloc", "n": 4}, {"op": "fire"},
+         {"op": "flush", "urgent": False}, {"op": "read", "tokens": [20, 21, 24]},
+         {"op": "flush", "urgent": True}]),
+    # eager pool: compaction inside free, data follows
+    "eager_compaction": (
+        PoolConfig(num_pages=9, min_page=1, page_size=2, grow="up", lazy=False),
+        [{"op": "alloc", "n": 10}, {"op": "write", "tokens": [2, 3, 10, 11], "stamps": [1, 2, 3, 4]},
+         {"op": "free", "tokens": [4, 5, 6, 7]}, {"op": "read", "tokens": [2, 3, 10, 11]},
+         {"op": "alloc", "n": 4}, {"op": "free", "tokens": [2, 3]}, {"op": "read", "tokens": [10, 11]}]),
+    # read tables over a pool with tombstones and -1 tokens, strided and legacy grids
+    "read_tables": (
+        PoolConfig(num_pages=16, min_page=1, page_size=2, multiplier=3),
+        [{"op": "alloc", "n": 8}, {"op": "alloc", "n": 6}, {"op": "free", "tokens": [4, 5]},
+         {"op": "read_table", "rows": [[2, 3, 4, 5, -1, 7, 8, 9], [10, 11, 12, 13, 14, 15]],
+          "req_idx": [1, 0, 1], "seq_lens": [6, 8, 3], "max_pages": 4, "width": 8, "legacy": False},
+         {"op": "read_table", "rows": [[2, 3, 4, 5, -1, 7, 8, 9]], "req_idx": [0], "seq_lens": [7],
+          "max_pages": 5, "width": 10, "legacy": True},
+         {"op": "read_table_packed", "rows": [[2, 3, 4, 5, 6, 7]], "req_idx": [0, 0], "seq_lens": [3, 2],
+          "kv_start": [1, 0], "indptr": [0, 3, 6], "max_tokens": 3, "width": 6},
+         {"op": "translate", "loc": [-1, 2, 4, 13, 999]}]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_trace_matches_spec(tier, name):
+    config, ops = TRACES[name]
+    divergence, run = replay(config, ops, tier)
+    assert divergence is None, str(divergence)
+    assert run.stats.ops == len(ops)
+
+
+def test_checked_mode_raises_like_the_spec_and_changes_nothing(tier):
+    config = PoolConfig(num_pages=8, min_page=1, page_size=2)
+    target = DeviceAllocator(config, tier.kernels, tier.device, checked=True, guard_rows=4)
+    spec = kvref.Allocator(config)
+    toks = target.alloc(4)
+    spec.alloc(4)
+    target.free(toks[:2])
+    spec.free(toks[:2].tolist())
+    before = target.snapshot()
+    for bad in ([2, 3], [4, 5, 4, 5], [0, 1], [5, 6], [40, 41]):
+        with pytest.raises(ContractViolation):
+            spec.free(bad)
+        with pytest.raises(ContractViolation):
+            target.free(torch.tensor(bad, device=tier.device))
+        assert target.snapshot() == before
+    with pytest.raises(ContractViolation, match="multiple of page_size"):
+        target.alloc(3)
+    assert target.red_zone_damage() == []
+
+
+def test_unchecked_double_free_stays_inside_its_tables(tier):
+    config = PoolConfig(num_pages=8, min_page=1, page_size=1)
+    target = DeviceAllocator(config, tier.kernels, tier.device, checked=False, guard_rows=4)
+    toks = target.alloc(3)
+    target.free(toks)
+    target.free(toks)  # double free: v2p is -1 for every lane
+    assert target.red_zone_damage() == []
+    assert target.p2v[-1].item() == -1 and target.v2p[-1].item() == -1
+
+
+def test_red_zone_damage_is_reported(tier):
+    target = DeviceAllocator(PoolConfig(num_pages=8), tier.kernels, tier.device, guard_rows=2)
+    assert target.red_zone_damage() == []
+    target._p2v_buf[-1] = 7
+    assert target.red_zone_damage() == ["p2v"]
+
+
+def test_lazy_and_eager_agree_after_urgent_flush(tier):
+    ops = [(4,), (6,), ("free", 0), (2,), ("free", 1), (8,)]
+    pools = {}
+    for lazy in (True, False):
+        cfg = PoolConfig(num_pages=20, min_page=1, page_size=2, lazy=lazy)
+        a = DeviceAllocator(cfg, tier.kernels, tier.device)
+        runs, written = [], {}
+        for step in ops:
+            if step[0] == "free":
+                a.free(runs[step[1]])
+                for t in runs[step[1]].tolist():
+                    written.pop(t, None)
+            else:
+                runs.append(a.alloc(step[0]))
+                a.write(runs[-1], runs[-1] * 10)
+                written.update({t: t * 10 for t in runs[-1].tolist()})
+        a.flush(urgent=True)
+        pools[lazy] = (cfg, a.snapshot(), written)
+    (cl, sl, wl), (ce, se, _) = pools[True], pools[False]
+    kvref.invariants.check_lazy_eager_agree(cl, sl, ce, se, wl)
