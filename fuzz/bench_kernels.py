@@ -89,16 +89,16 @@ def bench_free(num_pages=1 << 20, print_fn=print) -> list[dict]:
         v = torch.randperm(num_pages - 1, device=dev)[:n] + 1
         p = torch.randperm(num_pages - 1, device=dev)[:n] + 1
 
-        def rebind():
+        def rebind(v=v, p=p):
             kvkernels.bind_inplace(v, p, v2p, p2v)
 
-        def fused():
+        def fused(v=v, rebind=rebind):
             rebind()
             phys = kvkernels.free_unbind_inplace(v, v2p, p2v)
             torch.cat((free_list, v))
             torch.cat((holes, phys))
 
-        def unfused():
+        def unfused(v=v, rebind=rebind):
             rebind()
             phys = v2p[v]
             v2p.index_fill_(0, v, -1)

@@ -548,7 +548,7 @@ class HostSyncDetector:
                 if original is None:
                     continue
                 try:
-                    setattr(cls, "synchronize", wrap(original, f"{modname}.{clsname}.synchronize()"))
+                    cls.synchronize = wrap(original, f"{modname}.{clsname}.synchronize()")
                 except TypeError:  # a C type that refuses new attributes
                     continue
                 self._patched.append((cls, "synchronize", original))

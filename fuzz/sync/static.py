@@ -380,7 +380,7 @@ def _pair_targets(target: ast.expr, value: ast.expr) -> Iterable[tuple[ast.expr,
     if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) and len(
         target.elts
     ) == len(value.elts):
-        for t, v in zip(target.elts, value.elts):
+        for t, v in zip(target.elts, value.elts, strict=True):
             yield from _pair_targets(t, v)
     else:
         yield target, value
@@ -537,7 +537,7 @@ class _Eval:
     # masks -------------------------------------------------------------------
     def is_mask(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Name):
-            return node.id in self.env.masks
+            return node.id in self.env.masks or (node.id in self.env.tensors and "mask" in name_words(node.id))
         if isinstance(node, ast.Attribute):
             attr = self._self_attr(node)
             return attr is not None and self.cls is not None and attr in self.cls.mask_attrs
@@ -582,8 +582,8 @@ class _Eval:
                     target = node.args[0] if node.args else _kwarg(node, "device")
                     if _is_literal_cpu(target):
                         return True
-                    if target is not None and not (isinstance(target, ast.Attribute) and target.attr in ("int32", "int64", "long", "int", "bool")):
-                        return False
+                    if target is not None and not _is_dtype(target):
+                        return False  # moved to a device
                     return self.is_host(node.func.value)
                 if meth in _NON_TENSOR_METHODS:
                     return False
@@ -693,7 +693,7 @@ class _FunctionChecker(ast.NodeVisitor):
         for a in params:
             if a.arg in env.tables:
                 env.tensors.add(a.arg)
-            if a.arg not in env.tensors:
+            if a.arg not in env.tensors and a.arg not in env.scalars:
                 env.not_scalars.add(a.arg)  # a parameter of unknown type is not a known scalar
         assigns: list[tuple[str, ast.expr, bool]] = []  # (name, value, is_iteration)
         for node in ast.walk(fn):
@@ -721,7 +721,7 @@ class _FunctionChecker(ast.NodeVisitor):
                     assigns.append((n.id, node.iter, True))
             elif isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
                 assigns.append((node.target.id, node.value, False))
-        scalar_votes: dict[str, bool] = {}
+        scalar_votes: dict[str, bool]
         for _ in range(5):
             before = env.key()
             for name, val, iterated in assigns:
@@ -735,15 +735,18 @@ class _FunctionChecker(ast.NodeVisitor):
                     env.hosts.add(name)
             if env.key() == before:
                 break
-        for name, val, iterated in assigns:
-            ok = (not iterated) and self.ev.is_pyscalar(val)
-            scalar_votes[name] = scalar_votes.get(name, True) and ok
-        for name, ok in scalar_votes.items():
-            if ok and name not in env.tensors:
-                env.scalars.add(name)
-                env.not_scalars.discard(name)
-            elif not ok:
-                env.not_scalars.add(name)
+        assigned = {name for name, _, _ in assigns}
+        env.not_scalars |= assigned - env.scalars
+        for _ in range(4):  # locals assigned only from Python scalars (tomb = -1; fill = tomb)
+            scalar_votes = {}
+            for name, val, iterated in assigns:
+                ok = (not iterated) and self.ev.is_pyscalar(val)
+                scalar_votes[name] = scalar_votes.get(name, True) and ok
+            new = {n for n, ok in scalar_votes.items() if ok and n not in env.tensors}
+            if new <= env.scalars:
+                break
+            env.scalars |= new
+            env.not_scalars -= new
 
     # reporting -----------------------------------------------------------------
     def report(self, node: ast.AST, code: str, form: str = "") -> None:
@@ -771,9 +774,9 @@ class _FunctionChecker(ast.NodeVisitor):
         names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)} | {
             n.attr for n in ast.walk(node.test) if isinstance(n, ast.Attribute)}
         guarded = any(set(name_words(n)) & _CHECKED_GUARD_WORDS or n == "__debug__" for n in names)
-        self._truth(node.test, "if ...:")
-        self.visit(node.test)
-        if not guarded:
+        if not guarded:  # a checked-mode branch (test and body) may read the tables by design
+            self._truth(node.test, "if ...:")
+            self.visit(node.test)
             for stmt in node.body:
                 self.visit(stmt)
         for stmt in node.orelse:
@@ -808,7 +811,9 @@ class _FunctionChecker(ast.NodeVisitor):
 
     def _truth(self, test: ast.expr, form: str) -> None:
         if isinstance(test, ast.BoolOp):
-            return  # each operand is reported by visit_BoolOp (the last one is tested by the enclosing form)
+            # the other operands are reported by visit_BoolOp; the last is tested by the enclosing form
+            self._truth(test.values[-1], form)
+            return
         if self.ev.is_tensor(test):
             self.report(test, "SYNC06", f"{form.replace('...', _segment(test, 40), 1)}")
 
@@ -901,7 +906,8 @@ class _FunctionChecker(ast.NodeVisitor):
                 self.report(node, "SYNC16", _segment(node))
             elif name in ("str", "repr", "format", "print") and any(ev.is_tensor(a) for a in node.args):
                 self.report(node, "SYNC19", _segment(node))
-            elif name in ("list", "tuple", "set", "sorted", "sum", "max", "min", "any", "all") and len(node.args) == 1 and ev.is_tensor(node.args[0]) and name not in ("list", "tuple"):
+            elif name in ("sorted", "max", "min", "any", "all") and len(node.args) == 1 and ev.is_tensor(node.args[0]):
+                # iterating gives 0-dim tensors; comparing or testing them calls bool()
                 self.report(node, "SYNC05", f"{name}({_segment(node.args[0], 40)})")
             return
         if t is not None:
@@ -925,13 +931,11 @@ class _FunctionChecker(ast.NodeVisitor):
             self.report(node, "SYNC03", _segment(node))
         elif meth == "numpy":
             self.report(node, "SYNC04")
-        elif meth in ("nonzero", "argwhere") and ev.is_tensor(recv) and _kwarg(node, "as_tuple") is None or (
-            meth in ("nonzero", "argwhere") and ev.is_tensor(recv)
-        ):
+        elif meth in ("nonzero", "argwhere"):
             self.report(node, "SYNC07", _segment(node))
-        elif meth in ("unique", "unique_consecutive") and ev.is_tensor(recv):
+        elif meth in ("unique", "unique_consecutive"):
             self.report(node, "SYNC08", _segment(node))
-        elif meth == "masked_select" and ev.is_tensor(recv):
+        elif meth == "masked_select":
             self.report(node, "SYNC09", _segment(node))
         elif meth in ("equal", "allclose") and ev.is_tensor(recv):
             self.report(node, "SYNC18", _segment(node))
@@ -1028,7 +1032,7 @@ class _FunctionChecker(ast.NodeVisitor):
         params = [a.arg for a in fargs.posonlyargs + fargs.args]
         if bound and callee.cls and params and not _is_staticmethod(callee.node):
             params = params[1:]
-        for p, a in zip(params, node.args):
+        for p, a in zip(params, node.args, strict=False):
             self._bind_param(cenv, p, a)
         for kw in node.keywords:
             if kw.arg is not None:
@@ -1083,8 +1087,7 @@ def _tombstone_write(mod: _Module, func: _Func) -> str | None:
                 for tgt, val in _pair_targets(t, node.value):
                     if isinstance(tgt, ast.Name) and ev.is_table(val):
                         checker_env.tables.add(tgt.id)
-    negative = mod.negative_names | (
-        {n for n in cls.scalar_attrs} & mod.negative_names if cls else set())
+    negative = mod.negative_names
     for node in ast.walk(func.node):
         if isinstance(node, ast.Assign):
             for t in node.targets:
@@ -1118,6 +1121,21 @@ def _short_name(qualname: str) -> str:
     return qualname.split(".")[-1]
 
 
+def _callers(mod: _Module) -> dict[str, set[str]]:
+    """qualname -> the functions of this module that call it (any context)."""
+    callers: dict[str, set[str]] = {q: set() for q in mod.functions}
+    for qual, func in mod.functions.items():
+        if func.is_kernel:
+            continue
+        checker = _FunctionChecker(mod, func, _Env(), qual, [])
+        for node in ast.walk(func.node):
+            if isinstance(node, ast.Call):
+                checker._collect_call(node)
+        for callee, _env, _call in checker.calls:
+            callers[callee].add(qual)
+    return callers
+
+
 def _plan_roots(mod: _Module, forced: Sequence[str] = ()) -> tuple[dict[str, str], dict[str, str]]:
     roots: dict[str, str] = {}
     exempt: dict[str, str] = {}
@@ -1140,6 +1158,21 @@ def _plan_roots(mod: _Module, forced: Sequence[str] = ()) -> tuple[dict[str, str
             why = _tombstone_write(mod, func) or _calls_free_function(func)
             if why:
                 roots[qual] = why
+    # A private helper (``_name``) called only from exempt functions is part of their path
+    # (e.g. the page moves of flush and eager free). Public functions stay roots: they are
+    # entry points whatever calls them inside the module.
+    callers = _callers(mod)
+    changed = True
+    while changed:
+        changed = False
+        for qual in list(roots):
+            if not _short_name(qual).startswith("_") or roots[qual] == "named on the command line":
+                continue
+            who = callers.get(qual, set()) - {qual}
+            if who and all(c in exempt for c in who):
+                exempt[qual] = f"called only from exempt functions ({', '.join(sorted(who))})"
+                del roots[qual]
+                changed = True
     return roots, exempt
 
 
