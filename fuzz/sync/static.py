@@ -27,13 +27,15 @@ through aliases: a local, an attribute (``self.table = self.v2p`` anywhere in th
 class), a tuple unpacking, a slice view (``v2p[1:]``) or a parameter that receives one.
 
 Exemptions, each from the spec rather than from our code: functions whose name says
-eager, flush, compact, clear, reset or init (SPEC.md §3: eager free and flush may
-synchronise; set-up is not the free path), or check, validate, verify, debug (checked
-mode reads the tables by design), are neither roots nor followed; the body of an
-``if`` whose test names ``checked``/``debug``/``validate`` (``if self.checked:``) is
-skipped; Triton ``@jit`` kernels are device code and are skipped. One line is allowed
-by a pragma that gives its reason: ``# sync-ok: <reason>``; a pragma without a reason
-is itself a finding.
+eager, flush, compact, clear, reset, init or debug (SPEC.md §3: eager free and flush
+may synchronise; set-up and debugging are not the free path) are neither roots nor
+followed; the test and body of an ``if`` whose test names ``checked``, ``debug`` or
+``validate`` (``if self.checked:``: checked mode reads the tables to raise
+ContractViolation, by design) are skipped; a private helper (``_name``) whose every
+call site is in an exempt function or a checked-mode branch inherits the exemption
+(public functions are entry points and stay roots); Triton ``@jit`` kernels are device
+code and are skipped. One line is allowed by a pragma that gives its reason:
+``# sync-ok: <reason>``; a pragma without a reason is itself a finding.
 
 What is statically knowable, and the heuristics used where it is not:
 
@@ -121,11 +123,6 @@ _EXEMPT_WORDS = {
     "clear": "clear() returns the pool to its initial state; not the free path",
     "reset": "reset is set-up, not the free path",
     "init": "construction is set-up, not the free path",
-    "check": "checked mode reads the tables to raise ContractViolation, by design",
-    "checked": "checked mode reads the tables to raise ContractViolation, by design",
-    "validate": "checked mode reads the tables to raise ContractViolation, by design",
-    "validation": "checked mode reads the tables to raise ContractViolation, by design",
-    "verify": "checked mode reads the tables to raise ContractViolation, by design",
     "debug": "debug code may read device values",
 }
 _CHECKED_GUARD_WORDS = {"checked", "debug", "validate", "validation"}
@@ -771,10 +768,7 @@ class _FunctionChecker(ast.NodeVisitor):
         self.visit(node.body)
 
     def visit_If(self, node: ast.If) -> None:
-        names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)} | {
-            n.attr for n in ast.walk(node.test) if isinstance(n, ast.Attribute)}
-        guarded = any(set(name_words(n)) & _CHECKED_GUARD_WORDS or n == "__debug__" for n in names)
-        if not guarded:  # a checked-mode branch (test and body) may read the tables by design
+        if not _is_checked_guard(node.test):  # a checked-mode branch (test and body) may read the tables by design
             self._truth(node.test, "if ...:")
             self.visit(node.test)
             for stmt in node.body:
@@ -1121,19 +1115,41 @@ def _short_name(qualname: str) -> str:
     return qualname.split(".")[-1]
 
 
-def _callers(mod: _Module) -> dict[str, set[str]]:
-    """qualname -> the functions of this module that call it (any context)."""
-    callers: dict[str, set[str]] = {q: set() for q in mod.functions}
+def _is_checked_guard(test: ast.expr) -> bool:
+    """``if self.checked:``, ``if debug:``, ``if __debug__:``: a branch that may read the tables by design."""
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)}
+    return any(set(name_words(n)) & _CHECKED_GUARD_WORDS or n == "__debug__" for n in names)
+
+
+def _walk_split(node: ast.AST, guarded: bool = False):
+    """Yield (node, inside a checked-mode branch) for every node under ``node``."""
+    yield node, guarded
+    if isinstance(node, ast.If) and _is_checked_guard(node.test):
+        for child in [node.test, *node.body]:
+            yield from _walk_split(child, True)
+        for child in node.orelse:
+            yield from _walk_split(child, guarded)
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _walk_split(child, guarded)
+
+
+def _callers(mod: _Module) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """qualname -> callers outside checked-mode branches, and callers inside them."""
+    plain: dict[str, set[str]] = {q: set() for q in mod.functions}
+    guarded: dict[str, set[str]] = {q: set() for q in mod.functions}
     for qual, func in mod.functions.items():
         if func.is_kernel:
             continue
         checker = _FunctionChecker(mod, func, _Env(), qual, [])
-        for node in ast.walk(func.node):
+        for node, in_guard in _walk_split(func.node):
             if isinstance(node, ast.Call):
+                before = len(checker.calls)
                 checker._collect_call(node)
-        for callee, _env, _call in checker.calls:
-            callers[callee].add(qual)
-    return callers
+                for callee, _env, _call in checker.calls[before:]:
+                    (guarded if in_guard else plain)[callee].add(qual)
+    return plain, guarded
 
 
 def _plan_roots(mod: _Module, forced: Sequence[str] = ()) -> tuple[dict[str, str], dict[str, str]]:
@@ -1158,19 +1174,23 @@ def _plan_roots(mod: _Module, forced: Sequence[str] = ()) -> tuple[dict[str, str
             why = _tombstone_write(mod, func) or _calls_free_function(func)
             if why:
                 roots[qual] = why
-    # A private helper (``_name``) called only from exempt functions is part of their path
-    # (e.g. the page moves of flush and eager free). Public functions stay roots: they are
-    # entry points whatever calls them inside the module.
-    callers = _callers(mod)
+    # A private helper (``_name``) called only from exempt functions or from checked-mode
+    # branches is part of their path (the page moves of flush and eager free, the
+    # validation of checked mode). Public functions stay roots: they are entry points,
+    # whatever calls them inside the module.
+    plain, guarded = _callers(mod)
     changed = True
     while changed:
         changed = False
         for qual in list(roots):
             if not _short_name(qual).startswith("_") or roots[qual] == "named on the command line":
                 continue
-            who = callers.get(qual, set()) - {qual}
-            if who and all(c in exempt for c in who):
-                exempt[qual] = f"called only from exempt functions ({', '.join(sorted(who))})"
+            who = plain.get(qual, set()) - {qual}
+            in_checked = guarded.get(qual, set()) - {qual}
+            if (who or in_checked) and all(c in exempt for c in who):
+                where = [f"exempt {', '.join(sorted(who))}"] if who else []
+                where += ["checked-mode branches of " + ", ".join(sorted(in_checked))] if in_checked else []
+                exempt[qual] = "called only from " + " and ".join(where)
                 del roots[qual]
                 changed = True
     return roots, exempt
