@@ -30,6 +30,7 @@ class Tier:
     kernels_name: str
     kernels: ModuleType
     device: str
+    allocator_cls: type | None = None  # None: kvkernels.DeviceAllocator (mutants swap it)
 
     def has(self, fn: str) -> bool:
         return callable(getattr(self.kernels, fn, None))

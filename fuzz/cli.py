@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
     cs.add_argument("paths", nargs="*")
 
+    mu = sub.add_parser("mutants", help="run the mutant catalogue: kill rate and time to kill per mutant")
+    mu.add_argument("--backend", choices=BACKENDS, default="interpret")
+    mu.add_argument("--budget-s", type=_positive(float), default=30.0, help="per mutant")
+    mu.add_argument("--only", nargs="*", metavar="NAME")
+    mu.add_argument("--seed", type=int, default=0)
+    mu.add_argument("--list", action="store_true", help="list the catalogue and exit")
+
     bn = sub.add_parser("bench", help="diffed ops/s per tier; on a GPU also the kernel benchmarks")
     bn.add_argument("--seconds", type=_positive(float), default=10.0, help="per tier")
     bn.add_argument("--tiers", default=None, help="comma list (default: torch,interpret on CPU; torch,cuda on GPU)")
@@ -161,6 +168,17 @@ def _cmd_check_sync(args) -> int:
     return check_sync(args.paths)
 
 
+def _cmd_mutants(args) -> int:
+    select_backend(args.backend)
+    from .mutants import MUTANTS, main as mutants
+
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.name:34} kvkernels/{m.file:18} {m.why}")
+        return 0
+    return mutants(backend=args.backend, budget_s=args.budget_s, only=args.only, seed=args.seed)
+
+
 def _cmd_bench(args) -> int:
     from .bench import main as bench
 
@@ -168,7 +186,7 @@ def _cmd_bench(args) -> int:
 
 
 COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "check-sync": _cmd_check_sync,
-            "bench": _cmd_bench}
+            "mutants": _cmd_mutants, "bench": _cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,7 +96,8 @@ class PoolRun:
         self.config = config
         self.tier = tier
         self.spec = kvref.Allocator(config)
-        self.target = DeviceAllocator(config, tier.kernels, tier.device, checked=True, guard_rows=guard_rows)
+        cls = tier.allocator_cls or DeviceAllocator
+        self.target = cls(config, tier.kernels, tier.device, checked=True, guard_rows=guard_rows)
         self.full_every = max(1, full_every)
         self.stats = RunStats()
         self.step_no = 0

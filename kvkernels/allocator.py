@@ -31,7 +31,9 @@ import torch
 
 from kvref.errors import ContractViolation
 
-CANARY = -0x5EEDC0DE5EEDC0DE  # negative int64, unlike any id or -1
+# Positive and far from any id: a kernel that gathers from a red zone (v2p[-1], say)
+# turns it into a visible wrong entry instead of a value that max(., 0) hides.
+CANARY = 0x0BADC0DE
 
 
 @dataclass
@@ -357,7 +359,7 @@ class DeviceAllocator:
 
     def clone(self, checked: bool | None = None, guard_rows: int | None = None) -> "DeviceAllocator":
         """An independent copy (fresh buffers and red zones), e.g. for an unchecked probe."""
-        twin = DeviceAllocator(self.config, self.kernels, self.device,
+        twin = type(self)(self.config, self.kernels, self.device,
                                self.checked if checked is None else checked,
                                self.guard_rows if guard_rows is None else guard_rows)
         twin.v2p.copy_(self.v2p)

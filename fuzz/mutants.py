@@ -1,0 +1,193 @@
+"""The mutant catalogue: realistic bugs planted in our kernels and allocator.
+
+Each mutant is a set of exact text substitutions in one source file of kvkernels
+(``triton_kernels.py`` or ``allocator.py``), applied to a temporary copy that is loaded
+as its own module, so the fuzzer meets the bug exactly as a developer would write it.
+A substitution that no longer matches the source is an error, never a silent no-op
+(tests check every mutant still applies). Kill rate = mutants the fuzzer finds within
+the budget; for each, the time to kill and the minimized case length are reported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import kvkernels
+
+from .backends import Tier, make_tier
+
+SRC = Path(kvkernels.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # "triton_kernels.py" or "allocator.py"
+    subs: tuple  # ((old, new), ...)
+    why: str
+
+
+MUTANTS = (
+    Mutant("free-forgets-p2v-tombstone", "triton_kernels.py",
+           (("    tl.store(p2v_ptr + p, tombstone, mask=v_ok & (p >= 0) & (p < p2v_rows))", "    pass"),),
+           "the fused free tombstones v2p only; the physical page keeps its owner"),
+    Mutant("free-unmasked-double-free", "triton_kernels.py",
+           (("tl.store(p2v_ptr + p, tombstone, mask=v_ok & (p >= 0) & (p < p2v_rows))",
+             "tl.store(p2v_ptr + p, tombstone, mask=v_ok)"),),
+           "a double free reads p == -1 and writes p2v[-1], outside the table"),
+    Mutant("read-table-no-negative-guard", "triton_kernels.py",
+           (("page = tl.where(tok < 0, 0, tok) // PAGE_SIZE", "page = tok // PAGE_SIZE"),),
+           "Triton's // truncates: -1 // 1 == -1 reads v2p[-1]"),
+    Mutant("read-table-no-max-pages-clamp", "triton_kernels.py",
+           (("n_pages = tl.minimum((seq_len + PAGE_SIZE - 1) // PAGE_SIZE, max_pages)",
+             "n_pages = (seq_len + PAGE_SIZE - 1) // PAGE_SIZE"),),
+           "a seq_len past max_pages writes columns past the table's width"),
+    Mutant("read-table-stride-skips-blocks", "triton_kernels.py",
+           (("for start in range(tl.program_id(1).to(tl.int64) * BLOCK, n_pages, col_stride):",
+             "for start in range(tl.program_id(1).to(tl.int64) * BLOCK, n_pages, col_stride + BLOCK):"),),
+           "the strided loop steps too far and leaves live columns unwritten"),
+    Mutant("alloc-bind-descending", "triton_kernels.py",
+           (("    p = offs + start_phys\n", "    p = start_phys + N - 1 - offs\n"),),
+           "alloc_bind hands out the new frontier pages in descending order"),
+    Mutant("bind-stores-p-in-p2v", "triton_kernels.py",
+           (("    tl.store(p2v_ptr + p, v, mask=lane & (p >= 0) & (p < p2v_rows))\n\n\n@triton.jit\ndef free_unbind_kernel",
+             "    tl.store(p2v_ptr + p, p, mask=lane & (p >= 0) & (p < p2v_rows))\n\n\n@triton.jit\ndef free_unbind_kernel"),),
+           "the slow-path bind writes the wrong value into p2v"),
+    Mutant("packed-ignores-kv-start", "triton_kernels.py",
+           (("        pos = kv_start + cols\n", "        pos = cols\n"),),
+           "the CSR read table forgets each row's kv_start offset"),
+    Mutant("translate-no-negative-guard", "triton_kernels.py",
+           (("    t = tl.where(nonneg, t, 0)\n", ""), ("    ok = lane & nonneg & (page < v2p_rows)", "    ok = lane & (page < v2p_rows)")),
+           "a negative token id reads v2p[-1] instead of going to the padding sink"),
+    Mutant("alloc-takes-holes-from-back", "allocator.py",
+           (("phys = torch.cat((self.holes[:d], fresh))", "phys = torch.cat((self.holes.flip(0)[:d], fresh))"),
+            ("            self.holes = self.holes[d:]\n", "            self.holes = self.holes.flip(0)[d:].flip(0)\n")),
+           "the slow path takes holes from the back of the list, not the front"),
+    Mutant("free-sorts-holes", "allocator.py",
+           (("self.holes = torch.cat((self.holes, phys))", "self.holes = torch.cat((self.holes, phys)).sort().values"),),
+           "the lazy free sorts holes (an extra kernel, and a different reuse order)"),
+    Mutant("flush-ignores-in-flight-writer", "allocator.py",
+           (("if (src <= dst if self.up else src >= dst) or p2v[src] in pinned:",
+             "if (src <= dst if self.up else src >= dst):"),),
+           "compaction moves a page the in-flight forward is still writing"),
+    Mutant("flush-reuses-sources-early", "allocator.py",
+           (("            if self._reader_in_flight():\n                batch.append(src)",
+             "            if False:\n                batch.append(src)"),),
+           "moved-out pages become holes while a reader may still read them"),
+    Mutant("eager-compaction-wrong-order", "allocator.py",
+           (("kept = sorted(p for p in freed if p < new_wm)", "kept = sorted((p for p in freed if p < new_wm), reverse=True)"),),
+           "eager compaction pairs the lowest survivor with the highest freed page"),
+    Mutant("grow-down-start-off-by-one", "allocator.py",
+           (("start = self.watermark if self.up else self.watermark - new + 1",
+             "start = self.watermark if self.up else self.watermark - new"),),
+           "grow-down allocation starts one page below the frontier"),
+)
+
+
+class MutantError(RuntimeError):
+    """A mutant no longer applies to the source it was written against."""
+
+
+def mutated_source(m: Mutant) -> str:
+    text = (SRC / m.file).read_text()
+    for old, new in m.subs:
+        n = text.count(old)
+        if n != 1:
+            raise MutantError(f"mutant {m.name}: {old.strip()[:60]!r} occurs {n} times in kvkernels/{m.file}")
+        text = text.replace(old, new)
+    return text
+
+
+_TMP = tempfile.TemporaryDirectory(prefix="kvfuzz-mutants-")
+
+
+def _load(m: Mutant, stem: str):
+    path = Path(_TMP.name) / f"{m.name.replace('-', '_')}_{stem}.py"
+    path.write_text(mutated_source(m))
+    name = f"kvkernels._mutant_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "kvkernels"
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def mutant_tier(m: Mutant, backend: str) -> Tier:
+    base = make_tier(backend)
+    if m.file == "allocator.py":
+        return Tier(backend, f"mutant:{m.name}", base.kernels, base.device, _load(m, "alloc").DeviceAllocator)
+    if backend == "torch":
+        raise MutantError(f"mutant {m.name} lives in a Triton kernel: use --backend interpret or cuda")
+    launchers_path = SRC / "launchers.py"
+    spec = importlib.util.spec_from_file_location(f"kvkernels._mutant_launchers_{m.name.replace('-', '_')}",
+                                                  launchers_path)
+    launchers = importlib.util.module_from_spec(spec)
+    launchers.__package__ = "kvkernels"
+    spec.loader.exec_module(launchers)
+    launchers._k = _load(m, "kernels")
+    return Tier(backend, f"mutant:{m.name}", launchers, base.device)
+
+
+@dataclass
+class KillReport:
+    name: str
+    killed: bool
+    seconds: float
+    ops: int
+    signature: dict | None = None
+    minimized_len: int | None = None
+    original_len: int | None = None
+
+
+def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
+    """Fuzz one mutant until the first divergence (then minimize it) or the budget ends."""
+    from .campaign import run_sequence, sequence_seed, CampaignOptions
+    from .minimize import Minimizer
+
+    tier = mutant_tier(m, backend)
+    opts = CampaignOptions(backend=backend, seed=seed)
+    start = time.monotonic()
+    deadline = start + budget_s
+    ops_run, k = 0, 0
+    while time.monotonic() < deadline:
+        config, _, ops, d, run = run_sequence(tier, sequence_seed(opts, 0, k), opts.ops_per_sequence, deadline)
+        k += 1
+        ops_run += run.stats.ops
+        if d is None:
+            continue
+        found = time.monotonic() - start
+        ops = ops[: d.step + 1]
+        try:
+            _, small, d2 = Minimizer(tier, d.signature, deadline=time.monotonic() + max(5.0, budget_s / 2)).run(config, ops)
+        except ValueError:
+            small, d2 = ops, d
+        return KillReport(m.name, True, found, ops_run, d2.signature, len(small), len(ops))
+    return KillReport(m.name, False, time.monotonic() - start, ops_run)
+
+
+def main(backend: str = "interpret", budget_s: float = 30.0, only: list[str] | None = None, seed: int = 0) -> int:
+    chosen = [m for m in MUTANTS if not only or m.name in only]
+    unknown = set(only or ()) - {m.name for m in MUTANTS}
+    if unknown:
+        print(f"kvfuzz mutants: unknown mutant(s) {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    reports = []
+    for m in chosen:
+        if backend == "torch" and m.file != "allocator.py":
+            continue
+        r = hunt(m, backend, budget_s, seed)
+        reports.append(r)
+        sig = "-" if r.signature is None else f"{r.signature['op']}/{r.signature['oracle']}/{r.signature['field']}"
+        verdict = (f"killed in {r.seconds:6.2f} s, {r.ops:>6} ops, case {r.original_len} -> {r.minimized_len} ops, {sig}"
+                   if r.killed else f"SURVIVED {r.seconds:.0f} s ({r.ops} ops)")
+        print(f"{m.name:34} {verdict}", flush=True)
+    killed = sum(r.killed for r in reports)
+    print(f"kvfuzz mutants: backend={backend} killed {killed}/{len(reports)} "
+          f"({100.0 * killed / max(1, len(reports)):.0f}%), budget {budget_s:.0f} s per mutant")
+    return 0 if killed == len(reports) else 1
