@@ -170,7 +170,8 @@ def _cmd_check_sync(args) -> int:
 
 def _cmd_mutants(args) -> int:
     select_backend(args.backend)
-    from .mutants import MUTANTS, main as mutants
+    from .mutants import MUTANTS
+    from .mutants import main as mutants
 
     if args.list:
         for m in MUTANTS:

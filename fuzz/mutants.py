@@ -147,7 +147,7 @@ class KillReport:
 
 def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
     """Fuzz one mutant until the first divergence (then minimize it) or the budget ends."""
-    from .campaign import run_sequence, sequence_seed, CampaignOptions
+    from .campaign import CampaignOptions, run_sequence, sequence_seed
     from .minimize import Minimizer
 
     tier = mutant_tier(m, backend)
