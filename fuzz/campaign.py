@@ -17,6 +17,7 @@ from pathlib import Path
 from .backends import make_tier
 from .case import make_case, signature_key, write_case
 from .generate import OpGenerator, sequence_params
+from .knobs import choose as choose_knobs
 from .minimize import Minimizer
 from .runner import Divergence, PoolRun
 
@@ -55,7 +56,7 @@ def run_sequence(tier, seed: int, n_ops: int, deadline: float | None = None):
     """Generate and diff one sequence; return (ops, divergence or None, run)."""
     config, scenario, rng = sequence_params(seed)
     gen = OpGenerator(rng, config, scenario)
-    run = PoolRun(config, tier)
+    run = PoolRun(config, tier, knobs=choose_knobs(tier.kernels, seed))
     ops: list[dict] = []
     try:
         for _ in range(n_ops):
@@ -94,14 +95,14 @@ def fuzz_worker(opts: CampaignOptions, worker: int, deadline: float, counters=No
         if counters is not None:
             counters[1] += 1
         ops = ops[: d.step + 1]
-        minimizer = Minimizer(tier, d.signature, deadline=deadline)
+        minimizer = Minimizer(tier, d.signature, deadline=deadline, knobs=run.knobs)
         try:
             min_config, min_ops, min_d = minimizer.run(config, ops)
         except ValueError:  # did not reproduce from scratch: keep it unminimized
             min_config, min_ops, min_d = config, ops, d
         res.cases.append(make_case(config=min_config, ops=min_ops, seed=seed, tier=opts.backend,
                                    kernels=tier.kernels_name, divergence=min_d, original_len=len(ops),
-                                   scenario=scenario))
+                                   scenario=scenario, knobs=run.knobs))
     res.fuzz_s = time.monotonic() - start
     return res
 

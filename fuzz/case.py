@@ -1,6 +1,7 @@
 """Case files: a failure as versioned JSON that replays anywhere.
 
-Schema ``kvfuzz-case/1``: config, ops, seed, tier and kernel set, signature (op kind +
+Schema ``kvfuzz-case/1``: config, ops, seed, tier, kernel set and its launch knobs
+(block sizes, optional), signature (op kind +
 oracle + field, no addresses or values), the first divergence with spec vs target
 values, original and minimized lengths, and the environment it was found in.
 """
@@ -49,7 +50,7 @@ def environment() -> dict:
 
 
 def make_case(*, config: kvref.PoolConfig, ops: list[dict], seed, tier: str, kernels: str, divergence,
-              original_len: int, scenario: str | None = None) -> dict:
+              original_len: int, scenario: str | None = None, knobs: dict | None = None) -> dict:
     return {
         "schema": SCHEMA,
         "config": config.to_json(),
@@ -58,6 +59,7 @@ def make_case(*, config: kvref.PoolConfig, ops: list[dict], seed, tier: str, ker
         "scenario": scenario,
         "tier": tier,
         "kernels": kernels,
+        "knobs": knobs,
         "signature": divergence.signature,
         "divergence": divergence.to_json(),
         "lengths": {"original": original_len, "minimized": len(ops)},

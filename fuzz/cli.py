@@ -128,7 +128,7 @@ def _cmd_replay(args) -> int:
     tier = _case_tier(args, case)
     from .runner import replay
 
-    d, run = replay(case["pool"], case["ops"], tier)
+    d, run = replay(case["pool"], case["ops"], tier, knobs=case.get("knobs"))
     where = f"backend={tier.backend} kernels={tier.kernels_name}"
     if d is None:
         print(f"PASS {args.case}: {len(case['ops'])} ops agree with the spec ({where})")
@@ -146,7 +146,7 @@ def _cmd_minimize(args) -> int:
 
     case = load_case(args.case)
     tier = _case_tier(args, case)
-    m = Minimizer(tier, case["signature"], deadline=time.monotonic() + args.budget_s)
+    m = Minimizer(tier, case["signature"], deadline=time.monotonic() + args.budget_s, knobs=case.get("knobs"))
     try:
         config, ops, d = m.run(case["pool"], case["ops"])
     except ValueError as exc:

@@ -18,8 +18,9 @@ from .runner import Divergence, replay
 
 
 class Minimizer:
-    def __init__(self, tier: Tier, signature: dict, deadline: float | None = None):
+    def __init__(self, tier: Tier, signature: dict, deadline: float | None = None, knobs: dict | None = None):
         self.tier = tier
+        self.knobs = knobs
         self.signature = signature
         self.deadline = deadline
         self.replays = 0
@@ -29,7 +30,7 @@ class Minimizer:
 
     def fails(self, config: kvref.PoolConfig, ops: list[dict]) -> Divergence | None:
         self.replays += 1
-        d, _ = replay(config, ops, self.tier)
+        d, _ = replay(config, ops, self.tier, knobs=self.knobs)
         return d if d is not None and d.signature == self.signature else None
 
     def ddmin(self, config, ops: list[dict]) -> list[dict]:

@@ -164,7 +164,8 @@ def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
         found = time.monotonic() - start
         ops = ops[: d.step + 1]
         try:
-            _, small, d2 = Minimizer(tier, d.signature, deadline=time.monotonic() + max(5.0, budget_s / 2)).run(config, ops)
+            _, small, d2 = Minimizer(tier, d.signature, deadline=time.monotonic() + max(5.0, budget_s / 2),
+                                     knobs=run.knobs).run(config, ops)
         except ValueError:
             small, d2 = ops, d
         return KillReport(m.name, True, found, ops_run, d2.signature, len(small), len(ops))

@@ -18,6 +18,7 @@ from kvkernels.allocator import DeviceAllocator
 from kvref import ContractViolation, InvariantViolation
 
 from .backends import Tier
+from .knobs import apply as apply_knobs
 from .ops import POISON, TABLE_OPS, poisoned_out, req_to_token_rows
 
 STATE_FIELDS = ("v2p", "p2v", "free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
@@ -92,9 +93,12 @@ class RunStats:
 class PoolRun:
     """A spec allocator and a target DeviceAllocator fed the same ops."""
 
-    def __init__(self, config: kvref.PoolConfig, tier: Tier, *, guard_rows: int = 16, full_every: int = 1):
+    def __init__(self, config: kvref.PoolConfig, tier: Tier, *, guard_rows: int = 16, full_every: int = 1,
+                 knobs: dict | None = None):
         self.config = config
         self.tier = tier
+        self.knobs = knobs
+        apply_knobs(tier.kernels, knobs)
         self.spec = kvref.Allocator(config)
         cls = tier.allocator_cls or DeviceAllocator
         self.target = cls(config, tier.kernels, tier.device, checked=True, guard_rows=guard_rows)
