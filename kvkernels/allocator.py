@@ -318,9 +318,9 @@ class DeviceAllocator:
             for i, t in enumerate(toks):
                 head = toks[i - i % ps]
                 if head % ps != 0:
-                    raise ContractViolation(f"free run: token {head} at index {i - i % ps} does not start a page (page_size={ps})")
+                    raise ContractViolation(f"free run: page {head // ps}: token {head} at index {i - i % ps} does not start a page (page_size={ps})")
                 if t != head + i % ps:
-                    raise ContractViolation(f"free run: tokens[{i}] = {t}, expected {head + i % ps} (a page's tokens must be consecutive)")
+                    raise ContractViolation(f"free run: page {head // ps}: tokens[{i}] = {t}, expected {head + i % ps} (a page's tokens must be consecutive)")
         pages = toks[::ps]
         pages = [t // ps for t in pages]
         seen: set[int] = set()

@@ -10,7 +10,9 @@ keeps every invariant of §4):
   otherwise). Each forward gets a fresh event id, counted from 0 after ``clear``. A
   forward that fires stays recorded as ``in_flight`` (fired) until the next forward.
 - A flush that moves pages while a reader is in flight records those sources as ONE
-  pending batch for that flush, tied to the in-flight event.
+  pending batch for that flush, tied to the in-flight event. With no reader in flight a
+  moved-out source enters ``holes`` at its sorted place, so ``holes`` stays sorted
+  through the walk and the final absorb (the order the next alloc takes them in).
 - Eager free ignores the in-flight forward (an eager pool is the legacy path, whose
   frees may synchronise anyway); eager ``flush`` only fires when urgent.
 - ``write`` takes unique, live tokens; ``read`` takes live tokens (repeats allowed).
@@ -117,9 +119,9 @@ class Allocator:
         for i, t in enumerate(tokens):
             head = tokens[i - i % ps]
             if head % ps != 0:
-                raise ContractViolation(f"free run: token {head} at index {i - i % ps} does not start a page (page_size={ps})")
+                raise ContractViolation(f"free run: page {head // ps}: token {head} at index {i - i % ps} does not start a page (page_size={ps})")
             if t != head + i % ps:
-                raise ContractViolation(f"free run: tokens[{i}] = {t}, expected {head + i % ps} (a page's tokens must be consecutive)")
+                raise ContractViolation(f"free run: page {head // ps}: tokens[{i}] = {t}, expected {head + i % ps} (a page's tokens must be consecutive)")
         return [t // ps for t in tokens[::ps]]
 
     # ---- alloc ----------------------------------------------------------------

@@ -115,8 +115,8 @@ def read_table(
 ) -> list[list[int]]:
     bs = _check_batch(req_to_token, req_pool_indices, seq_lens)
     width = len(req_to_token[0]) if req_to_token else 0
-    if max_pages < 1:
-        raise ContractViolation(f"max_pages must be >= 1, got {max_pages}")
+    if max_pages < 0:
+        raise ContractViolation(f"max_pages must be >= 0, got {max_pages}")
     if (max_pages - 1) * page_size >= width:
         raise ContractViolation(
             f"req_to_token is {width} tokens wide; max_pages={max_pages} at page_size={page_size} needs more than {(max_pages - 1) * page_size}"

@@ -301,9 +301,6 @@ def test_free_wrong_run_shape_raises_and_changes_nothing(tokens, page):
     assert a.snapshot() == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SPEC §3 free step 2: '... a run of the wrong shape) is a contract violation: the spec raises "
-    "ContractViolation naming the page'; Allocator.pages_of_run names only tokens/indices"))
 @pytest.mark.parametrize("tokens,page", WRONG_SHAPE)
 def test_free_wrong_run_shape_names_the_page(tokens, page):
     a = pool(6, min_page=2, page_size=2)

@@ -235,10 +235,6 @@ def test_read_table_boundaries_that_are_allowed():
     assert out == [[2**31 - 1, P, P, P]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SPEC §2 read_table lists its preconditions (max_pages >= n_b, (max_pages-1)*ps < width, ...); "
-    "max_pages = 0 with every seq_len 0 meets them all, but kernels.read_table rejects max_pages < 1, "
-    "a rule not listed in its docstring"))
 def test_read_table_max_pages_zero_with_empty_rows_is_a_noop():
     out = [[], []]
     K.read_table(req_to_token=R2T_PS2, req_pool_indices=[0, 1], seq_lens=[0, 0], v2p=V2P,
