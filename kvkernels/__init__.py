@@ -1,0 +1,30 @@
+"""kvkernels: the system under test, and the default kernel set of kvfuzz.
+
+The kernel-set functions (DESIGN.md, "kernel set") are importable from here; each
+dispatches to the Triton kernels on CUDA tensors or under ``TRITON_INTERPRET=1``, and
+to ``kvkernels.torch_path`` otherwise (see ``kvkernels.launchers``).
+"""
+
+from .launchers import (
+    alloc_bind_inplace,
+    bind_inplace,
+    build_kv_read_table,
+    build_kv_read_table_legacy,
+    build_kv_read_table_packed,
+    free_unbind_inplace,
+    translate_tokens,
+)
+
+__all__ = [
+    "alloc_bind_inplace",
+    "bind_inplace",
+    "build_kv_read_table",
+    "build_kv_read_table_legacy",
+    "build_kv_read_table_packed",
+    "free_unbind_inplace",
+    "translate_tokens",
+]
+
+from .allocator import DeviceAllocator  # noqa: E402  (after the kernel set it drives)
+
+__all__ += ["DeviceAllocator"]
