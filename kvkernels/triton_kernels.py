@@ -195,10 +195,14 @@ def read_table_kernel(
     req, n_pages = _live_pages(req_pool_indices_ptr, seq_lens_ptr, b, req_rows, max_pages, PAGE_SIZE)
     req_row_ptr = req_to_token_ptr + req * req_stride0
     out_row_ptr = out_ptr + b * out_stride
-    for start in range(tl.program_id(1).to(tl.int64) * BLOCK, n_pages, col_stride):
+    # A while loop, not range(start, n_pages, col_stride): Triton 3.6's interpreter turns a
+    # tensor-valued range bound into int(ndarray of shape (1,)), which numpy 2 refuses.
+    start = tl.program_id(1).to(tl.int64) * BLOCK
+    while start < n_pages:
         cols = start + tl.arange(0, BLOCK)
         _read_table_cols(cols, n_pages, req_row_ptr, req_width, req_stride1, v2p_ptr, v2p_rows,
                          out_row_ptr, multiplier, PAGE_SIZE)
+        start += col_stride
 
 
 @triton.jit
@@ -262,7 +266,8 @@ def read_table_packed_kernel(
     if HAS_KV_START:
         kv_start = tl.load(kv_start_ptr + b).to(tl.int64)
     req_row_ptr = req_to_token_ptr + req * req_stride0
-    for start in range(tl.program_id(1).to(tl.int64) * BLOCK, n, col_stride):
+    start = tl.program_id(1).to(tl.int64) * BLOCK
+    while start < n:  # a while loop for Triton 3.6's interpreter (see read_table_kernel)
         cols = start + tl.arange(0, BLOCK)
         pos = kv_start + cols
         dst = lo + cols
@@ -273,6 +278,7 @@ def read_table_packed_kernel(
         scaled = _scaled_page(tok, v2p_ptr, v2p_rows, multiplier, ok, PAGE_SIZE)
         value = scaled * PAGE_SIZE + pos % PAGE_SIZE
         tl.store(out_ptr + dst, value.to(tl.int32), mask=ok)
+        start += col_stride
 
 
 def _interpreted(kernel) -> bool:
