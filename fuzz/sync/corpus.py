@@ -37,9 +37,13 @@ try:  # the kernel-launch snippets need Triton (compiled on CUDA, interpreted on
         tl.store(v2p_ptr + v, -1, mask=live)
 
     HAVE_TRITON = True
+    # On CPU tensors a Triton kernel runs only under the interpreter (TRITON_INTERPRET=1
+    # before import); on a GPU machine the kernel_launch snippet is judged on CUDA only.
+    CPU_KERNELS = type(_tombstone_kernel).__name__ == "InterpretedFunction"
 except Exception:  # pragma: no cover - Triton is a hard dependency of the project
     _tombstone_kernel = None
     HAVE_TRITON = False
+    CPU_KERNELS = False
 
 SYNCS = "syncs"
 NO_SYNC = "does not"
@@ -89,6 +93,11 @@ class Snippet:
         namespace = {"torch": torch, "_tombstone_kernel": _tombstone_kernel, "__name__": f"sync_corpus_{self.name}"}
         exec(compile(self.source, self.filename, "exec"), namespace)
         return namespace["snippet"]
+
+    @property
+    def needs_kernels(self) -> bool:
+        """It launches a Triton kernel: on CPU tensors that needs the interpreter."""
+        return "_tombstone_kernel" in self.source
 
     def params(self) -> list[str]:
         import inspect
