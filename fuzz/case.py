@@ -95,10 +95,33 @@ def load_case(path) -> dict:
         raise CaseError(f"{path}: not a kvfuzz case (needs {', '.join(REQUIRED)})")
     if case["schema"] != SCHEMA:
         raise CaseError(f"{path}: schema {case['schema']!r} is not {SCHEMA!r}")
+    if not isinstance(case["ops"], list):
+        raise CaseError(f"{path}: 'ops' must be a list of ops")
+    knobs = case.get("knobs")
+    if knobs is not None and not (isinstance(knobs, dict) and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in knobs.items())):
+        raise CaseError(f"{path}: 'knobs' must be null or an object of integer launch knobs, got {knobs!r}")
     try:
+        if not isinstance(case["config"], dict):
+            raise TypeError("'config' must be an object")
         case["pool"] = kvref.PoolConfig.from_json(case["config"])
-        for op in case["ops"]:
-            validate_op(op)
+        for i, op in enumerate(case["ops"]):
+            try:
+                validate_op(op)
+            except OpError as exc:
+                raise OpError(f"ops[{i}]: {exc}") from None
     except (kvref.ContractViolation, OpError, TypeError) as exc:
         raise CaseError(f"{path}: {exc}") from exc
+    case["path"] = str(path)
     return case
+
+
+def resolve_kernels(kernels: str | None, case_path: str | None) -> str | None:
+    """A kernel-set file named relative to where the campaign ran: look there first, then
+    beside the case file and in each folder above it (a case moved into a repo's tests)."""
+    if not kernels or not kernels.endswith(".py") or Path(kernels).is_file() or not case_path:
+        return kernels
+    for folder in Path(case_path).resolve().parents:
+        if (folder / kernels).is_file():
+            return str(folder / kernels)
+    return kernels

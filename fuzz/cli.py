@@ -112,7 +112,9 @@ def _case_tier(args, case):
     select_backend(backend)
     from .backends import make_tier
 
-    kernels = args.kernels or case.get("kernels")
+    from .case import resolve_kernels
+
+    kernels = args.kernels or resolve_kernels(case.get("kernels"), case.get("path"))
     return make_tier(backend, kernels)
 
 
@@ -154,6 +156,7 @@ def _cmd_minimize(args) -> int:
         return 1
     before = len(case["ops"])
     case.pop("pool")
+    case.pop("path", None)
     case.update(config=config.to_json(), ops=ops, divergence=d.to_json())
     case["lengths"]["minimized"] = len(ops)
     out = Path(args.out or args.case)

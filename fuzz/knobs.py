@@ -36,5 +36,7 @@ def apply(kernels: ModuleType, knobs: dict | None) -> None:
     defaults = mod.__dict__.setdefault("_KVFUZZ_DEFAULTS", {k: getattr(mod, k) for k in mod.FUZZ_KNOBS})
     for name, value in {**defaults, **(knobs or {})}.items():
         if name not in defaults:
-            raise ValueError(f"unknown knob {name!r} (this kernel set has {sorted(defaults)})")
+            from .backends import SetupError
+
+            raise SetupError(f"unknown launch knob {name!r} (this kernel set has {sorted(defaults)})")
         setattr(mod, name, value)

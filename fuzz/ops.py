@@ -41,7 +41,40 @@ def validate_op(op: dict) -> dict:
     have = set(op) - {"op"}
     if have != want:
         raise OpError(f"{op['op']} op needs fields {sorted(want)}, got {sorted(have)}")
+    for name in sorted(want):
+        kind = _TYPES[name]
+        value = op[name]
+        if not _is(value, kind):
+            raise OpError(f"{op['op']} op: field {name!r} must be {kind}, got {value!r}")
     return op
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _ints(x) -> bool:
+    return isinstance(x, list) and all(_int(t) for t in x)
+
+
+def _is(value, kind: str) -> bool:
+    if kind == "an int":
+        return _int(value)
+    if kind == "a bool":
+        return isinstance(value, bool)
+    if kind == "a list of ints":
+        return _ints(value)
+    if kind == "a list of int lists":
+        return isinstance(value, list) and all(_ints(r) for r in value)
+    return value is None or _ints(value)  # "a list of ints or null"
+
+
+_TYPES = {
+    "n": "an int", "urgent": "a bool", "legacy": "a bool", "max_pages": "an int", "width": "an int",
+    "max_tokens": "an int", "tokens": "a list of ints", "stamps": "a list of ints", "loc": "a list of ints",
+    "req_idx": "a list of ints", "seq_lens": "a list of ints", "indptr": "a list of ints",
+    "rows": "a list of int lists", "kv_start": "a list of ints or null",
+}
 
 
 def req_to_token_rows(op: dict) -> list[list[int]]:
