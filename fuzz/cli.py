@@ -111,7 +111,6 @@ def _case_tier(args, case):
     backend = args.backend or case.get("tier") or "torch"
     select_backend(backend)
     from .backends import make_tier
-
     from .case import resolve_kernels
 
     kernels = args.kernels or resolve_kernels(case.get("kernels"), case.get("path"))
