@@ -264,7 +264,7 @@ class PoolRun:
 
     def _contract(self, i: int, op: dict, spec_error: ContractViolation) -> None:
         kind = op["op"]
-        if kind not in TABLE_OPS and kind != "translate":
+        if kind != "translate":
             before = self.target.snapshot()
             tgt_out = self._target_do(self.target, op)
             if tgt_out.crash is not None:

@@ -282,11 +282,18 @@ class DeviceAllocator:
     # ---- kernel-level views over this pool's v2p --------------------------------
     def build_read_table(self, *, legacy: bool = False, **kwargs) -> torch.Tensor:
         c = self.config
+        if self.checked:
+            self._check_read_table(kwargs["req_to_token"], kwargs["req_pool_indices"], kwargs["seq_lens"],
+                                   out=kwargs["out"], max_pages=kwargs["max_pages"])
         fn = self.kernels.build_kv_read_table_legacy if legacy else self.kernels.build_kv_read_table
         return fn(v2p=self.v2p, multiplier=c.multiplier, page_size=c.page_size, **kwargs)
 
     def build_read_table_packed(self, **kwargs) -> torch.Tensor:
         c = self.config
+        if self.checked:
+            self._check_read_table(kwargs["req_to_token"], kwargs["req_pool_indices"], kwargs["seq_lens"],
+                                   out=kwargs["out"], indptr=kwargs["indptr"], max_tokens=kwargs["max_tokens"],
+                                   kv_start=kwargs.get("kv_start_idx"))
         return self.kernels.build_kv_read_table_packed(
             v2p=self.v2p, multiplier=c.multiplier, page_size=c.page_size, **kwargs)
 
@@ -310,6 +317,49 @@ class DeviceAllocator:
             if t < 0:
                 raise ContractViolation(f"{why}: token {t} is negative")
         self._check_live_pages([t // ps for t in toks], why, self.v2p.tolist())
+
+    def _check_read_table(self, req_to_token, req_idx, seq_lens, *, out, max_pages=None, indptr=None,
+                          max_tokens=None, kv_start=None) -> None:
+        """SPEC §2 read-table preconditions, checked on host copies (checked mode only)."""
+        c = self.config
+        ps, v2p = c.page_size, self.v2p.tolist()
+        rows, lens, r2t = req_idx.tolist(), seq_lens.tolist(), req_to_token.tolist()
+        width = req_to_token.shape[1] if req_to_token.dim() == 2 else 0
+        starts = [0] * len(rows) if kv_start is None else kv_start.tolist()
+        if len(lens) != len(rows):
+            raise ContractViolation(f"req_pool_indices has {len(rows)} rows but seq_lens has {len(lens)}")
+        if max_pages is not None:
+            if max_pages < 0 or (max_pages - 1) * ps >= width:
+                raise ContractViolation(f"req_to_token is {width} tokens wide: too narrow for max_pages={max_pages}")
+            if out.dim() != 2 or out.shape[0] < len(rows) or out.shape[1] < max_pages:
+                raise ContractViolation(f"out must have >= {len(rows)} rows of >= {max_pages} columns")
+        else:
+            ptr = indptr.tolist()
+            if len(ptr) != len(rows) + 1 or len(starts) != len(rows):
+                raise ContractViolation(f"indptr needs {len(rows) + 1} entries and kv_start_idx {len(rows)}")
+        for b, (r, n, start) in enumerate(zip(rows, lens, starts)):
+            if not 0 <= r < len(r2t):
+                raise ContractViolation(f"req_to_token row index {r} (req_pool_indices[{b}]) is outside [0, {len(r2t)})")
+            if n < 0 or start < 0:
+                raise ContractViolation(f"seq_lens[{b}] = {n} / kv_start {start}: negative")
+            if max_pages is not None:
+                cols = [(col * ps, None) for col in range(-(-n // ps))]
+                if len(cols) > max_pages:
+                    raise ContractViolation(f"seq_lens[{b}] = {n} needs {len(cols)} pages > max_pages={max_pages}")
+            else:
+                if n > max_tokens or ptr[b] < 0 or ptr[b] + n > min(ptr[b + 1], out.numel()):
+                    raise ContractViolation(f"row {b} writes out[{ptr[b]}:{ptr[b] + n}], outside its indptr span or out")
+                cols = [(((start + col) // ps) * ps, start + col) for col in range(n)]
+            for col, pos in cols:
+                if col >= width:
+                    raise ContractViolation(f"row {b} reads req_to_token column {col} past its width {width}")
+                tok = r2t[r][col]
+                page = 0 if tok < 0 else tok // ps
+                if page >= len(v2p):
+                    raise ContractViolation(f"token {tok} at row {b} lies on page {page}, past the table")
+                scaled = max(v2p[page] * c.multiplier, 0)
+                if (scaled if pos is None else scaled * ps + pos % ps) >= 2**31:
+                    raise ContractViolation(f"the entry for v2p[{page}] does not fit int32 (row {b})")
 
     def _check_free(self, tokens: torch.Tensor) -> None:
         ps = self.config.page_size

@@ -126,3 +126,27 @@ def test_lazy_and_eager_agree_after_urgent_flush(tier):
         pools[lazy] = (cfg, a.snapshot(), written)
     (cl, sl, wl), (ce, se, _) = pools[True], pools[False]
     kvref.invariants.check_lazy_eager_agree(cl, sl, ce, se, wl)
+
+
+@pytest.mark.parametrize("seq_len,req,max_pages,needle", [
+    (7, 0, 3, "max_pages"),          # needs 4 pages at ps 2
+    (2, 5, 3, "row index 5"),        # req_pool_indices past req_to_token
+    (-1, 0, 3, "negative"),
+])
+def test_checked_read_table_refuses_like_the_spec(tier, seq_len, req, max_pages, needle):
+    config = PoolConfig(num_pages=8, min_page=1, page_size=2)
+    target = DeviceAllocator(config, tier.kernels, tier.device, checked=True)
+    toks = target.alloc(6)
+    dev = tier.device
+    r2t = torch.full((1, 8), -1, dtype=torch.int64, device=dev)
+    r2t[0, :6] = toks
+    out = torch.full((1, 4), 77, dtype=torch.int32, device=dev)
+    kw = dict(req_to_token=r2t, req_pool_indices=torch.tensor([req], device=dev),
+              seq_lens=torch.tensor([seq_len], device=dev), max_pages=max_pages, out=out[:, :max_pages])
+    with pytest.raises(ContractViolation, match=needle):
+        target.build_read_table(**kw)
+    with pytest.raises(ContractViolation):
+        kvref.kernels.read_table(req_to_token=r2t.tolist(), req_pool_indices=[req], seq_lens=[seq_len],
+                                 v2p=target.v2p.tolist(), multiplier=1, page_size=2, max_pages=max_pages,
+                                 out=[[77] * 4])
+    assert out.tolist() == [[77] * 4]
