@@ -69,8 +69,34 @@ class Minimizer:
         if kind == "flush" and op["urgent"]:
             yield dict(op, urgent=False)
         if kind == "read_table" and len(op["req_idx"]) > 1:
-            for b in range(len(op["req_idx"])):
-                yield dict(op, req_idx=[op["req_idx"][b]], seq_lens=[op["seq_lens"][b]])
+            n = len(op["req_idx"])
+            keeps = [range(b, b + 1) for b in range(n)] + [range(0, n // 2), range(n // 2, n)]
+            keeps += [[j for j in range(n) if j != b] for b in range(n)]
+            for keep in keeps:
+                yield dict(op, req_idx=[op["req_idx"][j] for j in keep], seq_lens=[op["seq_lens"][j] for j in keep])
+        if kind == "read_table_packed" and len(op["req_idx"]) > 1:
+            for b, n in enumerate(op["seq_lens"]):
+                start = None if op["kv_start"] is None else [op["kv_start"][b]]
+                yield dict(op, req_idx=[op["req_idx"][b]], seq_lens=[n], kv_start=start, indptr=[0, n],
+                           max_tokens=max(n, 1))
+        if kind in ("read_table", "read_table_packed"):
+            yield from self._table_variants(op)
+
+    @staticmethod
+    def _table_variants(op: dict):
+        """Fewer and shorter req_to_token rows: only the rows the batch reads, cut to what it reads."""
+        used = sorted(set(op["req_idx"]))
+        if len(used) < len(op["rows"]) and all(0 <= r < len(op["rows"]) for r in used):
+            renumber = {r: i for i, r in enumerate(used)}
+            yield dict(op, rows=[op["rows"][r] for r in used], req_idx=[renumber[r] for r in op["req_idx"]])
+        if op["op"] == "read_table" and op["max_pages"] > 1:
+            yield dict(op, max_pages=op["max_pages"] - 1)
+        shorter = [r[: max(1, len(r) // 2)] for r in op["rows"]]
+        if shorter != op["rows"]:
+            yield dict(op, rows=shorter)
+        if op["op"] == "read_table":
+            if op["max_pages"] < op["width"]:  # enough at page size 1; rejected where it is not
+                yield dict(op, width=op["max_pages"])
 
     def simplify_ops(self, config, ops: list[dict]) -> list[dict]:
         changed = True
