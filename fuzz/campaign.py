@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .backends import make_tier
@@ -73,6 +73,12 @@ def run_sequence(tier, seed: int, n_ops: int, deadline: float | None = None):
 
 def fuzz_worker(opts: CampaignOptions, worker: int, deadline: float, counters=None) -> WorkerResult:
     tier = make_tier(opts.backend, opts.kernels)
+    if tier.device == "cuda":  # one worker per GPU where there are several (round robin)
+        import torch
+
+        gpu = worker % torch.cuda.device_count()
+        torch.cuda.set_device(gpu)  # Triton launches on the current device
+        tier = replace(tier, device=f"cuda:{gpu}")
     res = WorkerResult()
     seen: set[str] = set()
     start = time.monotonic()
