@@ -12,16 +12,17 @@ import random
 import kvref
 
 SCENARIOS = {
-    #               alloc free flush fwd fire write read table packed xlate clear
-    "churn":        (30, 26, 6, 5, 5, 10, 6, 6, 2, 3, 1),
-    "fragment":     (25, 35, 14, 3, 3, 8, 6, 3, 1, 2, 0),
-    "full":         (45, 18, 8, 4, 4, 8, 5, 4, 1, 2, 1),
-    "long":         (20, 15, 8, 6, 6, 12, 8, 14, 4, 4, 1),
-    "short":        (35, 32, 6, 5, 5, 6, 4, 4, 1, 2, 0),
-    "inflight":     (22, 20, 16, 14, 8, 8, 5, 4, 1, 2, 0),
+    #               alloc free flush fwd fire write read table packed xlate clear raw
+    "churn":        (30, 26, 6, 5, 5, 10, 6, 6, 2, 3, 1, 2),
+    "fragment":     (25, 35, 14, 3, 3, 8, 6, 3, 1, 2, 0, 2),
+    "full":         (45, 18, 8, 4, 4, 8, 5, 4, 1, 2, 1, 2),
+    "long":         (20, 15, 8, 6, 6, 12, 8, 14, 4, 4, 1, 2),
+    "short":        (35, 32, 6, 5, 5, 6, 4, 4, 1, 2, 0, 2),
+    "inflight":     (22, 20, 16, 14, 8, 8, 5, 4, 1, 2, 0, 2),
+    "kernels":      (10, 8, 2, 1, 1, 2, 2, 10, 4, 6, 0, 54),  # mostly kernel-level ops on raw tables
 }
 KINDS = ("alloc", "free", "flush", "forward", "fire", "write", "read", "read_table", "read_table_packed",
-         "translate", "clear")
+         "translate", "clear", "raw")
 
 
 def random_config(rng: random.Random) -> kvref.PoolConfig:
@@ -52,6 +53,7 @@ class OpGenerator:
         self.live: list[list[int]] = []
         self.dead: list[list[int]] = []
         self.stamp = 1
+        self.raw_bound: dict[int, int] = {}  # the raw tables as the spec left them: v -> p
 
     # ---- helpers ----------------------------------------------------------------
     def _pages(self, tokens: list[int]) -> list[list[int]]:
@@ -82,7 +84,15 @@ class OpGenerator:
         kind = op["op"]
         if outcome.error is not None:
             return
-        if kind == "alloc" and outcome.result:
+        if kind in ("k_bind", "k_alloc_bind"):
+            phys = op["p"] if kind == "k_bind" else [op["start"] + i for i in range(len(op["v"]))]
+            for v, p in zip(op["v"], phys):
+                self.raw_bound = {w: q for w, q in self.raw_bound.items() if q != p}
+                self.raw_bound[v] = p
+        elif kind == "k_free_unbind":
+            for v in op["v"]:
+                self.raw_bound.pop(v, None)
+        elif kind == "alloc" and outcome.result:
             self.live.append(list(outcome.result))
         elif kind == "free":
             gone = set(op["tokens"])
@@ -207,10 +217,33 @@ class OpGenerator:
     def _gen_clear(self, spec):
         return {"op": "clear"}
 
+    def _gen_raw(self, spec):
+        """A kernel-level op on the raw tables: ids unique, in [1, rows - 1)."""
+        rng, rows = self.rng, self.config.table_rows
+        ids = list(range(1, rows - 1))
+        bound = sorted(self.raw_bound)
+        pick = rng.random()
+        if bound and pick < 0.35:
+            return {"op": "k_free_unbind", "v": rng.sample(bound, rng.randint(1, len(bound)))}
+        free_v = [v for v in ids if v not in self.raw_bound]
+        used_p = set(self.raw_bound.values())
+        free_p = [p for p in ids if p not in used_p]
+        n = rng.randint(1, max(1, min(len(free_v), len(free_p), 9)))
+        if not free_v or not free_p:
+            return {"op": "k_free_unbind", "v": bound[:1]} if bound else self._gen_translate(spec)
+        v = rng.sample(free_v, min(n, len(free_v)))
+        if pick < 0.65:
+            runs = [s for s in free_p if all(s + i in free_p for i in range(len(v)))]
+            if runs:
+                return {"op": "k_alloc_bind", "v": v, "start": rng.choice(runs)}
+        return {"op": "k_bind", "v": v, "p": rng.sample(free_p, len(v))}
+
     # ---- contract violations ------------------------------------------------------
     def _violation(self, spec) -> dict:
         rng, c = self.rng, self.config
-        choices = ["unaligned", "reserved", "read_table_short"]
+        choices = ["unaligned", "reserved", "read_table_short", "raw_out_of_range", "raw_duplicate"]
+        if self.raw_bound:
+            choices += ["raw_double_free"]
         if self.dead:
             choices += ["double_free", "write_dead", "read_dead", "forward_dead"]
         if self.live:
@@ -222,6 +255,16 @@ class OpGenerator:
             return {"op": "free", "tokens": list(range(0, c.page_size))}
         if pick == "read_table_short":
             return self._gen_read_table(spec, broken=True)
+        rows = c.table_rows
+        if pick == "raw_out_of_range":
+            return {"op": "k_bind", "v": [rng.choice((0, rows - 1, rows + rng.randint(0, 8), -rng.randint(1, 8)))],
+                    "p": [rng.randint(1, rows - 2)]}
+        if pick == "raw_duplicate":
+            v = rng.randint(1, rows - 2)
+            return {"op": "k_bind", "v": [v, v], "p": [1, min(2, rows - 2)]}
+        if pick == "raw_double_free":
+            v = rng.choice(sorted(self.raw_bound))
+            return {"op": "k_free_unbind", "v": [v, v]}
         if pick == "duplicate":
             r = rng.choice(self.live)
             return {"op": "free", "tokens": r[: c.page_size] + r[: c.page_size]}

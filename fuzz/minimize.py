@@ -64,6 +64,13 @@ class Minimizer:
                     yield new
         if kind == "write":
             yield dict(op, stamps=[1 + i for i in range(len(op["stamps"]))])
+        if kind in ("k_bind", "k_alloc_bind", "k_free_unbind") and len(op["v"]) > 1:
+            n = len(op["v"])
+            for keep in (range(0, n // 2), range(n // 2, n), *(range(b, b + 1) for b in range(n))):
+                new = dict(op, v=[op["v"][j] for j in keep])
+                if kind == "k_bind":
+                    new["p"] = [op["p"][j] for j in keep]
+                yield new
         if kind == "alloc" and op["n"] > 0:
             yield dict(op, n=op["n"] // 2)
         if kind == "flush" and op["urgent"]:

@@ -10,12 +10,17 @@ Pool ops (``PoolConfig``, one allocator):
   read_table{rows, req_idx, seq_lens, max_pages, width, legacy}
   read_table_packed{rows, req_idx, seq_lens, kv_start, indptr, max_tokens, width}
 where ``rows`` are the req_to_token rows (the given tokens, then -1 up to ``width``).
+
+Kernel-level ops on a second pair of raw tables (same size as the pool's, starting
+with only the sentinels set), straight through the kernel set with no allocator:
+  k_bind{v, p}  k_alloc_bind{v, start}  k_free_unbind{v}
 """
 
 from __future__ import annotations
 
 POOL_OPS = ("alloc", "free", "flush", "forward", "fire", "write", "read", "translate", "clear",
             "read_table", "read_table_packed")
+RAW_OPS = ("k_bind", "k_alloc_bind", "k_free_unbind")
 TABLE_OPS = ("read_table", "read_table_packed")
 POISON = 0x7A7A7A7A  # int32 canary in read-table buffers: nothing past the live prefix may change
 OUT_SLACK_ROWS = 1
@@ -27,6 +32,7 @@ _FIELDS = {
     "write": {"tokens", "stamps"}, "read": {"tokens"}, "translate": {"loc"}, "clear": set(),
     "read_table": {"rows", "req_idx", "seq_lens", "max_pages", "width", "legacy"},
     "read_table_packed": {"rows", "req_idx", "seq_lens", "kv_start", "indptr", "max_tokens", "width"},
+    "k_bind": {"v", "p"}, "k_alloc_bind": {"v", "start"}, "k_free_unbind": {"v"},
 }
 
 
@@ -36,7 +42,7 @@ class OpError(ValueError):
 
 def validate_op(op: dict) -> dict:
     if not isinstance(op, dict) or op.get("op") not in _FIELDS:
-        raise OpError(f"not an op: {op!r} (kinds: {', '.join(POOL_OPS)})")
+        raise OpError(f"not an op: {op!r} (kinds: {', '.join(POOL_OPS + RAW_OPS)})")
     want = _FIELDS[op["op"]]
     have = set(op) - {"op"}
     if have != want:
@@ -74,6 +80,7 @@ _TYPES = {
     "max_tokens": "an int", "tokens": "a list of ints", "stamps": "a list of ints", "loc": "a list of ints",
     "req_idx": "a list of ints", "seq_lens": "a list of ints", "indptr": "a list of ints",
     "rows": "a list of int lists", "kv_start": "a list of ints or null",
+    "v": "a list of ints", "p": "a list of ints", "start": "an int",
 }
 
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 import torch
 
 import kvref
-from kvkernels.allocator import DeviceAllocator
+from kvkernels.allocator import CANARY, DeviceAllocator
 from kvref import ContractViolation, InvariantViolation
 
 from .backends import Tier
 from .knobs import apply as apply_knobs
-from .ops import POISON, TABLE_OPS, poisoned_out, req_to_token_rows
+from .ops import POISON, RAW_OPS, TABLE_OPS, poisoned_out, req_to_token_rows
 
 STATE_FIELDS = ("v2p", "p2v", "free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
 
@@ -105,6 +105,66 @@ class PoolRun:
         self.full_every = max(1, full_every)
         self.stats = RunStats()
         self.step_no = 0
+        rows = config.table_rows
+        self.raw_spec = {"v2p": [0] + [-1] * (rows - 1), "p2v": [0] + [-1] * (rows - 1)}
+        self.raw_target = RawTables(rows, guard_rows, tier.device)
+
+    # ---- kernel-level ops on the raw tables -------------------------------------
+    def _raw_spec_do(self, op: dict) -> Outcome:
+        t, kind = self.raw_spec, op["op"]
+        try:
+            if kind == "k_bind":
+                return Outcome(kvref.kernels.bind(t["v2p"], t["p2v"], op["v"], op["p"]))
+            if kind == "k_alloc_bind":
+                return Outcome(kvref.kernels.alloc_bind(t["v2p"], t["p2v"], op["v"], op["start"]))
+            return Outcome(kvref.kernels.free_unbind(t["v2p"], t["p2v"], op["v"]))
+        except ContractViolation as exc:
+            return Outcome(error=exc)
+
+    def _raw_target_do(self, tables: "RawTables", op: dict) -> Outcome:
+        k, kind = self.tier.kernels, op["op"]
+        try:
+            if kind == "k_bind":
+                return Outcome(k.bind_inplace(self._long(op["v"]), self._long(op["p"]), tables.v2p, tables.p2v))
+            if kind == "k_alloc_bind":
+                return Outcome(k.alloc_bind_inplace(self._long(op["v"]), tables.v2p, tables.p2v, op["start"]).tolist())
+            return Outcome(k.free_unbind_inplace(self._long(op["v"]), tables.v2p, tables.p2v).tolist())
+        except ContractViolation as exc:
+            return Outcome(error=exc)
+        except Exception as exc:  # noqa: BLE001 - any crash of the target is a finding
+            return Outcome(crash=exc)
+
+    def _raw_step(self, i: int, op: dict) -> Outcome:
+        spec_out = self._raw_spec_do(op)
+        if spec_out.error is not None:
+            # The kernels have no checked mode: unchecked, they must stay inside the tables.
+            self.stats.contract_ops += 1
+            probe = self.raw_target.clone(max(self.raw_target.guard, self._guard_for(op)))
+            self._raw_target_do(probe, op)
+            self._raw_memory(i, op, probe)
+            return spec_out
+        out = self._raw_target_do(self.raw_target, op)
+        if out.crash is not None:
+            raise Divergence(i, op, "crash", type(out.crash).__name__, None, repr(out.crash),
+                             f"the target raised {type(out.crash).__name__}: {out.crash}")
+        if out.error is not None:
+            raise Divergence(i, op, "contract", "spurious", None, str(out.error),
+                             f"the kernel set refused a call the spec accepts: {out.error}")
+        diff = first_difference(spec_out.result, out.result)
+        if diff is not None:
+            raise Divergence(i, op, "result", "result", diff[1], diff[2], f"{op['op']} returned different pages")
+        self._raw_memory(i, op, self.raw_target)
+        for name in ("v2p", "p2v"):
+            diff = first_difference(self.raw_spec[name], getattr(self.raw_target, name).tolist())
+            if diff:
+                raise Divergence(i, op, "state", f"raw_{name}", diff[1], diff[2], f"raw {name}{diff[0]} differs")
+        return spec_out
+
+    def _raw_memory(self, i: int, op: dict, tables: "RawTables") -> None:
+        damaged = tables.damage()
+        if damaged:
+            raise Divergence(i, op, "memory", f"raw_{damaged[0]}", "canary", "overwritten",
+                             f"red zone around raw {', '.join(damaged)} was written")
 
     # ---- one op on each side --------------------------------------------------
     def _spec_do(self, op: dict) -> Outcome:
@@ -209,6 +269,8 @@ class PoolRun:
         if not self.supports(op):
             self.stats.skipped_ops += 1
             return Outcome(error=ContractViolation(f"{kind}: not in this kernel set"))
+        if kind in RAW_OPS:
+            return self._raw_step(i, op)
         spec_out = self._spec_do(op)
 
         def diverge(oracle, fld, spec, target, msg):
@@ -292,6 +354,10 @@ class PoolRun:
         ids = [t for key in ("tokens", "loc") for t in op.get(key, ())]
         ids += [t for r in op.get("rows", ()) for t in r]
         reach = max([0] + [t // ps - rows + 1 for t in ids] + [-(t // ps) for t in ids])
+        pages = list(op.get("v", ())) + list(op.get("p", ()))
+        if "start" in op:
+            pages += [op["start"], op["start"] + len(op["v"])]
+        reach = max([reach] + [x - rows + 1 for x in pages] + [-x for x in pages])
         return max(self.target.guard_rows, reach + 1)
 
     def _untouched_outside(self, i: int, op: dict, out: list) -> None:
@@ -312,6 +378,32 @@ class PoolRun:
 
     def finish(self) -> None:
         self.check_state(self.step_no, {"op": "end"})
+
+
+class RawTables:
+    """v2p/p2v for kernel-level ops, between red zones, on the target's device."""
+
+    def __init__(self, rows: int, guard: int, device):
+        self.rows, self.guard, self.device = rows, guard, device
+        self.bufs = {}
+        for name in ("v2p", "p2v"):
+            buf = torch.full((rows + 2 * guard,), CANARY, dtype=torch.int64, device=device)
+            view = buf[guard:guard + rows]
+            view.fill_(-1)
+            view[:1].fill_(0)
+            self.bufs[name] = buf
+            setattr(self, name, view)
+
+    def clone(self, guard: int) -> "RawTables":
+        twin = RawTables(self.rows, guard, self.device)
+        twin.v2p.copy_(self.v2p)
+        twin.p2v.copy_(self.p2v)
+        return twin
+
+    def damage(self) -> list[str]:
+        g = self.guard
+        return [name for name, buf in self.bufs.items()
+                if g and not (bool((buf[:g] == CANARY).all()) and bool((buf[buf.numel() - g:] == CANARY).all()))]
 
 
 def replay(config: kvref.PoolConfig, ops: list[dict], tier: Tier, **kw) -> tuple[Divergence | None, PoolRun]:
