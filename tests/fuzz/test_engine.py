@@ -299,8 +299,11 @@ def test_replay_of_a_case_passes_on_the_correct_kernels(planted_case_path):
 @needs_interpreter
 def test_minimizer_keeps_the_signature_and_shrinks():
     tier = make_tier("interpret", PLANTED)
-    config, _, ops, d, _ = run_sequence(tier, 0, 200)
-    assert d is not None and d.step >= 15, "seed 0 used to fail after 25 ops on the planted bug"
+    for seed in range(100):  # the first seed whose failure comes late enough to leave room to shrink
+        config, _, ops, d, _ = run_sequence(tier, seed, 200)
+        if d is not None and d.step >= 10:
+            break
+    assert d is not None and d.step >= 10, "no seed in 0..99 failed after 10 ops on the planted bug"
     ops = ops[: d.step + 1]
     m = Minimizer(tier, d.signature, deadline=time.monotonic() + 120)
     small_config, small, small_d = m.run(config, ops)
