@@ -92,4 +92,29 @@ def make_tier(backend: str, kernels: str | None = None) -> Tier:
         if not torch.cuda.is_available():
             raise SetupError("--backend cuda: no CUDA device is available")
         device = "cuda"
+    _smoke_test(module, name, backend, device)
     return Tier(backend, name, module, device)
+
+
+def _smoke_test(module: ModuleType, name: str, backend: str, device: str) -> None:
+    """One tiny bind on scratch tables, so a kernel set that cannot run on this tier is a
+    setup error up front (exit 2), not a 'crash' finding on every op."""
+    import torch
+
+    def ids(*xs):
+        return torch.tensor(xs, dtype=torch.int64, device=device)
+
+    # Tables inside wide margins: a kernel that stores out of bounds is the fuzzer's finding
+    # to report, not a reason to refuse the kernel set here.
+    v2p = torch.full((132,), -1, dtype=torch.int64, device=device)[64:68]
+    p2v = torch.full((132,), -1, dtype=torch.int64, device=device)[64:68]
+    try:
+        module.alloc_bind_inplace(ids(1), v2p, p2v, 2)
+        module.free_unbind_inplace(ids(1), v2p, p2v)
+        module.bind_inplace(ids(1), ids(2), v2p, p2v)
+        module.build_kv_read_table(req_to_token=ids(1, 1).reshape(1, 2), req_pool_indices=ids(0), seq_lens=ids(1),
+                                   v2p=v2p, multiplier=1, page_size=1, max_pages=1,
+                                   out=torch.zeros(1, 1, dtype=torch.int32, device=device))
+    except Exception as exc:  # noqa: BLE001 - any failure here means the tier is unusable
+        hint = " (a Triton kernel set runs on the CPU only with --backend interpret)" if backend == "torch" else ""
+        raise SetupError(f"--kernels {name} cannot run on the {backend} tier: {type(exc).__name__}: {exc}{hint}") from exc

@@ -58,3 +58,12 @@ def test_a_relative_kernel_file_is_found_above_a_moved_case(tmp_path, monkeypatc
     assert resolve_kernels(fixture, str(case)) == str(tmp_path / fixture)
     assert resolve_kernels("kvkernels", str(case)) == "kvkernels"
     assert resolve_kernels("missing/k.py", str(case)) == "missing/k.py"
+
+
+def test_a_triton_kernel_set_on_the_torch_tier_is_a_setup_error():
+    proc = subprocess.run([sys.executable, "-m", "fuzz", "run", "--backend", "torch", "--budget-s", "2",
+                           "--kernels", "tests/fixtures/kernels/forget_p2v_tombstone.py", "--out", "/dev/null/x"],
+                          cwd=REPO, capture_output=True, text=True, env={k: v for k, v in __import__("os").environ.items()
+                                                                        if k != "TRITON_INTERPRET"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--backend interpret" in proc.stderr and "Traceback" not in proc.stderr
