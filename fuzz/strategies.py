@@ -273,6 +273,29 @@ def pool_ops(config: kvref.PoolConfig, live: list[list[int]] = (), dead: list[li
 # ---- the state machine -----------------------------------------------------------
 
 
+@st.composite
+def raw_ops(draw, raw_v2p: list[int]) -> dict:
+    """A valid kernel-level op on raw tables in the state ``raw_v2p`` (ids in [1, rows - 1))."""
+    rows = len(raw_v2p)
+    bound = [v for v in range(1, rows - 1) if raw_v2p[v] != -1]
+    used_p = {raw_v2p[v] for v in bound}
+    free_v = [v for v in range(1, rows - 1) if raw_v2p[v] == -1]
+    free_p = [p for p in range(1, rows - 1) if p not in used_p]
+    kinds = (["k_free_unbind"] if bound else []) + (["k_bind", "k_alloc_bind"] if free_v and free_p else [])
+    kind = draw(st.sampled_from(kinds or ["k_free_unbind"]), label="raw kind")
+    if kind == "k_free_unbind":
+        return {"op": kind, "v": draw(st.lists(st.sampled_from(bound), min_size=1, unique=True), label="v")
+                if bound else []}
+    n = draw(st.integers(1, min(len(free_v), len(free_p), 8)), label="n")
+    v = draw(st.lists(st.sampled_from(free_v), min_size=n, max_size=n, unique=True), label="v")
+    if kind == "k_alloc_bind":
+        runs = [p for p in free_p if all(p + i in free_p for i in range(n))]
+        if runs:
+            return {"op": kind, "v": v, "start": draw(st.sampled_from(runs), label="start")}
+    return {"op": "k_bind", "v": v,
+            "p": draw(st.lists(st.sampled_from(free_p), min_size=n, max_size=n, unique=True), label="p")}
+
+
 @dataclass(frozen=True, eq=False)
 class Request:
     """A live request: its tokens, in allocation order, and the clear-generation it
@@ -416,6 +439,11 @@ class DifferentialMachine(RuleBasedStateMachine):
     def translate(self, reqs, data):
         dead = [t for r in self.dead for t in r]
         self._do(data.draw(translate_ops(self.config, self._tokens(reqs), dead), label="op"))
+
+    @rule(data=st.data())
+    def kernel_level(self, data):
+        """A kernel-level op on the raw tables, straight through the kernel set."""
+        self._do(data.draw(raw_ops(self.run.raw_spec["v2p"]), label="op"))
 
     # clear needs no live request, so it is one of the few rules eligible on an empty
     # pool; unguarded it took a quarter of all steps and the pool never filled up.
