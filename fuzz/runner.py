@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 import kvref
-from kvkernels.allocator import CANARY, DeviceAllocator
+from kvkernels.allocator import DeviceAllocator, canary_intact, guarded
 from kvref import ContractViolation, InvariantViolation
 
 from .backends import Tier
@@ -387,11 +387,8 @@ class RawTables:
         self.rows, self.guard, self.device = rows, guard, device
         self.bufs = {}
         for name in ("v2p", "p2v"):
-            buf = torch.full((rows + 2 * guard,), CANARY, dtype=torch.int64, device=device)
-            view = buf[guard:guard + rows]
-            view.fill_(-1)
+            self.bufs[name], view = guarded(rows, guard, -1, device)
             view[:1].fill_(0)
-            self.bufs[name] = buf
             setattr(self, name, view)
 
     def clone(self, guard: int) -> "RawTables":
@@ -401,9 +398,7 @@ class RawTables:
         return twin
 
     def damage(self) -> list[str]:
-        g = self.guard
-        return [name for name, buf in self.bufs.items()
-                if g and not (bool((buf[:g] == CANARY).all()) and bool((buf[buf.numel() - g:] == CANARY).all()))]
+        return [name for name, buf in self.bufs.items() if not canary_intact(buf, self.guard)]
 
 
 def replay(config: kvref.PoolConfig, ops: list[dict], tier: Tier, **kw) -> tuple[Divergence | None, PoolRun]:

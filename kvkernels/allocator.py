@@ -48,11 +48,17 @@ class _InFlight:
     pages: torch.Tensor  # virtual pages it writes, on the device
 
 
-def _guarded(n: int, guard: int, fill: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def guarded(n: int, guard: int, fill: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(buffer, view): ``n`` int64 rows holding ``fill`` between ``guard`` canary rows each side."""
     buf = torch.full((n + 2 * guard,), CANARY, dtype=torch.int64, device=device)
     view = buf[guard:guard + n]
     view.fill_(fill)
     return buf, view
+
+
+def canary_intact(buf: torch.Tensor, guard: int) -> bool:
+    """Whether both red zones of a ``guarded`` buffer still hold the canary (this syncs)."""
+    return not guard or (bool((buf[:guard] == CANARY).all()) and bool((buf[buf.numel() - guard:] == CANARY).all()))
 
 
 class DeviceAllocator:
@@ -66,9 +72,9 @@ class DeviceAllocator:
         self.checked = checked
         self.guard_rows = guard_rows
         c = config
-        self._v2p_buf, self.v2p = _guarded(c.table_rows, guard_rows, -1, self.device)
-        self._p2v_buf, self.p2v = _guarded(c.table_rows, guard_rows, -1, self.device)
-        self._kv_buf, self.kv = _guarded(c.num_pages * c.page_size, guard_rows * c.page_size, 0, self.device)
+        self._v2p_buf, self.v2p = guarded(c.table_rows, guard_rows, -1, self.device)
+        self._p2v_buf, self.p2v = guarded(c.table_rows, guard_rows, -1, self.device)
+        self._kv_buf, self.kv = guarded(c.num_pages * c.page_size, guard_rows * c.page_size, 0, self.device)
         self.clear()
 
     # ---- geometry -------------------------------------------------------------
@@ -398,14 +404,9 @@ class DeviceAllocator:
 
     def red_zone_damage(self) -> list[str]:
         """Names of the buffers whose guard rows no longer hold the canary."""
-        if not self.guard_rows:
-            return []
-        damaged = []
-        for name, buf, g in (("v2p", self._v2p_buf, self.guard_rows), ("p2v", self._p2v_buf, self.guard_rows),
-                             ("kv", self._kv_buf, self.guard_rows * self.config.page_size)):
-            if not (bool((buf[:g] == CANARY).all()) and bool((buf[buf.numel() - g:] == CANARY).all())):
-                damaged.append(name)
-        return damaged
+        g = self.guard_rows
+        buffers = (("v2p", self._v2p_buf, g), ("p2v", self._p2v_buf, g), ("kv", self._kv_buf, g * self.config.page_size))
+        return [name for name, buf, zone in buffers if not canary_intact(buf, zone)]
 
     def clone(self, checked: bool | None = None, guard_rows: int | None = None) -> "DeviceAllocator":
         """An independent copy (fresh buffers and red zones), e.g. for an unchecked probe."""
