@@ -235,9 +235,10 @@ def snippet(p2v):
     return p2v[bound]
 """),
     _s("bool_mask_store_device_value", SYNCS, "boolean-mask indexing", f"""
-def snippet(v2p, mask: {T}):
-    v2p[mask] = v2p[0]
-""", note="a device 0-dim value misses the masked_fill fast path: index_put_ lowers the mask to nonzero()"),
+def snippet(v2p, p2v, mask: {T}):
+    v2p[mask] = p2v[0]
+""", note="a device 0-dim value misses the masked_fill fast path: index_put_ lowers the mask to nonzero() "
+          "(the value comes from another table: v2p[0] would alias the destination, which CUDA refuses)"),
     _s("tensor_list_device", SYNCS, "torch.tensor(list, device=cuda)", """
 def snippet(v2p):
     pages = torch.tensor([3, 5, 7], device=v2p.device)
