@@ -1,0 +1,50 @@
+"""The mutant catalogue: every mutant still applies to today's sources, and the fuzzer kills them."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuzz.mutants import MUTANTS, SRC, Mutant, MutantError, hunt, mutant_tier, mutated_source
+
+REPO = Path(__file__).resolve().parents[2]
+INTERPRET = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                               reason="Triton's interpreter is off (a GPU is present)")
+
+
+@pytest.mark.parametrize("m", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_every_mutant_still_applies_and_changes_its_file(m):
+    assert mutated_source(m) != (SRC / m.file).read_text()
+
+
+def test_a_drifted_mutant_is_an_error_not_a_silent_no_op():
+    drifted = Mutant("drifted", "triton_kernels.py", (("this line is not in the kernels", "x"),), "test")
+    with pytest.raises(MutantError, match="occurs 0 times"):
+        mutated_source(drifted)
+
+
+def test_a_kernel_mutant_needs_a_triton_tier():
+    kernel_mutant = next(m for m in MUTANTS if m.file == "triton_kernels.py")
+    with pytest.raises(MutantError, match="--backend interpret or cuda"):
+        mutant_tier(kernel_mutant, "torch")
+
+
+@INTERPRET
+def test_a_kernel_mutant_is_killed_and_minimized_on_the_interpreter():
+    report = hunt(next(m for m in MUTANTS if m.name == "free-forgets-p2v-tombstone"), "interpret", 30)
+    assert report.killed and report.minimized_len <= 5, report
+    assert report.signature["op"] in ("free", "k_free_unbind")
+
+
+def test_an_allocator_mutant_is_killed_on_the_torch_tier():
+    report = hunt(next(m for m in MUTANTS if m.name == "alloc-takes-holes-from-back"), "torch", 30)
+    assert report.killed and report.signature == {"op": "alloc", "oracle": "state", "field": "v2p"}, report
+
+
+def test_mutants_list_names_the_whole_catalogue():
+    proc = subprocess.run([sys.executable, "-m", "fuzz", "mutants", "--list"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0
+    assert [line.split()[0] for line in proc.stdout.splitlines()] == [m.name for m in MUTANTS]
