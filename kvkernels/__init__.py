@@ -5,6 +5,7 @@ dispatches to the Triton kernels on CUDA tensors or under ``TRITON_INTERPRET=1``
 to ``kvkernels.torch_path`` otherwise (see ``kvkernels.launchers``).
 """
 
+from .allocator import DeviceAllocator
 from .launchers import (
     alloc_bind_inplace,
     bind_inplace,
@@ -16,6 +17,7 @@ from .launchers import (
 )
 
 __all__ = [
+    "DeviceAllocator",
     "alloc_bind_inplace",
     "bind_inplace",
     "build_kv_read_table",
@@ -24,7 +26,3 @@ __all__ = [
     "free_unbind_inplace",
     "translate_tokens",
 ]
-
-from .allocator import DeviceAllocator  # noqa: E402  (after the kernel set it drives)
-
-__all__ += ["DeviceAllocator"]
