@@ -7,7 +7,7 @@ The H200 figures are in benchmarks/results/h200-2026-11-29/sweep-target-blocks.l
 import torch
 
 import kvkernels
-from fuzz.bench_kernels import _time_us
+from fuzz.tools.bench_kernels import _time_us
 from kvkernels import launchers
 
 MAX_CONTEXT = 131072  # tokens, page size 1

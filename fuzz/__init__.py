@@ -1,1 +1,7 @@
-"""kvfuzz's harness: op language, generators, differential runner, oracles, case files."""
+"""kvfuzz's harness, grouped by job: ``engine`` (op language, generators, differential
+runner and oracles, minimizer, case files, campaign), ``sync`` (host-sync checks),
+``tools`` (mutants, benchmarks, exports), and the ``kvfuzz`` CLI (``cli``) on top.
+
+Layering: ``engine`` and ``sync`` import ``kvref``, ``kvkernels``, torch and
+hypothesis; ``tools`` may import the engine; only ``cli`` imports ``tools``.
+"""

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from .backends import BACKENDS, SetupError, select_backend
+from .engine.tiers import BACKENDS, SetupError, select_backend
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args) -> int:
     select_backend(args.backend)
-    from .campaign import CampaignOptions, run_campaign
+    from .engine.campaign import CampaignOptions, run_campaign
 
     opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
@@ -92,10 +92,8 @@ def _cmd_run(args) -> int:
     s = run_campaign(opts)
     kernels = args.kernels or ("kvkernels.torch_path" if args.backend == "torch" else "kvkernels")
     for case in s.cases:
-        d = case["divergence"]
-        print(f"FAIL {case['signature']['op']}/{case['signature']['oracle']}/{case['signature']['field']}: "
-              f"{d['message']} (seed {case['seed']}, {case['lengths']['original']} -> "
-              f"{case['lengths']['minimized']} ops)")
+        print(f"FAIL {case.signature}: {case.divergence['message']} (seed {case.seed}, "
+              f"{case.lengths['original']} -> {case.lengths['minimized']} ops)")
     for path in s.paths:
         print(f"case written: {path}")
     print(f"kvfuzz run: backend={args.backend} kernels={kernels} shard={args.shard[0]}/{args.shard[1]} "
@@ -108,33 +106,33 @@ def _cmd_run(args) -> int:
 
 
 def _case_tier(args, case):
-    backend = args.backend or case.get("tier") or "torch"
+    backend = args.backend or case.tier or "torch"
     select_backend(backend)
-    from .backends import make_tier
-    from .case import resolve_kernels
+    from .engine.case import resolve_kernels
+    from .engine.tiers import make_tier
 
-    kernels = args.kernels or resolve_kernels(case.get("kernels"), case.get("path"))
+    kernels = args.kernels or resolve_kernels(case.kernels, case.path)
     return make_tier(backend, kernels)
 
 
 def _cmd_replay(args) -> int:
-    from .case import load_case
+    from .engine.case import load_case
 
     case = load_case(args.case)
     if args.pytest:
-        from .pytest_export import render
+        from .tools.pytest_export import render
 
         print(render(case, args.case))
         return 0
     tier = _case_tier(args, case)
-    from .runner import replay
+    from .engine.runner import replay
 
-    d, run = replay(case["pool"], case["ops"], tier, knobs=case.get("knobs"))
+    d, run = replay(case.config, case.ops, tier, knobs=case.knobs)
     where = f"backend={tier.backend} kernels={tier.kernels_name}"
     if d is None:
-        print(f"PASS {args.case}: {len(case['ops'])} ops agree with the spec ({where})")
+        print(f"PASS {args.case}: {len(case.ops)} ops agree with the spec ({where})")
         return 0
-    same = "same signature" if d.signature == case["signature"] else f"NEW signature (case has {case['signature']})"
+    same = "same signature" if d.signature == case.signature else f"NEW signature (case has {case.signature})"
     print(f"FAIL {args.case}: {d} [{same}; {where}]")
     return 1
 
@@ -142,25 +140,21 @@ def _cmd_replay(args) -> int:
 def _cmd_minimize(args) -> int:
     import time
 
-    from .case import load_case
-    from .minimize import Minimizer
+    from .engine.case import load_case
 
     case = load_case(args.case)
     tier = _case_tier(args, case)
-    m = Minimizer(tier, case["signature"], deadline=time.monotonic() + args.budget_s, knobs=case.get("knobs"))
+    from .engine.minimize import Minimizer, NotReproducible
+
+    m = Minimizer(tier, case.signature, deadline=time.monotonic() + args.budget_s, knobs=case.knobs)
     try:
-        config, ops, d = m.run(case["pool"], case["ops"])
-    except ValueError as exc:
+        config, ops, d = m.run(case.config, case.ops)
+    except NotReproducible as exc:
         print(f"kvfuzz minimize: {args.case}: {exc}", file=sys.stderr)
         return 1
-    before = len(case["ops"])
-    case.pop("pool")
-    case.pop("path", None)
-    case.update(config=config.to_json(), ops=ops, divergence=d.to_json())
-    case["lengths"]["minimized"] = len(ops)
-    out = Path(args.out or args.case)
-    out.write_text(json.dumps(case, indent=1) + "\n")
-    print(f"minimized {args.case}: {before} -> {len(ops)} ops in {m.replays} replays; written to {out}")
+    out = case.with_minimized(config, ops, d).write(Path(args.out or args.case))
+    print(f"minimized {args.case}: {len(case.ops)} -> {len(ops)} ops in {m.replays} replays "
+          f"({m.saved} more spared by the cache); written to {out}")
     return 0
 
 
@@ -172,8 +166,8 @@ def _cmd_check_sync(args) -> int:
 
 def _cmd_mutants(args) -> int:
     select_backend(args.backend)
-    from .mutants import MUTANTS
-    from .mutants import main as mutants
+    from .tools.mutants import MUTANTS
+    from .tools.mutants import main as mutants
 
     if args.list:
         for m in MUTANTS:
@@ -183,7 +177,7 @@ def _cmd_mutants(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from .bench import main as bench
+    from .tools.bench import main as bench
 
     return bench(seconds=args.seconds, tiers=args.tiers, out=args.out)
 
@@ -200,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kvfuzz {args.command}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from .case import CaseError
+        from .engine.case import CaseError
 
         if isinstance(exc, CaseError):
             print(f"kvfuzz {args.command}: {exc}", file=sys.stderr)

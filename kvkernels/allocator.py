@@ -12,12 +12,12 @@ Why it is shaped this way:
   from one copy of the tables and apply all moves as batched device ops. The moves of
   one walk are disjoint (no destination is ever a later source), so batching them
   equals doing them one by one.
-- ``checked=True`` validates every precondition first (reading device memory, so it
-  synchronises) and raises ContractViolation with nothing changed. Unchecked, bad
-  input must still stay inside the buffers: token data goes through ``translate``,
-  which sends an invalid token to the padding sink, page 0.
-- ``guard_rows > 0`` surrounds v2p, p2v and kv with red zones filled with a canary;
-  ``red_zone_damage()`` names any that changed.
+- ``checked=True`` validates every precondition first (``kvkernels.checks``: it reads
+  device memory, so it synchronises) and raises ContractViolation with nothing
+  changed. Unchecked, bad input must still stay inside the buffers: token data goes
+  through ``translate``, which sends an invalid token to the padding sink, page 0.
+- Its tables come from a ``buffers`` factory (default: plain ``torch.full``), so a
+  harness can put them between red zones without the allocator knowing.
 - Forward events are simulated (``fire()`` marks one fired): the fuzzer, not a stream,
   decides when a forward completes, so traces replay identically on every tier.
 """
@@ -31,9 +31,7 @@ import torch
 
 from kvref.errors import ContractViolation
 
-# Positive and far from any id: a kernel that gathers from a red zone (v2p[-1], say)
-# turns it into a visible wrong entry instead of a value that max(., 0) hides.
-CANARY = 0x0BADC0DE
+from . import checks
 
 
 @dataclass
@@ -48,33 +46,27 @@ class _InFlight:
     pages: torch.Tensor  # virtual pages it writes, on the device
 
 
-def guarded(n: int, guard: int, fill: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(buffer, view): ``n`` int64 rows holding ``fill`` between ``guard`` canary rows each side."""
-    buf = torch.full((n + 2 * guard,), CANARY, dtype=torch.int64, device=device)
-    view = buf[guard:guard + n]
-    view.fill_(fill)
-    return buf, view
-
-
-def canary_intact(buf: torch.Tensor, guard: int) -> bool:
-    """Whether both red zones of a ``guarded`` buffer still hold the canary (this syncs)."""
-    return not guard or (bool((buf[:guard] == CANARY).all()) and bool((buf[buf.numel() - guard:] == CANARY).all()))
+def plain_buffers(device):
+    """The default table factory: ``(name, rows, fill, row_len=1) -> tensor``."""
+    def make(name: str, rows: int, fill: int, row_len: int = 1) -> torch.Tensor:
+        return torch.full((rows * row_len,), fill, dtype=torch.int64, device=device)
+    return make
 
 
 class DeviceAllocator:
     def __init__(self, config, kernels: ModuleType | None = None, device="cpu", checked: bool = False,
-                 guard_rows: int = 0):
+                 buffers=None):
         if kernels is None:
             import kvkernels as kernels
         self.config = config
         self.kernels = kernels
         self.device = torch.device(device)
         self.checked = checked
-        self.guard_rows = guard_rows
+        self.buffers = buffers or plain_buffers(self.device)
         c = config
-        self._v2p_buf, self.v2p = guarded(c.table_rows, guard_rows, -1, self.device)
-        self._p2v_buf, self.p2v = guarded(c.table_rows, guard_rows, -1, self.device)
-        self._kv_buf, self.kv = guarded(c.num_pages * c.page_size, guard_rows * c.page_size, 0, self.device)
+        self.v2p = self.buffers("v2p", c.table_rows, -1)
+        self.p2v = self.buffers("p2v", c.table_rows, -1)
+        self.kv = self.buffers("kv", c.num_pages, 0, c.page_size)
         self.clear()
 
     # ---- geometry -------------------------------------------------------------
@@ -147,7 +139,7 @@ class DeviceAllocator:
         if tokens.numel() == 0:
             return
         if self.checked:
-            self._check_free(tokens)
+            checks.check_free(self.config, self.v2p, tokens)
         if self.config.lazy:
             self._free_lazy(tokens)
         else:
@@ -249,7 +241,7 @@ class DeviceAllocator:
     # ---- forward / data -------------------------------------------------------
     def forward(self, tokens: torch.Tensor) -> None:
         if self.checked:
-            self._check_live_tokens(tokens, "forward")
+            checks.check_live_tokens(self.config, self.v2p, tokens, "forward")
         self.fire()
         event = _Event(self._events)
         self._events += 1
@@ -270,17 +262,13 @@ class DeviceAllocator:
 
     def write(self, tokens: torch.Tensor, stamps: torch.Tensor) -> None:
         if self.checked:
-            if tokens.shape != stamps.shape:
-                raise ContractViolation(f"write: {tokens.numel()} tokens but {stamps.numel()} stamps")
-            if torch.unique(tokens).numel() != tokens.numel():
-                raise ContractViolation("write: a token appears twice (lanes would race on one slot)")
-            self._check_live_tokens(tokens, "write")
+            checks.check_write(self.config, self.v2p, tokens, stamps)
         if tokens.numel():
             self.kv[self._slots(tokens)] = stamps.to(torch.int64)
 
     def read(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.checked:
-            self._check_live_tokens(tokens, "read")
+            checks.check_live_tokens(self.config, self.v2p, tokens, "read")
         if tokens.numel() == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         return self.kv[self._slots(tokens)]
@@ -289,7 +277,7 @@ class DeviceAllocator:
     def build_read_table(self, *, legacy: bool = False, **kwargs) -> torch.Tensor:
         c = self.config
         if self.checked:
-            self._check_read_table(kwargs["req_to_token"], kwargs["req_pool_indices"], kwargs["seq_lens"],
+            checks.check_read_table(c, self.v2p, kwargs["req_to_token"], kwargs["req_pool_indices"], kwargs["seq_lens"],
                                    out=kwargs["out"], max_pages=kwargs["max_pages"])
         fn = self.kernels.build_kv_read_table_legacy if legacy else self.kernels.build_kv_read_table
         return fn(v2p=self.v2p, multiplier=c.multiplier, page_size=c.page_size, **kwargs)
@@ -297,7 +285,7 @@ class DeviceAllocator:
     def build_read_table_packed(self, **kwargs) -> torch.Tensor:
         c = self.config
         if self.checked:
-            self._check_read_table(kwargs["req_to_token"], kwargs["req_pool_indices"], kwargs["seq_lens"],
+            checks.check_read_table(c, self.v2p, kwargs["req_to_token"], kwargs["req_pool_indices"], kwargs["seq_lens"],
                                    out=kwargs["out"], indptr=kwargs["indptr"], max_tokens=kwargs["max_tokens"],
                                    kv_start=kwargs.get("kv_start_idx"))
         return self.kernels.build_kv_read_table_packed(
@@ -305,86 +293,6 @@ class DeviceAllocator:
 
     def translate(self, loc: torch.Tensor) -> torch.Tensor:
         return self._slots(loc)
-
-    # ---- checked mode ---------------------------------------------------------
-    def _check_live_pages(self, pages: list[int], why: str, v2p: list[int]) -> None:
-        c = self.config
-        for p in pages:
-            if not c.min_page <= p < c.num_pages:
-                kind = "reserved" if 0 <= p < c.min_page else "out of range"
-                raise ContractViolation(f"{why}: page {p} is {kind} (allocatable pages are [{c.min_page}, {c.num_pages}))")
-            if v2p[p] == -1:
-                raise ContractViolation(f"{why}: page {p} is not allocated")
-
-    def _check_live_tokens(self, tokens: torch.Tensor, why: str) -> None:
-        ps = self.config.page_size
-        toks = tokens.tolist()
-        for t in toks:
-            if t < 0:
-                raise ContractViolation(f"{why}: token {t} is negative")
-        self._check_live_pages([t // ps for t in toks], why, self.v2p.tolist())
-
-    def _check_read_table(self, req_to_token, req_idx, seq_lens, *, out, max_pages=None, indptr=None,
-                          max_tokens=None, kv_start=None) -> None:
-        """SPEC §2 read-table preconditions, checked on host copies (checked mode only)."""
-        c = self.config
-        ps, v2p = c.page_size, self.v2p.tolist()
-        rows, lens, r2t = req_idx.tolist(), seq_lens.tolist(), req_to_token.tolist()
-        width = req_to_token.shape[1] if req_to_token.dim() == 2 else 0
-        starts = [0] * len(rows) if kv_start is None else kv_start.tolist()
-        if len(lens) != len(rows):
-            raise ContractViolation(f"req_pool_indices has {len(rows)} rows but seq_lens has {len(lens)}")
-        if max_pages is not None:
-            if max_pages < 0 or (max_pages - 1) * ps >= width:
-                raise ContractViolation(f"req_to_token is {width} tokens wide: too narrow for max_pages={max_pages}")
-            if out.dim() != 2 or out.shape[0] < len(rows) or out.shape[1] < max_pages:
-                raise ContractViolation(f"out must have >= {len(rows)} rows of >= {max_pages} columns")
-        else:
-            ptr = indptr.tolist()
-            if len(ptr) != len(rows) + 1 or len(starts) != len(rows):
-                raise ContractViolation(f"indptr needs {len(rows) + 1} entries and kv_start_idx {len(rows)}")
-        for b, (r, n, start) in enumerate(zip(rows, lens, starts)):
-            if not 0 <= r < len(r2t):
-                raise ContractViolation(f"req_to_token row index {r} (req_pool_indices[{b}]) is outside [0, {len(r2t)})")
-            if n < 0 or start < 0:
-                raise ContractViolation(f"seq_lens[{b}] = {n} / kv_start {start}: negative")
-            if max_pages is not None:
-                cols = [(col * ps, None) for col in range(-(-n // ps))]
-                if len(cols) > max_pages:
-                    raise ContractViolation(f"seq_lens[{b}] = {n} needs {len(cols)} pages > max_pages={max_pages}")
-            else:
-                if n > max_tokens or ptr[b] < 0 or ptr[b] + n > min(ptr[b + 1], out.numel()):
-                    raise ContractViolation(f"row {b} writes out[{ptr[b]}:{ptr[b] + n}], outside its indptr span or out")
-                cols = [(((start + col) // ps) * ps, start + col) for col in range(n)]
-            for col, pos in cols:
-                if col >= width:
-                    raise ContractViolation(f"row {b} reads req_to_token column {col} past its width {width}")
-                tok = r2t[r][col]
-                page = 0 if tok < 0 else tok // ps
-                if page >= len(v2p):
-                    raise ContractViolation(f"token {tok} at row {b} lies on page {page}, past the table")
-                scaled = max(v2p[page] * c.multiplier, 0)
-                if (scaled if pos is None else scaled * ps + pos % ps) >= 2**31:
-                    raise ContractViolation(f"the entry for v2p[{page}] does not fit int32 (row {b})")
-
-    def _check_free(self, tokens: torch.Tensor) -> None:
-        ps = self.config.page_size
-        toks = tokens.tolist()
-        if ps > 1:
-            for i, t in enumerate(toks):
-                head = toks[i - i % ps]
-                if head % ps != 0:
-                    raise ContractViolation(f"free run: page {head // ps}: token {head} at index {i - i % ps} does not start a page (page_size={ps})")
-                if t != head + i % ps:
-                    raise ContractViolation(f"free run: page {head // ps}: tokens[{i}] = {t}, expected {head + i % ps} (a page's tokens must be consecutive)")
-        pages = toks[::ps]
-        pages = [t // ps for t in pages]
-        seen: set[int] = set()
-        for p in pages:
-            if p in seen:
-                raise ContractViolation(f"free: page {p} appears twice")
-            seen.add(p)
-        self._check_live_pages(pages, "free (double free or never allocated)", self.v2p.tolist())
 
     # ---- state ----------------------------------------------------------------
     def snapshot(self) -> dict:
@@ -402,17 +310,11 @@ class DeviceAllocator:
             "kv": self.kv.tolist(),
         }
 
-    def red_zone_damage(self) -> list[str]:
-        """Names of the buffers whose guard rows no longer hold the canary."""
-        g = self.guard_rows
-        buffers = (("v2p", self._v2p_buf, g), ("p2v", self._p2v_buf, g), ("kv", self._kv_buf, g * self.config.page_size))
-        return [name for name, buf, zone in buffers if not canary_intact(buf, zone)]
-
-    def clone(self, checked: bool | None = None, guard_rows: int | None = None) -> "DeviceAllocator":
-        """An independent copy (fresh buffers and red zones), e.g. for an unchecked probe."""
-        twin = type(self)(self.config, self.kernels, self.device,
-                               self.checked if checked is None else checked,
-                               self.guard_rows if guard_rows is None else guard_rows)
+    def clone(self, checked: bool | None = None, buffers=None) -> "DeviceAllocator":
+        """An independent copy in fresh buffers (from ``buffers``, default plain ones),
+        e.g. for an unchecked probe."""
+        twin = type(self)(self.config, self.kernels, self.device, self.checked if checked is None else checked,
+                          buffers)
         twin.v2p.copy_(self.v2p)
         twin.p2v.copy_(self.p2v)
         twin.kv.copy_(self.kv)

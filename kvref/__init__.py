@@ -1,4 +1,10 @@
-"""kvref: SPEC.md as plain Python (standard library only), the oracle of kvfuzz."""
+"""kvref: SPEC.md as plain Python (standard library only), the oracle of kvfuzz.
+
+Lives here: the kernel-level functions (``kernels``), the allocator state machine
+(``allocator``), the named §4 invariants (``invariants``), ``PoolConfig`` and the errors.
+May import: the standard library only (never torch or numpy: an oracle that shares
+torch's semantics cannot catch bugs that hide behind them). Imported by everything.
+"""
 
 from . import invariants, kernels
 from .allocator import Allocator, Event, InFlight

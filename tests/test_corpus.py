@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.backends import make_tier
-from fuzz.case import load_case
-from fuzz.runner import replay
+from fuzz.engine.case import load_case
+from fuzz.engine.runner import replay
+from fuzz.engine.tiers import make_tier
 from kvkernels.allocator import DeviceAllocator
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -30,7 +30,7 @@ def test_the_corpus_has_cases():
 def test_corpus_case_passes(path, backend):
     case = load_case(path)
     tier = make_tier(backend)  # our kernels, whichever kernel set the case was found on
-    divergence, _ = replay(case["pool"], case["ops"], tier, knobs=case.get("knobs"))
+    divergence, _ = replay(case.config, case.ops, tier, knobs=case.knobs)
     assert divergence is None, f"{path.name} regressed on {backend}: {divergence}"
 
 
@@ -60,6 +60,6 @@ def test_corpus_case_catches_what_it_pins(name, monkeypatch):
     repo = Path(__file__).resolve().parents[1]
     case = load_case(CORPUS / f"{name}.json")
     tier = make_tier("torch", kernels and str(repo / kernels))
-    divergence, _ = replay(case["pool"], case["ops"], tier, knobs=case.get("knobs"))
-    assert divergence is not None and divergence.op["op"] == op, divergence
-    assert divergence.oracle == case["signature"]["oracle"], divergence
+    divergence, _ = replay(case.config, case.ops, tier, knobs=case.knobs)
+    assert divergence is not None and divergence.kind == op, divergence
+    assert divergence.oracle == case.signature.oracle, divergence

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import kvref
-from fuzz.backends import make_tier
-from fuzz.runner import replay
+from fuzz.engine.memory import RedZones
+from fuzz.engine.runner import replay
+from fuzz.engine.tiers import make_tier
 from kvkernels import DeviceAllocator
 from kvref import ContractViolation, PoolConfig
 
@@ -71,7 +72,8 @@ def test_trace_matches_spec(tier, name):
 
 def test_checked_mode_raises_like_the_spec_and_changes_nothing(tier):
     config = PoolConfig(num_pages=8, min_page=1, page_size=2)
-    target = DeviceAllocator(config, tier.kernels, tier.device, checked=True, guard_rows=4)
+    zones = RedZones(4, tier.device)
+    target = DeviceAllocator(config, tier.kernels, tier.device, checked=True, buffers=zones)
     spec = kvref.Allocator(config)
     toks = target.alloc(4)
     spec.alloc(4)
@@ -86,24 +88,28 @@ def test_checked_mode_raises_like_the_spec_and_changes_nothing(tier):
         assert target.snapshot() == before
     with pytest.raises(ContractViolation, match="multiple of page_size"):
         target.alloc(3)
-    assert target.red_zone_damage() == []
+    assert zones.damage() == []
 
 
 def test_unchecked_double_free_stays_inside_its_tables(tier):
     config = PoolConfig(num_pages=8, min_page=1, page_size=1)
-    target = DeviceAllocator(config, tier.kernels, tier.device, checked=False, guard_rows=4)
+    zones = RedZones(4, tier.device)
+    target = DeviceAllocator(config, tier.kernels, tier.device, checked=False, buffers=zones)
     toks = target.alloc(3)
     target.free(toks)
     target.free(toks)  # double free: v2p is -1 for every lane
-    assert target.red_zone_damage() == []
+    assert zones.damage() == []
     assert target.p2v[-1].item() == -1 and target.v2p[-1].item() == -1
 
 
 def test_red_zone_damage_is_reported(tier):
-    target = DeviceAllocator(PoolConfig(num_pages=8), tier.kernels, tier.device, guard_rows=2)
-    assert target.red_zone_damage() == []
-    target._p2v_buf[-1] = 7
-    assert target.red_zone_damage() == ["p2v"]
+    zones = RedZones(2, tier.device)
+    target = DeviceAllocator(PoolConfig(num_pages=8), tier.kernels, tier.device, buffers=zones)
+    assert zones.damage() == []
+    buf, _ = zones.buffers["p2v"]
+    buf[-1] = 7
+    assert zones.damage() == ["p2v"]
+    assert target.p2v.data_ptr() == buf.data_ptr() + 2 * buf.element_size()  # the table sits inside its zones
 
 
 def test_lazy_and_eager_agree_after_urgent_flush(tier):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.case import CaseError, load_case, resolve_kernels
+from fuzz.engine.case import CaseError, load_case, resolve_kernels
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = {"schema": "kvfuzz-case/1", "config": {"num_pages": 4}, "ops": [{"op": "alloc", "n": 2}],

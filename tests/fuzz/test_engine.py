@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 
 import kvref
-from fuzz.backends import make_tier
-from fuzz.campaign import CampaignOptions, fuzz_worker, run_campaign, run_sequence, sequence_seed
-from fuzz.case import SCHEMA, CaseError, load_case, write_case
 from fuzz.cli import build_parser
-from fuzz.minimize import Minimizer
-from fuzz.ops import POISON, validate_op
-from fuzz.runner import replay
+from fuzz.engine.campaign import CampaignOptions, fuzz_worker, run_campaign, run_sequence, sequence_seed
+from fuzz.engine.case import SCHEMA, CaseError, Signature, load_case, write_case
+from fuzz.engine.minimize import Minimizer, NotReproducible
+from fuzz.engine.ops import POISON, Op, parse_ops
+from fuzz.engine.runner import replay
+from fuzz.engine.tiers import make_tier
+from kvkernels import checks
 from kvkernels.allocator import DeviceAllocator
 from kvref import ContractViolation
 
@@ -69,10 +70,10 @@ def test_run_finds_minimizes_and_replays_the_planted_bug(tmp_path):
     cases = sorted(out.iterdir())
     assert cases and all(p.is_file() and p.suffix == ".json" for p in cases), cases  # directly in --out
     loaded = {p: load_case(p) for p in cases}
-    short = [p for p, c in loaded.items() if c["lengths"]["minimized"] <= 5]
-    assert short, {p.name: c["lengths"] for p, c in loaded.items()}
+    short = [p for p, c in loaded.items() if c.lengths["minimized"] <= 5]
+    assert short, {p.name: c.lengths for p, c in loaded.items()}
     for p in short:
-        assert len(loaded[p]["ops"]) == loaded[p]["lengths"]["minimized"]
+        assert len(loaded[p].ops) == loaded[p].lengths["minimized"]
     summary = [line for line in r.stdout.splitlines() if line.startswith("kvfuzz run:")]
     assert len(summary) == 1 and f"failures={len(cases)}" in summary[0], show(r)
 
@@ -173,7 +174,7 @@ def test_same_seed_same_op_sequences(tmp_path):
 
     first, second = sequences(), sequences()
     assert first == second
-    assert len({json.dumps(s) for s in first}) == len(first)  # different seeds, different sequences
+    assert len({json.dumps([op.to_json() for op in s]) for s in first}) == len(first)  # different seeds, different sequences
     one, two = run_campaign(opts), run_campaign(opts)
     assert one.sequences == two.sequences == opts.max_sequences
     assert one.ops == two.ops == sum(len(s) for s in first)
@@ -205,7 +206,7 @@ def test_case_file_schema(planted_case_path):
     assert case["schema"] == SCHEMA == "kvfuzz-case/1"
     assert set(case["config"]) == {f.name for f in fields(kvref.PoolConfig)}
     assert kvref.PoolConfig.from_json(case["config"])
-    assert case["ops"] and all(validate_op(op) for op in case["ops"])
+    assert case["ops"] and all(Op.from_json(op).to_json() == op for op in case["ops"])
     assert case["seed"] == sequence_seed(CampaignOptions(seed=0), 0, 0)
     assert case["tier"] == "interpret" and case["kernels"] == PLANTED_REL
     assert "knobs" in case  # launch knobs: None when the kernel set exposes none
@@ -221,7 +222,8 @@ def test_case_file_schema(planted_case_path):
         assert env.get(key), env
     assert re.fullmatch(r"[0-9a-f]{40}", env["git_sha"])
     loaded = load_case(planted_case_path)
-    assert loaded["pool"] == kvref.PoolConfig.from_json(case["config"])
+    assert loaded.config == kvref.PoolConfig.from_json(case["config"])
+    assert loaded.to_json() == case  # a round trip changes nothing
 
 
 def _minimal_case(**changes) -> dict:
@@ -234,7 +236,7 @@ def _minimal_case(**changes) -> dict:
 
 def test_load_case_accepts_a_minimal_case(tmp_path):
     case = load_case(_write(tmp_path / "ok.json", json.dumps(_minimal_case())))
-    assert case["pool"] == kvref.PoolConfig(num_pages=8, min_page=1, page_size=2)
+    assert case.config == kvref.PoolConfig(num_pages=8, min_page=1, page_size=2)
 
 
 MALFORMED = {
@@ -315,9 +317,9 @@ def test_minimizer_keeps_the_signature_and_shrinks():
 
 def test_minimizer_refuses_a_passing_sequence():
     config = kvref.PoolConfig(num_pages=8)
-    with pytest.raises(ValueError):
-        Minimizer(make_tier("torch"), {"op": "free", "oracle": "state", "field": "p2v"}).run(
-            config, [{"op": "alloc", "n": 2}, {"op": "free", "tokens": [1, 2]}])
+    with pytest.raises(NotReproducible):
+        Minimizer(make_tier("torch"), Signature("free", "state", "p2v")).run(
+            config, parse_ops([{"op": "alloc", "n": 2}, {"op": "free", "tokens": [1, 2]}]))
 
 
 # ---- (f) each oracle, against a target that breaks it ----------------------------------
@@ -334,7 +336,7 @@ def test_result_oracle_sees_a_read_table_column_past_the_live_prefix():
             "width": 6, "legacy": False}]
     assert replay(config, ops, make_tier("torch"))[0] is None
     d, _ = replay(config, ops, _fake("past_prefix"))
-    assert d is not None and d.signature == {"op": "read_table", "oracle": "result", "field": "out"}, d
+    assert d is not None and d.signature == Signature("read_table", "result", "out"), d
     assert d.step == 1
     assert d.spec[2] == POISON and d.target[2] == 0  # column 2 = ceil(3 / 2): the first one past the prefix
 
@@ -344,42 +346,44 @@ def test_memory_oracle_sees_a_store_into_a_red_zone():
     ops = [{"op": "alloc", "n": 2}]
     assert replay(config, ops, make_tier("torch"))[0] is None
     d, _ = replay(config, ops, _fake("red_zone"))
-    assert d is not None and d.signature == {"op": "alloc", "oracle": "memory", "field": "p2v"}, d
+    assert d is not None and d.signature == Signature("alloc", "memory", "p2v"), d
     assert (d.spec, d.target) == ("canary", "overwritten")
 
 
 def test_contract_oracle_sees_a_checked_target_accepting_a_double_free(monkeypatch):
-    monkeypatch.setattr(DeviceAllocator, "_check_free", lambda self, tokens: None)
+    monkeypatch.setattr(checks, "check_free", lambda config, v2p, tokens: None)
     ops = [{"op": "alloc", "n": 2}, {"op": "free", "tokens": [1]}, {"op": "free", "tokens": [1]}]
     d, _ = replay(kvref.PoolConfig(num_pages=8), ops, make_tier("torch"))
-    assert d is not None and d.signature == {"op": "free", "oracle": "contract", "field": "not-raised"}, d
+    assert d is not None and d.signature == Signature("free", "contract", "not-raised"), d
     assert d.step == 2 and "double free" in d.spec
 
 
 def test_contract_oracle_sees_a_refusal_that_changed_state(monkeypatch):
-    check = DeviceAllocator._check_free
+    check = checks.check_free
+    free = DeviceAllocator.free
 
-    def leaky_check(self, tokens):
+    def leaky_free(self, tokens):
         try:
-            check(self, tokens)
+            check(self.config, self.v2p, tokens)
         except ContractViolation:
             self.free_virtual = self.free_virtual[1:]  # damage done before refusing
             raise
+        return free(self, tokens)
 
-    monkeypatch.setattr(DeviceAllocator, "_check_free", leaky_check)
+    monkeypatch.setattr(DeviceAllocator, "free", leaky_free)
     ops = [{"op": "alloc", "n": 2}, {"op": "free", "tokens": [1]}, {"op": "free", "tokens": [1]}]
     d, _ = replay(kvref.PoolConfig(num_pages=8), ops, make_tier("torch"))
-    assert d is not None and d.signature == {"op": "free", "oracle": "contract", "field": "unchanged"}, d
+    assert d is not None and d.signature == Signature("free", "contract", "unchanged"), d
 
 
 def test_contract_oracle_sees_a_spurious_refusal(monkeypatch):
-    def refuse(self, tokens, why):
+    def refuse(config, v2p, tokens, why):
         raise ContractViolation(f"{why}: refused")
 
-    monkeypatch.setattr(DeviceAllocator, "_check_live_tokens", refuse)
+    monkeypatch.setattr(checks, "check_live_tokens", refuse)
     ops = [{"op": "alloc", "n": 2}, {"op": "read", "tokens": [1, 2]}]
     d, _ = replay(kvref.PoolConfig(num_pages=8), ops, make_tier("torch"))
-    assert d is not None and d.signature == {"op": "read", "oracle": "contract", "field": "spurious"}, d
+    assert d is not None and d.signature == Signature("read", "contract", "spurious"), d
 
 
 def test_crash_oracle_names_the_exception(monkeypatch):
@@ -388,7 +392,7 @@ def test_crash_oracle_names_the_exception(monkeypatch):
 
     monkeypatch.setattr(DeviceAllocator, "translate", boom)
     d, _ = replay(kvref.PoolConfig(num_pages=8), [{"op": "translate", "loc": [1]}], make_tier("torch"))
-    assert d is not None and d.signature == {"op": "translate", "oracle": "crash", "field": "IndexError"}, d
+    assert d is not None and d.signature == Signature("translate", "crash", "IndexError"), d
 
 
 @pytest.mark.parametrize("fake, signature", [
@@ -399,10 +403,10 @@ def test_the_campaign_finds_each_fake(fake, signature):
     opts = CampaignOptions(backend="torch", kernels=str(FAKES / f"{fake}.py"), seed=0, max_sequences=40,
                            budget_s=120)
     res = fuzz_worker(opts, 0, time.monotonic() + 120)
-    found = {json.dumps(c["signature"], sort_keys=True): c for c in res.cases}
-    key = json.dumps(signature, sort_keys=True)
+    found = {c.signature: c for c in res.cases}
+    key = Signature(**signature)
     assert key in found, list(found)
-    assert found[key]["lengths"]["minimized"] <= 5
+    assert found[key].lengths["minimized"] <= 5
 
 
 # ---- (g) a clean torch run prints one summary line ------------------------------------

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.mutants import MUTANTS, SRC, Mutant, MutantError, hunt, mutant_tier, mutated_source
+from fuzz.engine.case import Signature
+from fuzz.tools.mutants import MUTANTS, SRC, Mutant, MutantError, hunt, mutant_tier, mutated_source
 
 REPO = Path(__file__).resolve().parents[2]
 INTERPRET = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -35,12 +36,12 @@ def test_a_kernel_mutant_needs_a_triton_tier():
 def test_a_kernel_mutant_is_killed_and_minimized_on_the_interpreter():
     report = hunt(next(m for m in MUTANTS if m.name == "free-forgets-p2v-tombstone"), "interpret", 30)
     assert report.killed and report.minimized_len <= 5, report
-    assert report.signature["op"] in ("free", "k_free_unbind")
+    assert report.signature.op in ("free", "k_free_unbind")
 
 
 def test_an_allocator_mutant_is_killed_on_the_torch_tier():
     report = hunt(next(m for m in MUTANTS if m.name == "alloc-takes-holes-from-back"), "torch", 30)
-    assert report.killed and report.signature == {"op": "alloc", "oracle": "state", "field": "v2p"}, report
+    assert report.killed and report.signature == Signature("alloc", "state", "v2p"), report
 
 
 def test_mutants_list_names_the_whole_catalogue():

@@ -4,9 +4,10 @@ import os
 
 import pytest
 
-from fuzz.backends import make_tier
-from fuzz.ops import OpError, validate_op
-from fuzz.runner import replay
+from fuzz.engine.case import Signature
+from fuzz.engine.ops import Op, OpError
+from fuzz.engine.runner import replay
+from fuzz.engine.tiers import make_tier
 from kvref import PoolConfig
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "kernels", "forget_p2v_tombstone.py")
@@ -37,7 +38,7 @@ def test_raw_ops_agree_with_the_spec(backend):
 def test_a_free_kernel_that_forgets_p2v_diverges_on_raw_tables(backend):
     divergence, _ = replay(CONFIG, OPS, make_tier(backend, FIXTURE))
     assert divergence is not None
-    assert (divergence.step, divergence.signature) == (2, {"op": "k_free_unbind", "oracle": "state", "field": "raw_p2v"})
+    assert (divergence.step, divergence.signature) == (2, Signature("k_free_unbind", "state", "raw_p2v"))
 
 
 def test_a_stray_store_past_the_raw_table_is_a_memory_finding(monkeypatch):
@@ -52,12 +53,11 @@ def test_a_stray_store_past_the_raw_table_is_a_memory_finding(monkeypatch):
 
     monkeypatch.setattr(tp, "free_unbind_inplace", stray)
     divergence, _ = replay(CONFIG, OPS[:3], make_tier("torch"))
-    assert divergence is not None and divergence.signature == {"op": "k_free_unbind", "oracle": "memory",
-                                                               "field": "raw_v2p"}
+    assert divergence is not None and divergence.signature == Signature("k_free_unbind", "memory", "raw_v2p")
 
 
 @pytest.mark.parametrize("op", [{"op": "k_bind", "v": [1]}, {"op": "k_alloc_bind", "v": [1], "start": "3"},
                                 {"op": "k_free_unbind", "v": 3}])
 def test_malformed_raw_ops_are_op_errors(op):
     with pytest.raises(OpError):
-        validate_op(op)
+        Op.from_json(op)

@@ -1,4 +1,4 @@
-"""The Hypothesis state machine (fuzz.strategies) on both CPU tiers, and proof that it
+"""The Hypothesis state machine (fuzz.engine.strategies) on both CPU tiers, and proof that it
 catches the planted bug: a machine that cannot fail would pass these too, so the
 last tests run it against a kernel set that forgets the p2v tombstone."""
 
@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 import kvref
-from fuzz.backends import make_tier
-from fuzz.case import load_case, make_case, write_case
-from fuzz.ops import validate_op
-from fuzz.runner import Divergence, PoolRun, replay
-from fuzz.strategies import DifferentialMachine, launch_knobs, pool_configs, pool_ops, violation_ops
+from fuzz.engine.case import Case, load_case, write_case
+from fuzz.engine.ops import Alloc, Free, Op
+from fuzz.engine.runner import Divergence, PoolRun, replay
+from fuzz.engine.strategies import DifferentialMachine, launch_knobs, pool_configs, pool_ops, violation_ops
+from fuzz.engine.tiers import make_tier
 
 REPO = Path(__file__).resolve().parents[2]
 PLANTED = str(REPO / "tests/fixtures/kernels/forget_p2v_tombstone.py")
@@ -71,7 +71,7 @@ def test_machine_catches_the_planted_bug(tmp_path):
     # Forgetting the tombstone shows at the free itself (the allocator's or the raw
     # kernel-level one): a stale p2v row, a crash in the eager compaction, or a stray
     # store of an unchecked double free.
-    assert d.op["op"] in ("free", "k_free_unbind"), str(d)
+    assert d.kind in ("free", "k_free_unbind"), str(d)
     assert d.oracle in ("state", "crash", "memory", "invariant"), str(d)
 
     # The shrunk example is an ordinary op list: it replays, and it is a case file.
@@ -80,11 +80,11 @@ def test_machine_catches_the_planted_bug(tmp_path):
     assert len(ops) <= 5, ops
     again, _ = replay(config, ops, tier, knobs=knobs)
     assert again is not None and again.signature == d.signature
-    case = make_case(config=config, ops=ops, seed=None, tier="interpret", kernels=PLANTED, divergence=again,
-                     original_len=len(ops), knobs=knobs)
+    case = Case.found(config=config, ops=ops, tier="interpret", kernels=PLANTED, divergence=again,
+                      original_len=len(ops), knobs=knobs)
     loaded = load_case(write_case(case, tmp_path))
-    assert loaded["ops"] == ops and loaded["signature"] == d.signature
-    fixed, _ = replay(loaded["pool"], loaded["ops"], make_tier("interpret"), knobs=loaded.get("knobs"))
+    assert loaded.ops == ops and loaded.signature == d.signature
+    fixed, _ = replay(loaded.config, loaded.ops, make_tier("interpret"), knobs=loaded.knobs)
     assert fixed is None, str(fixed)
 
 
@@ -106,7 +106,7 @@ def test_pool_ops_are_well_formed_json(config, sizes, data):
     spec = kvref.Allocator(config)
     live, dead = _live_and_dead(config, spec, sizes)
     op = data.draw(pool_ops(config, live, dead))
-    assert validate_op(json.loads(json.dumps(op))) == op
+    assert Op.from_json(json.loads(json.dumps(op.to_json()))) == op
 
 
 @settings(max_examples=60, deadline=None, database=None)
@@ -115,12 +115,12 @@ def test_violation_ops_break_a_contract_on_both_sides(config, sizes, data):
     run = PoolRun(config, make_tier("torch"))
     live, dead = [], []
     for k in sizes:
-        r = run.step({"op": "alloc", "n": k * config.page_size}).result
+        r = run.step(Alloc(k * config.page_size)).result
         if r:
             live.append(r)
     if len(live) > 1:
         dead.append(live.pop(0))
-        run.step({"op": "free", "tokens": dead[0]})
+        run.step(Free(dead[0]))
     op = data.draw(violation_ops(config, live, dead))
     out = run.step(op)  # the checked target must refuse it too, unchanged, and stay in its buffers
     assert out.error is not None, op

@@ -36,7 +36,7 @@ def apply(kernels: ModuleType, knobs: dict | None) -> None:
     defaults = mod.__dict__.setdefault("_KVFUZZ_DEFAULTS", {k: getattr(mod, k) for k in mod.FUZZ_KNOBS})
     for name, value in {**defaults, **(knobs or {})}.items():
         if name not in defaults:
-            from .backends import SetupError
+            from .tiers import SetupError
 
             raise SetupError(f"unknown launch knob {name!r} (this kernel set has {sorted(defaults)})")
         setattr(mod, name, value)

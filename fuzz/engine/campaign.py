@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .backends import make_tier
-from .case import make_case, signature_key, write_case
+from .case import Case, write_case
 from .generate import OpGenerator, sequence_params
 from .knobs import choose as choose_knobs
-from .minimize import Minimizer
+from .minimize import Minimizer, NotReproducible
 from .runner import Divergence, PoolRun
+from .tiers import SetupError, make_tier
 
 OPS_PER_SEQUENCE = 200
 
@@ -57,7 +57,7 @@ def run_sequence(tier, seed: int, n_ops: int, deadline: float | None = None):
     config, scenario, rng = sequence_params(seed)
     gen = OpGenerator(rng, config, scenario)
     run = PoolRun(config, tier, knobs=choose_knobs(tier.kernels, seed))
-    ops: list[dict] = []
+    ops: list = []
     try:
         for _ in range(n_ops):
             if deadline is not None and time.monotonic() >= deadline:
@@ -80,7 +80,7 @@ def fuzz_worker(opts: CampaignOptions, worker: int, deadline: float, counters=No
         torch.cuda.set_device(gpu)  # Triton launches on the current device
         tier = replace(tier, device=f"cuda:{gpu}")
     res = WorkerResult()
-    seen: set[str] = set()
+    seen: set = set()
     start = time.monotonic()
     k = 0
     while time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences):
@@ -94,21 +94,20 @@ def fuzz_worker(opts: CampaignOptions, worker: int, deadline: float, counters=No
             counters[0] += run.stats.ops
         if d is None:
             continue
-        key = signature_key(d.signature)
-        if key in seen:
+        if d.signature in seen:
             continue
-        seen.add(key)
+        seen.add(d.signature)
         if counters is not None:
             counters[1] += 1
         ops = ops[: d.step + 1]
         minimizer = Minimizer(tier, d.signature, deadline=deadline, knobs=run.knobs)
         try:
             min_config, min_ops, min_d = minimizer.run(config, ops)
-        except ValueError:  # did not reproduce from scratch: keep it unminimized
+        except NotReproducible:  # did not reproduce from scratch: keep it unminimized
             min_config, min_ops, min_d = config, ops, d
-        res.cases.append(make_case(config=min_config, ops=min_ops, seed=seed, tier=opts.backend,
-                                   kernels=tier.kernels_name, divergence=min_d, original_len=len(ops),
-                                   scenario=scenario, knobs=run.knobs))
+        res.cases.append(Case.found(config=min_config, ops=min_ops, seed=seed, tier=opts.backend,
+                                    kernels=tier.kernels_name, divergence=min_d, original_len=len(ops),
+                                    scenario=scenario, knobs=run.knobs))
     res.fuzz_s = time.monotonic() - start
     return res
 
@@ -191,14 +190,12 @@ def run_campaign(opts: CampaignOptions, progress=None) -> Summary:
         if progress:
             progress.write("\n")
         if errors:
-            from .backends import SetupError
-
             raise SetupError("; ".join(sorted(set(errors))))
     elapsed = time.monotonic() - start
-    distinct: dict[str, dict] = {}
+    distinct: dict = {}
     for res in results:
         for case in res.cases:
-            distinct.setdefault(signature_key(case["signature"]), case)
+            distinct.setdefault(case.signature, case)
     paths = [write_case(c, Path(opts.out)) for c in distinct.values()]
     return Summary(ops=sum(r.ops for r in results), contract_ops=sum(r.contract_ops for r in results),
                    sequences=sum(r.sequences for r in results), elapsed_s=elapsed,

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import kvkernels
 
-from .backends import Tier, make_tier
+from ..engine.case import Signature
+from ..engine.tiers import Tier, make_tier
 
 SRC = Path(kvkernels.__file__).resolve().parent
 
@@ -140,15 +141,15 @@ class KillReport:
     killed: bool
     seconds: float
     ops: int
-    signature: dict | None = None
+    signature: Signature | None = None
     minimized_len: int | None = None
     original_len: int | None = None
 
 
 def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
     """Fuzz one mutant until the first divergence (then minimize it) or the budget ends."""
-    from .campaign import CampaignOptions, run_sequence, sequence_seed
-    from .minimize import Minimizer
+    from ..engine.campaign import CampaignOptions, run_sequence, sequence_seed
+    from ..engine.minimize import Minimizer, NotReproducible
 
     tier = mutant_tier(m, backend)
     opts = CampaignOptions(backend=backend, seed=seed)
@@ -166,7 +167,7 @@ def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
         try:
             _, small, d2 = Minimizer(tier, d.signature, deadline=time.monotonic() + max(5.0, budget_s / 2),
                                      knobs=run.knobs).run(config, ops)
-        except ValueError:
+        except NotReproducible:
             small, d2 = ops, d
         return KillReport(m.name, True, found, ops_run, d2.signature, len(small), len(ops))
     return KillReport(m.name, False, time.monotonic() - start, ops_run)
@@ -184,7 +185,7 @@ def main(backend: str = "interpret", budget_s: float = 30.0, only: list[str] | N
             continue
         r = hunt(m, backend, budget_s, seed)
         reports.append(r)
-        sig = "-" if r.signature is None else f"{r.signature['op']}/{r.signature['oracle']}/{r.signature['field']}"
+        sig = "-" if r.signature is None else str(r.signature)
         verdict = (f"killed in {r.seconds:6.2f} s, {r.ops:>6} ops, case {r.original_len} -> {r.minimized_len} ops, {sig}"
                    if r.killed else f"SURVIVED {r.seconds:.0f} s ({r.ops} ops)")
         print(f"{m.name:34} {verdict}", flush=True)

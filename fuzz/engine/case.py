@@ -1,0 +1,190 @@
+"""Case files: a failure as versioned JSON that replays anywhere.
+
+Schema ``kvfuzz-case/1``: config, ops, seed, tier, kernel set and its launch knobs
+(block sizes, optional), signature (op kind + oracle + field, no addresses or values),
+the first divergence with spec vs target values, original and minimized lengths, and
+the environment it was found in. Keys a reader does not know (a corpus case's
+``note``) are kept and written back where they were.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kvref
+
+from .ops import Op, OpError, parse_ops
+
+SCHEMA = "kvfuzz-case/1"
+REQUIRED = ("schema", "config", "ops", "signature")
+# Written in this order; keys not listed here follow "schema" in the order they came.
+ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "knobs", "signature", "divergence",
+         "lengths", "environment")
+
+
+class CaseError(ValueError):
+    """A case file that cannot be read (CLI exit code 2)."""
+
+
+@dataclass(frozen=True, order=True)
+class Signature:
+    """What a failure is, without values or addresses: the op kind, the oracle that saw
+    it and the field it names. Two failures with one signature are one case."""
+
+    op: str
+    oracle: str
+    field: str
+
+    def __str__(self) -> str:
+        return f"{self.op}/{self.oracle}/{self.field}"
+
+    def slug(self) -> str:
+        """The form used in file names."""
+        return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in f"{self.op}-{self.oracle}-{self.field}")
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "oracle": self.oracle, "field": self.field}
+
+    @classmethod
+    def from_json(cls, data) -> Signature:
+        if not isinstance(data, dict) or set(data) != {"op", "oracle", "field"} or not all(
+                isinstance(v, str) for v in data.values()):
+            raise CaseError(f"a signature is {{op, oracle, field}} strings, got {data!r}")
+        return cls(data["op"], data["oracle"], data["field"])
+
+
+def environment() -> dict:
+    env = {"python": platform.python_version()}
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        env["git_sha"] = sha.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        env["git_sha"] = None
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        env["torch"] = None
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    return env
+
+
+@dataclass
+class Case:
+    config: kvref.PoolConfig
+    ops: list[Op]
+    signature: Signature
+    seed: int | None = None
+    scenario: str | None = None
+    tier: str | None = None
+    kernels: str | None = None
+    knobs: dict | None = None
+    divergence: dict | None = None
+    lengths: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # keys this version does not interpret (e.g. "note")
+    omitted: tuple = ()  # known keys the file it was read from did not have: not written back either
+    path: Path | None = None  # where it was read from; never written
+
+    @classmethod
+    def found(cls, *, config, ops, divergence, original_len: int, seed=None, scenario=None, tier=None,
+              kernels=None, knobs=None) -> Case:
+        """A new case from a divergence the fuzzer found (and minimized)."""
+        return cls(config=config, ops=list(ops), signature=divergence.signature, seed=seed, scenario=scenario,
+                   tier=tier, kernels=kernels, knobs=knobs, divergence=divergence.to_json(),
+                   lengths={"original": original_len, "minimized": len(ops)}, environment=environment())
+
+    def with_minimized(self, config, ops, divergence) -> Case:
+        lengths = dict(self.lengths, minimized=len(ops))
+        return Case(config=config, ops=list(ops), signature=self.signature, seed=self.seed, scenario=self.scenario,
+                    tier=self.tier, kernels=self.kernels, knobs=self.knobs, divergence=divergence.to_json(),
+                    lengths=lengths, environment=self.environment, extra=dict(self.extra), path=self.path)
+
+    def filename(self) -> str:
+        kernels = (self.kernels or "kernels").replace("/", "_").replace(".", "_")[-40:]
+        return f"{kernels}--{self.signature.slug()}.json"
+
+    def to_json(self) -> dict:
+        known = {"schema": SCHEMA, "config": self.config.to_json(), "ops": [op.to_json() for op in self.ops],
+                 "seed": self.seed, "scenario": self.scenario, "tier": self.tier, "kernels": self.kernels,
+                 "knobs": self.knobs, "signature": self.signature.to_json(), "divergence": self.divergence,
+                 "lengths": self.lengths, "environment": self.environment}
+        out = {"schema": SCHEMA, **self.extra}
+        out.update((k, known[k]) for k in ORDER if k not in self.omitted)
+        return out
+
+    @classmethod
+    def from_json(cls, data, path: Path | None = None) -> Case:
+        where = f"{path}: " if path else ""
+        if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
+            raise CaseError(f"{where}not a kvfuzz case (needs {', '.join(REQUIRED)})")
+        if data["schema"] != SCHEMA:
+            raise CaseError(f"{where}schema {data['schema']!r} is not {SCHEMA!r}")
+        if not isinstance(data["ops"], list):
+            raise CaseError(f"{where}'ops' must be a list of ops")
+        knobs = data.get("knobs")
+        if knobs is not None and not (isinstance(knobs, dict) and all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in knobs.items())):
+            raise CaseError(f"{where}'knobs' must be null or an object of integer launch knobs, got {knobs!r}")
+        try:
+            if not isinstance(data["config"], dict):
+                raise TypeError("'config' must be an object")
+            config = kvref.PoolConfig.from_json(data["config"])
+            ops = parse_ops(data["ops"])
+            signature = Signature.from_json(data["signature"])
+        except (kvref.ContractViolation, OpError, TypeError, CaseError) as exc:
+            raise CaseError(f"{where}{exc}") from exc
+        extra = {k: v for k, v in data.items() if k not in ORDER}
+        omitted = tuple(k for k in ORDER if k not in data)
+        return cls(omitted=omitted, config=config, ops=ops, signature=signature, seed=data.get("seed"),
+                   scenario=data.get("scenario"), tier=data.get("tier"), kernels=data.get("kernels"), knobs=knobs,
+                   divergence=data.get("divergence"), lengths=data.get("lengths") or {},
+                   environment=data.get("environment") or {}, extra=extra, path=path)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1) + "\n"
+
+    def write(self, path: Path) -> Path:
+        path = Path(path)
+        path.write_text(self.dumps())
+        return path
+
+
+def write_case(case: Case, directory: Path) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return case.write(directory / case.filename())
+
+
+def load_case(path) -> Case:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise CaseError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise CaseError(f"{path}: not JSON: {exc}") from exc
+    return Case.from_json(data, path)
+
+
+def resolve_kernels(kernels: str | None, case_path: str | Path | None) -> str | None:
+    """A kernel-set file named relative to where the campaign ran: look there first, then
+    beside the case file and in each folder above it (a case moved into a repo's tests)."""
+    if not kernels or not kernels.endswith(".py") or Path(kernels).is_file() or not case_path:
+        return kernels
+    for folder in Path(case_path).resolve().parents:
+        if (folder / kernels).is_file():
+            return str(folder / kernels)
+    return kernels

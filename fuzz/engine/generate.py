@@ -1,0 +1,152 @@
+"""The fast seeded generator: pool configs and op sequences, by scenario.
+
+It reads the spec allocator it is given (never the target) to know which requests are
+live, so nearly every op is valid; contract violations are produced on purpose at a low
+rate. Scenarios weight the op mix the way a server's workloads differ. The ops
+themselves come from the shared grammar (``shapes``), the one the Hypothesis state
+machine draws from too.
+"""
+
+from __future__ import annotations
+
+import random
+
+import kvref
+
+from . import shapes
+from .ops import Alloc, Clear, Fire, Free, KernelOp, Op
+
+SCENARIOS = {
+    #               alloc free flush fwd fire write read table packed xlate clear raw
+    "churn":        (30, 26, 6, 5, 5, 10, 6, 6, 2, 3, 1, 2),
+    "fragment":     (25, 35, 14, 3, 3, 8, 6, 3, 1, 2, 0, 2),
+    "full":         (45, 18, 8, 4, 4, 8, 5, 4, 1, 2, 1, 2),
+    "long":         (20, 15, 8, 6, 6, 12, 8, 14, 4, 4, 1, 2),
+    "short":        (35, 32, 6, 5, 5, 6, 4, 4, 1, 2, 0, 2),
+    "inflight":     (22, 20, 16, 14, 8, 8, 5, 4, 1, 2, 0, 2),
+    "kernels":      (10, 8, 2, 1, 1, 2, 2, 10, 4, 6, 0, 54),  # mostly kernel-level ops on raw tables
+}
+KINDS = ("alloc", "free", "flush", "forward", "fire", "write", "read", "read_table", "read_table_packed",
+         "translate", "clear", "raw")
+ALLOC_MODE = {"long": "long", "short": "short", "full": "full"}
+
+
+def random_config(rng: random.Random) -> kvref.PoolConfig:
+    ps = rng.choice((1, 1, 1, 2, 4, 16))
+    num_pages = rng.choice((4, 8, 16, 32, 64)) + rng.randint(0, 8)
+    if ps == 16:
+        num_pages = min(num_pages, 24)
+    return kvref.PoolConfig(
+        num_pages=num_pages,
+        min_page=rng.choice((1, 1, 2, 3)),
+        page_size=ps,
+        grow=rng.choice(("up", "down")),
+        lazy=rng.random() < 0.75,
+        multiplier=rng.choice((1, 1, 2, 3, 16)),
+        max_moves=rng.choice((0, 1, 2, 4, 8, 64)),
+    )
+
+
+class OpGenerator:
+    def __init__(self, rng: random.Random, config: kvref.PoolConfig, scenario: str, contract_rate: float = 0.03):
+        self.rng = rng
+        self.ch = shapes.RandomChooser(rng)
+        self.config = config
+        self.scenario = scenario
+        self.weights = SCENARIOS[scenario]
+        self.contract_rate = contract_rate
+        self.live: list[list[int]] = []
+        self.dead: list[list[int]] = []
+        self.stamp = 1
+        self.raw_bound: dict[int, int] = {}  # the raw tables as the spec left them: v -> p
+        self.violations: dict[str, int] = {}  # contract-violation kinds drawn, by name
+        self._kept: list[int] | None = None  # what a partial free leaves live
+
+    def _tokens(self) -> list[int]:
+        return [t for r in self.live for t in r]
+
+    def observe(self, op: Op, outcome) -> None:
+        """Learn what the spec did with the op just run (``outcome``: runner.Outcome)."""
+        if outcome.error is not None:
+            return
+        if isinstance(op, KernelOp):
+            shapes.observe_raw(op, self.raw_bound)
+        elif isinstance(op, Alloc) and outcome.result:
+            self.live.append(list(outcome.result))
+        elif isinstance(op, Free):
+            gone = set(op.tokens)
+            self.dead = (self.dead + [shapes.whole_pages(op.tokens, self.config.page_size)])[-16:]
+            self.live = [r for r in self.live if gone.isdisjoint(r)]
+            if self._kept:
+                self.live.append(self._kept)
+        elif isinstance(op, Clear):
+            self.dead.extend(self.live)
+            self.live = []
+        self._kept = None
+
+    def next_op(self, spec: kvref.Allocator) -> Op:
+        ch = self.ch
+        if self.rng.random() < self.contract_rate:
+            kind, op = shapes.violation_op(ch, self.config, self.live, self._dead_runs(spec), self.raw_bound)
+            self.violations[kind] = self.violations.get(kind, 0) + 1
+            return op
+        return getattr(self, f"_gen_{ch.weighted(KINDS, self.weights)}")(spec)
+
+    # ---- one builder call per kind of the op mix ------------------------------------
+    def _gen_alloc(self, spec):
+        room = spec.index_room() + len(spec.holes)
+        return shapes.alloc_op(self.ch, self.config, room, ALLOC_MODE.get(self.scenario, "usual"))
+
+    def _gen_free(self, spec):
+        if not self.live:
+            return self._gen_alloc(spec)
+        op, self._kept = shapes.free_op(self.ch, self.config, self.live[self.rng.randrange(len(self.live))])
+        return op
+
+    def _gen_flush(self, spec):
+        return shapes.flush_op(self.ch)
+
+    def _gen_forward(self, spec):
+        ch = self.ch
+        reqs = ch.subset(self.live, ch.integer(1, min(len(self.live), 3))) if self.live else []
+        return shapes.forward_op(ch, [t for r in reqs for t in r])
+
+    def _gen_fire(self, spec):
+        return Fire()
+
+    def _gen_write(self, spec):
+        op = shapes.write_op(self.ch, self._tokens(), self.stamp)
+        self.stamp += len(op.tokens)
+        return op
+
+    def _gen_read(self, spec):
+        return shapes.read_op(self.ch, self._tokens())
+
+    def _gen_read_table(self, spec):
+        return shapes.read_table_op(self.ch, self.config, self.live, self.dead)
+
+    def _gen_read_table_packed(self, spec):
+        return shapes.read_table_packed_op(self.ch, self.config, self.live, self.dead)
+
+    def _gen_translate(self, spec):
+        return shapes.translate_op(self.ch, self.config, self._tokens(), [t for r in self.dead for t in r])
+
+    def _gen_clear(self, spec):
+        return Clear()
+
+    def _gen_raw(self, spec):
+        return shapes.raw_op(self.ch, self.config, self.raw_bound)
+
+    def _dead_runs(self, spec: kvref.Allocator) -> list[list[int]]:
+        """Freed runs whose pages are all still unbound in the spec (so a second free is a
+        double free, not a free of someone else's re-allocated page)."""
+        ps = self.config.page_size
+        return [r for r in self.dead if r and all(spec.v2p[t // ps] == -1 for t in r[::ps])]
+
+
+def sequence_params(seed: int) -> tuple[kvref.PoolConfig, str, random.Random]:
+    """Everything a seed decides: the pool config, the scenario, the op stream's RNG."""
+    rng = random.Random(seed)
+    config = random_config(rng)
+    scenario = rng.choice(sorted(SCENARIOS))
+    return config, scenario, rng

@@ -1,0 +1,582 @@
+"""The op language: one frozen record per op kind.
+
+An op carries literal ids, so a case file reads on its own and replays identically;
+deleting an earlier op during minimization turns later ops into contract violations,
+which changes the failure's signature and is rejected.
+
+Each record knows, in one place:
+- its fields and their types (the annotations; checked on construction, so a
+  generator bug or a hand-edited case fails at the op that is wrong);
+- its JSON form (``{"op": KIND, field: value, ...}`` in declaration order, the form of
+  every case file written so far);
+- how it runs on the spec (``kvref``) and on the target, and which of its results the
+  runner diffs;
+- how it shrinks (``shrink()``: smaller candidates, the most promising first).
+
+Two families: ``PoolOp`` (one allocator: the state machine of SPEC §3 and the read
+tables over its v2p) and ``KernelOp`` (kernel-level ops on a second pair of raw tables
+of the pool's size, straight through the kernel set, no allocator). A new op is one
+class here plus its builder in ``shapes`` and its tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+import kvref
+
+Ints = tuple[int, ...]
+Rows = tuple[Ints, ...]
+
+POISON = 0x7A7A7A7A  # int32 canary in read-table buffers: nothing past the live prefix may change
+OUT_SLACK_ROWS = 1
+OUT_SLACK_COLS = 3
+PACKED_SLACK = 4
+
+
+class OpError(Exception):
+    """An op that is not well formed (a case file's or a generator's mistake), as opposed
+    to a well-formed op that breaks a contract (``ContractViolation``)."""
+
+
+# ---- field types ---------------------------------------------------------------------
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _ints(value, what: str) -> Ints:
+    if not isinstance(value, (list, tuple)) or not all(_is_int(x) for x in value):
+        raise OpError(f"{what} must be a list of ints, got {value!r}")
+    return tuple(value)
+
+
+def _coerce(hint, value, what: str):
+    if hint is int:
+        if not _is_int(value):
+            raise OpError(f"{what} must be an int, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise OpError(f"{what} must be a bool, got {value!r}")
+        return value
+    if hint == Ints:
+        return _ints(value, what)
+    if hint == Rows:
+        if not isinstance(value, (list, tuple)):
+            raise OpError(f"{what} must be a list of int lists, got {value!r}")
+        return tuple(_ints(r, f"{what}[{i}]") for i, r in enumerate(value))
+    if hint == (Ints | None):
+        if value is not None and not (isinstance(value, (list, tuple)) and all(_is_int(x) for x in value)):
+            raise OpError(f"{what} must be a list of ints or null, got {value!r}")
+        return None if value is None else tuple(value)
+    raise TypeError(f"op field {what}: unsupported annotation {hint!r}")  # a bug in this module
+
+
+def _plain(value):
+    """Tuples back to JSON lists."""
+    if isinstance(value, tuple):
+        return [_plain(x) for x in value]
+    return value
+
+
+# ---- the base records -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: ClassVar[str] = ""
+    registry: ClassVar[dict[str, type[Op]]] = {}
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.kind:
+            Op.registry[cls.kind] = cls
+
+    def __post_init__(self):
+        hints = type(self).__dict__.get("_hints_cache")
+        if hints is None:
+            hints = typing.get_type_hints(type(self))
+            type(self)._hints_cache = hints
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _coerce(hints[f.name], getattr(self, f.name), f"{self.kind} op: field {f.name!r}"))
+
+    # ---- JSON --------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def to_json(self) -> dict:
+        return {"op": self.kind, **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}}
+
+    @staticmethod
+    def from_json(obj) -> Op:
+        kind = obj.get("op") if isinstance(obj, dict) else None
+        cls = Op.registry.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            raise OpError(f"not an op: {obj!r} (kinds: {', '.join(Op.registry)})")
+        want, have = set(cls.field_names()), set(obj) - {"op"}
+        if want != have:
+            raise OpError(f"{kind} op needs fields {sorted(want)}, got {sorted(have)}")
+        return cls(**{name: obj[name] for name in cls.field_names()})
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.to_json().items() if k != "op")
+        text = f"{self.kind}({args})"
+        return text if len(text) <= 100 else text[:97] + "..."
+
+    # ---- behaviour shared by both families -----------------------------------------
+    def shrink(self) -> Iterator[Op]:
+        """Smaller variants of this op, the most promising first."""
+        return iter(())
+
+    def merge(self, following: Op) -> Op | None:
+        """One op doing what this op and the one after it do together, if there is one."""
+        return None
+
+    def supported_by(self, tier) -> bool:
+        return True
+
+    def reach(self, config: kvref.PoolConfig) -> int:
+        """How many rows past either end of v2p/p2v an id this op names could touch, so a
+        probe's red zones can be made that wide."""
+        ps, rows = config.page_size, config.table_rows
+        pages = [t // ps for t in self.token_ids()] + list(self.page_ids())
+        return max([0] + [p - rows + 1 for p in pages] + [-p for p in pages])
+
+    def token_ids(self) -> Iterator[int]:
+        return iter(())
+
+    def page_ids(self) -> Iterator[int]:
+        return iter(())
+
+
+def parse_ops(items) -> list[Op]:
+    """A list of ops from JSON (or records, passed through); names the bad index."""
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, Op):
+            out.append(item)
+            continue
+        try:
+            out.append(Op.from_json(item))
+        except OpError as exc:
+            raise OpError(f"ops[{i}]: {exc}") from None
+    return out
+
+
+class PoolOp(Op):
+    """An op on one allocator. ``spec`` runs it on ``kvref.Allocator`` (raising
+    ContractViolation when the spec refuses it); ``target`` runs it on the target side
+    (``TargetSide``: the DeviceAllocator and its device); both return plain values."""
+
+    result_field: ClassVar[str] = "result"
+    full_check: ClassVar[bool] = False  # a full state comparison after this op, always
+    checked_refusal: ClassVar[bool] = True  # a checked target must refuse what the spec refuses
+
+    def spec(self, s: kvref.Allocator):
+        raise NotImplementedError
+
+    def target(self, t):
+        raise NotImplementedError
+
+
+class KernelOp(Op):
+    """A kernel-level op on raw tables: ``spec`` on the spec's lists, ``target`` through
+    the kernel set on the target's tables (``RawTables``). Every kind has a field ``v``
+    (the virtual pages it names)."""
+
+    def spec(self, v2p: list[int], p2v: list[int]):
+        raise NotImplementedError
+
+    def target(self, kernels, tables, long):
+        raise NotImplementedError
+
+    def page_ids(self):
+        return iter(self.v)
+
+    def _subsets(self) -> Iterator[tuple[int, ...]]:
+        n = len(self.v)
+        if n > 1:
+            yield from (tuple(range(0, n // 2)), tuple(range(n // 2, n)), *((b,) for b in range(n)))
+
+
+def _halves(seq: tuple) -> Iterator[tuple]:
+    if len(seq) > 1:
+        yield seq[: len(seq) // 2]
+        yield seq[len(seq) // 2:]
+        yield seq[:1]
+
+
+# ---- pool ops --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alloc(PoolOp):
+    kind = "alloc"
+    n: int
+
+    def spec(self, s):
+        return s.alloc(self.n)
+
+    def target(self, t):
+        r = t.alloc.alloc(self.n)
+        return None if r is None else r.tolist()
+
+    def shrink(self):
+        if self.n > 0:
+            yield Alloc(self.n // 2)
+
+    def merge(self, following):
+        # Both take pages from the front of the free list and the frontier, in order.
+        if isinstance(following, Alloc) and self.n > 0 and following.n > 0:
+            return Alloc(self.n + following.n)
+        return None
+
+
+@dataclass(frozen=True)
+class _TokenOp(PoolOp):
+    tokens: Ints
+
+    def token_ids(self):
+        return iter(self.tokens)
+
+    def shrink(self):
+        for keep in _halves(self.tokens):
+            yield dataclasses.replace(self, tokens=keep)
+
+
+@dataclass(frozen=True)
+class Free(_TokenOp):
+    kind = "free"
+
+    def spec(self, s):
+        return s.free(list(self.tokens))
+
+    def target(self, t):
+        return t.alloc.free(t.long(self.tokens))
+
+
+@dataclass(frozen=True)
+class Flush(PoolOp):
+    kind = "flush"
+    full_check = True
+    urgent: bool
+
+    def spec(self, s):
+        return s.flush(self.urgent)
+
+    def target(self, t):
+        return t.alloc.flush(self.urgent)
+
+    def shrink(self):
+        if self.urgent:
+            yield Flush(False)
+
+
+@dataclass(frozen=True)
+class Forward(_TokenOp):
+    kind = "forward"
+
+    def spec(self, s):
+        return s.forward(list(self.tokens))
+
+    def target(self, t):
+        return t.alloc.forward(t.long(self.tokens))
+
+
+@dataclass(frozen=True)
+class Fire(PoolOp):
+    kind = "fire"
+
+    def spec(self, s):
+        return s.fire()
+
+    def target(self, t):
+        return t.alloc.fire()
+
+
+@dataclass(frozen=True)
+class Write(PoolOp):
+    kind = "write"
+    tokens: Ints
+    stamps: Ints
+
+    def token_ids(self):
+        return iter(self.tokens)
+
+    def spec(self, s):
+        return s.write(list(self.tokens), list(self.stamps))
+
+    def target(self, t):
+        return t.alloc.write(t.long(self.tokens), t.long(self.stamps))
+
+    def shrink(self):
+        n = len(self.tokens)
+        if n > 1:
+            half = n // 2
+            yield Write(self.tokens[:half], self.stamps[:half])
+            yield Write(self.tokens[half:], self.stamps[half:])
+            yield Write(self.tokens[:1], self.stamps[:1])
+        plain = tuple(range(1, len(self.stamps) + 1))
+        if self.stamps != plain:
+            yield Write(self.tokens, plain)
+
+
+@dataclass(frozen=True)
+class Read(_TokenOp):
+    kind = "read"
+
+    def spec(self, s):
+        return s.read(list(self.tokens))
+
+    def target(self, t):
+        return t.alloc.read(t.long(self.tokens)).tolist()
+
+
+@dataclass(frozen=True)
+class Translate(PoolOp):
+    kind = "translate"
+    checked_refusal = False  # translate has no checked mode: bad ids go to the padding sink
+    loc: Ints
+
+    def token_ids(self):
+        return iter(self.loc)
+
+    def spec(self, s):
+        return s.translate(list(self.loc))
+
+    def target(self, t):
+        return t.alloc.translate(t.long(self.loc)).tolist()
+
+    def shrink(self):
+        for keep in _halves(self.loc):
+            yield Translate(keep)
+
+
+@dataclass(frozen=True)
+class Clear(PoolOp):
+    kind = "clear"
+    full_check = True
+
+    def spec(self, s):
+        return s.clear()
+
+    def target(self, t):
+        return t.alloc.clear()
+
+
+# ---- read tables -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _TableOp(PoolOp):
+    """Shared by both read-table forms: ``rows`` are the req_to_token rows (the given
+    tokens, then -1 up to ``width``)."""
+
+    result_field = "out"
+
+    def req_to_token(self) -> list[list[int]]:
+        w = self.width
+        return [list(r[:w]) + [-1] * (w - len(r[:w])) for r in self.rows]
+
+    def token_ids(self):
+        return (t for r in self.rows for t in r)
+
+    def _renumbered_rows(self) -> Iterator[_TableOp]:
+        """Only the rows the batch reads, then each row cut to half its length."""
+        used = sorted(set(self.req_idx))
+        if len(used) < len(self.rows) and all(0 <= r < len(self.rows) for r in used):
+            renumber = {r: i for i, r in enumerate(used)}
+            yield dataclasses.replace(self, rows=tuple(self.rows[r] for r in used),
+                                      req_idx=tuple(renumber[r] for r in self.req_idx))
+
+    def _shorter_rows(self) -> Iterator[_TableOp]:
+        shorter = tuple(r[: max(1, len(r) // 2)] for r in self.rows)
+        if shorter != self.rows:
+            yield dataclasses.replace(self, rows=shorter)
+
+
+@dataclass(frozen=True)
+class ReadTable(_TableOp):
+    kind = "read_table"
+    rows: Rows
+    req_idx: Ints
+    seq_lens: Ints
+    max_pages: int
+    width: int
+    legacy: bool
+
+    @property
+    def bs(self) -> int:
+        return len(self.req_idx)
+
+    def poisoned_out(self) -> list[list[int]]:
+        """The output buffer, as the spec sees it: poison everywhere, with slack rows and
+        columns so a write past the batch or past max_pages lands somewhere visible."""
+        return [[POISON] * (self.max_pages + OUT_SLACK_COLS) for _ in range(self.bs + OUT_SLACK_ROWS)]
+
+    def supported_by(self, tier) -> bool:
+        return not self.legacy or tier.has("build_kv_read_table_legacy")
+
+    def spec(self, s):
+        out = self.poisoned_out()
+        s.read_table(req_to_token=self.req_to_token(), req_pool_indices=list(self.req_idx),
+                     seq_lens=list(self.seq_lens), max_pages=self.max_pages, out=out)
+        return out
+
+    def target(self, t):
+        out = t.int32(self.poisoned_out())
+        view = out[:, : self.max_pages] if self.bs else out[:0, : self.max_pages]
+        t.alloc.build_read_table(legacy=self.legacy, max_pages=self.max_pages, out=view, **t.batch(self))
+        return out.tolist()
+
+    def outside_writes(self, out: list[list[int]]) -> tuple[str, int] | None:
+        """The first element written past ``max_pages`` or past the batch, if any."""
+        for b, row in enumerate(out):
+            for c, x in enumerate(row):
+                if x != POISON and (b >= self.bs or c >= self.max_pages):
+                    return f"out[{b}][{c}] past max_pages={self.max_pages} or bs={self.bs}", x
+        return None
+
+    def shrink(self):
+        n = self.bs
+        if n > 1:
+            keeps = [(b,) for b in range(n)] + [tuple(range(0, n // 2)), tuple(range(n // 2, n))]
+            keeps += [tuple(j for j in range(n) if j != b) for b in range(n)]
+            for keep in keeps:
+                yield dataclasses.replace(self, req_idx=tuple(self.req_idx[j] for j in keep),
+                                          seq_lens=tuple(self.seq_lens[j] for j in keep))
+        yield from self._renumbered_rows()
+        if self.max_pages > 1:
+            yield dataclasses.replace(self, max_pages=self.max_pages - 1)
+        yield from self._shorter_rows()
+        if self.max_pages < self.width:  # enough at page size 1; rejected where it is not
+            yield dataclasses.replace(self, width=self.max_pages)
+
+
+@dataclass(frozen=True)
+class ReadTablePacked(_TableOp):
+    kind = "read_table_packed"
+    rows: Rows
+    req_idx: Ints
+    seq_lens: Ints
+    kv_start: Ints | None
+    indptr: Ints
+    max_tokens: int
+    width: int
+
+    def poisoned_out(self) -> list[int]:
+        return [POISON] * ((self.indptr[-1] if self.indptr else 0) + PACKED_SLACK)
+
+    def supported_by(self, tier) -> bool:
+        return tier.has("build_kv_read_table_packed")
+
+    def spec(self, s):
+        out = self.poisoned_out()
+        s.read_table_packed(req_to_token=self.req_to_token(), req_pool_indices=list(self.req_idx),
+                            seq_lens=list(self.seq_lens), indptr=list(self.indptr), max_tokens=self.max_tokens,
+                            out=out, kv_start_idx=None if self.kv_start is None else list(self.kv_start))
+        return out
+
+    def target(self, t):
+        out = t.int32(self.poisoned_out())
+        kv_start = None if self.kv_start is None else t.long(self.kv_start)
+        t.alloc.build_read_table_packed(indptr=t.long(self.indptr), max_tokens=self.max_tokens, out=out,
+                                        kv_start_idx=kv_start, **t.batch(self))
+        return out.tolist()
+
+    def outside_writes(self, out: list[int]) -> tuple[str, int] | None:
+        end = self.indptr[-1] if self.indptr else 0
+        for j, x in enumerate(out):
+            if j >= max(end, 0) and x != POISON:
+                return f"out[{j}] past indptr[-1]={end}", x
+        return None
+
+    def shrink(self):
+        if len(self.req_idx) > 1:
+            for b, n in enumerate(self.seq_lens):
+                start = None if self.kv_start is None else (self.kv_start[b],)
+                yield dataclasses.replace(self, req_idx=(self.req_idx[b],), seq_lens=(n,), kv_start=start,
+                                          indptr=(0, n), max_tokens=max(n, 1))
+        yield from self._renumbered_rows()
+        yield from self._shorter_rows()
+
+
+TABLE_OPS = (ReadTable, ReadTablePacked)
+
+
+# ---- kernel-level ops on raw tables ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KBind(KernelOp):
+    kind = "k_bind"
+    v: Ints
+    p: Ints
+
+    def page_ids(self):
+        return iter(self.v + self.p)
+
+    def spec(self, v2p, p2v):
+        return kvref.kernels.bind(v2p, p2v, self.v, self.p)
+
+    def target(self, kernels, tables, long):
+        return kernels.bind_inplace(long(self.v), long(self.p), tables.v2p, tables.p2v)
+
+    def bound(self) -> list[tuple[int, int]]:
+        return list(zip(self.v, self.p))
+
+    def shrink(self):
+        for keep in self._subsets():
+            yield KBind(tuple(self.v[j] for j in keep), tuple(self.p[j] for j in keep))
+
+
+@dataclass(frozen=True)
+class KAllocBind(KernelOp):
+    kind = "k_alloc_bind"
+    v: Ints
+    start: int
+
+    def page_ids(self):
+        return iter(self.v + (self.start, self.start + len(self.v)))
+
+    def spec(self, v2p, p2v):
+        return kvref.kernels.alloc_bind(v2p, p2v, self.v, self.start)
+
+    def target(self, kernels, tables, long):
+        return kernels.alloc_bind_inplace(long(self.v), tables.v2p, tables.p2v, self.start).tolist()
+
+    def bound(self) -> list[tuple[int, int]]:
+        return [(v, self.start + i) for i, v in enumerate(self.v)]
+
+    def shrink(self):
+        for keep in self._subsets():
+            yield KAllocBind(tuple(self.v[j] for j in keep), self.start)
+
+
+@dataclass(frozen=True)
+class KFreeUnbind(KernelOp):
+    kind = "k_free_unbind"
+    v: Ints
+
+    def spec(self, v2p, p2v):
+        return kvref.kernels.free_unbind(v2p, p2v, self.v)
+
+    def target(self, kernels, tables, long):
+        return kernels.free_unbind_inplace(long(self.v), tables.v2p, tables.p2v).tolist()
+
+    def bound(self) -> list[tuple[int, int]]:
+        return []
+
+    def shrink(self):
+        for keep in self._subsets():
+            yield KFreeUnbind(tuple(self.v[j] for j in keep))
+
+
+POOL_KINDS = tuple(k for k, c in Op.registry.items() if issubclass(c, PoolOp))
+KERNEL_KINDS = tuple(k for k, c in Op.registry.items() if issubclass(c, KernelOp))
