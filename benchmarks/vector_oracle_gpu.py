@@ -6,7 +6,9 @@ on a 2^20-page pool it times the oracle's read_table and first_mismatch (equal p
 against a copy) with CUDA events after warm-up, and reports elements checked per second
 and the modelled bytes per second against the device's bandwidth. Along the way it
 spot-checks oracle rows against kvref, checks that first_mismatch finds a planted
-difference, and runs every oracle op once under ``torch.cuda.set_sync_debug_mode("error")``.
+difference, runs every oracle op once under ``torch.cuda.set_sync_debug_mode("error")``,
+and times the oracle's read_table replayed from a CUDA graph (capture also proves it
+never syncs), which shows how much of its time is launch overhead.
 
 Run from the repo root: ``python benchmarks/vector_oracle_gpu.py --out vector-oracle-h200.json``.
 On a CPU (a smoke test of the script only): ``--device cpu --small``.
@@ -56,6 +58,22 @@ def bench(timer, fn, *, warmup: int = 2, budget_s: float = 0.25) -> float:
     probe = timer(fn, 1)
     iters = int(min(50, max(3, budget_s * 1e6 / max(probe, 1.0))))
     return timer(fn, iters)
+
+
+def graph_us(timer, fn) -> float | str:
+    """µs per replay of ``fn`` captured in a CUDA graph (launch overhead gone); a capture error as text."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return round(bench(timer, graph.replay), 1)
+    except RuntimeError as e:  # a host sync or an uncapturable op inside fn
+        return f"capture failed: {e}".splitlines()[0]
 
 
 def make_pool(num_pages: int, device, gen) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,6 +136,7 @@ def read_table_rows(args, device, timer, gen):
                 oracle()
                 copy = out.clone()
                 oracle_us = bench(timer, oracle)
+                oracle_graph_us = graph_us(timer, oracle) if device.type == "cuda" else "n/a (cpu)"
                 compare_us = bench(timer, lambda out=out, copy=copy: vo.first_mismatch(out, copy))
                 total_us = bench(timer, lambda oracle=oracle, out=out, copy=copy: (oracle(), vo.first_mismatch(out, copy)))
 
@@ -135,7 +154,7 @@ def read_table_rows(args, device, timer, gen):
                 model_total = model + 8 * elements  # first_mismatch reads both int32 tensors
                 rows.append(dict(
                     bs=bs, max_pages=max_pages, page_size=ps, pool_pages=num_pages, elements=elements,
-                    oracle_us=round(oracle_us, 1), compare_us=round(compare_us, 1), total_us=round(total_us, 1),
+                    oracle_us=round(oracle_us, 1), oracle_graph_us=oracle_graph_us, compare_us=round(compare_us, 1), total_us=round(total_us, 1),
                     elements_per_s=elements / (total_us * 1e-6),
                     model_bytes=model_total, model_bytes_per_s=model_total / (total_us * 1e-6),
                     frac_of_peak=model_total / (total_us * 1e-6) / (args.peak_tbps * 1e12),
@@ -237,10 +256,11 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"vector oracle on {name} (torch {torch.__version__}), pool {args.pool_pages} pages, "
           f"peak {args.peak_tbps} TB/s; read_table host sync: {sync}")
-    print(f"{'bs':>4} {'max_pages':>9} {'ps':>3} {'oracle us':>10} {'compare us':>10} {'total us':>9} "
+    print(f"{'bs':>4} {'max_pages':>9} {'ps':>3} {'oracle us':>10} {'graph us':>9} {'compare us':>10} {'total us':>9} "
           f"{'Melem/s':>9} {'model GB/s':>10} {'% peak':>7} {'kvref':>6} {'plant':>6}")
     for r in rows:
-        print(f"{r['bs']:>4} {r['max_pages']:>9} {r['page_size']:>3} {r['oracle_us']:>10.1f} {r['compare_us']:>10.1f} "
+        graph = r["oracle_graph_us"] if isinstance(r["oracle_graph_us"], float) else "-"
+        print(f"{r['bs']:>4} {r['max_pages']:>9} {r['page_size']:>3} {r['oracle_us']:>10.1f} {graph:>9} {r['compare_us']:>10.1f} "
               f"{r['total_us']:>9.1f} {r['elements_per_s'] / 1e6:>9.1f} {r['model_bytes_per_s'] / 1e9:>10.1f} "
               f"{100 * r['frac_of_peak']:>6.1f}% {'ok' if r['spot_check_vs_kvref'] else 'DIFF':>6} "
               f"{'ok' if r['planted_mismatch_found'] else 'MISS':>6}")
