@@ -1,0 +1,335 @@
+"""SPEC.md §2 as whole-tensor torch ops: the oracle for kernel-level ops at production shapes.
+
+Why it exists: the kernel-level ops are fuzzed on the GPU at pools of 2^20 pages and read
+tables of 512 x 16k entries, where the pure-Python spec (``kvref``) takes minutes per op.
+This module is a second, independent reading of SPEC §2, written from the spec's text
+alone and never from ``kvkernels`` (it imports nothing from it), so one mistake shared by
+a kernel and its pure-torch path cannot also hide here. It is itself diffed against
+``kvref`` on small shapes (tests/fuzz/test_vector_oracle.py).
+
+The oracle works on its own copies of the tables, on their device, and mutates what it
+is given, as the kernels do. It is defined for inputs that meet SPEC §2's preconditions
+(the fuzzer sends it nothing else), and outside them it keeps three promises instead of
+guessing at a kernel's behaviour:
+
+- no torch index wrapping: every index tensor is clamped into its table before use, and
+  the lanes whose index was out of range are masked (a token ``< 0`` reads page 0, as
+  SPEC says; a page past ``v2p`` reads as 0, translate's rule; an out-of-range batch row,
+  column or table row writes nothing);
+- no write outside the given tables and outside the live prefix of ``out``; a store lane
+  whose row is out of range writes the row's old value back (to a clamped row, which
+  for valid input no other lane writes: ids lie in ``[1, rows - 1)``);
+- no host synchronisation: no ``.item()``, ``.tolist()``, ``nonzero``, boolean-mask
+  indexing, ``unique`` or host scalars scattered into tables. Sizes come from shapes, so
+  a GPU fuzz loop never stalls on the oracle. (``first_mismatch`` is the one place that
+  reads back, once on the equal path.)
+
+Rules chosen where the spec is silent: ``read_table`` writes no column at or past
+``max_pages`` (SPEC) and ``read_table_packed`` none at or past ``max_tokens`` (the same
+rule); the packed form's work is sized by ``len(out)``, not ``bs * max_tokens``, because
+its positions are found by a binary search of ``indptr`` (which the spec's CSR layout
+makes non-decreasing).
+
+Memory traffic of ``read_table``, per element of the ``bs x max_pages`` grid (the oracle
+cannot skip dead columns without reading ``seq_lens`` back), for an int32
+``req_to_token``: gather the page's first token 4 B read + 4 B write; token -> page in
+place, floor division (ps > 1 only) and clamp, 4 + 4 B each; page -> value 4 B index
+read + 4 B write, through a ``(rows + 1)``-entry int32 lookup that stays in L2; the live
+mask 1 B write; the in-place select into ``out`` 1 + 4 + 4 B read, 4 B write. That is
+38 B at ps = 1 and 46 B at ps > 1 (int64 tokens: 58 B and 74 B), plus 28 B per ``v2p``
+row, once per call, to build the lookup. At ps >= 8 the token gather is strided by
+``ps * 4`` bytes, so DRAM moves a 32 B sector per token: +28 B. ``read_table_bytes`` is
+this model, used by the GPU benchmark; ``first_mismatch`` adds 8 B per element (two
+int32 reads).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "alloc_bind",
+    "bind",
+    "first_mismatch",
+    "free_unbind",
+    "read_table",
+    "read_table_bytes",
+    "read_table_packed",
+    "translate",
+]
+
+_LONG = torch.int64
+
+
+def _ids(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Id lanes as int64 on the tables' device (a copy only when the dtype differs)."""
+    return x.to(device=device, dtype=_LONG)
+
+
+def _clamp_rows(idx: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(index clamped into [0, rows), lane-is-in-range mask): torch never wraps it."""
+    ok = (idx >= 0) & (idx < rows)
+    return idx.clamp(0, rows - 1), ok
+
+
+def _batch_rows(req_pool_indices: torch.Tensor, req_rows: int, lengths: torch.Tensor, limit: int):
+    """(each batch row's req_to_token row, clamped; its length clamped to [0, limit], 0 when the row is out of range)."""
+    req_safe, req_ok = _clamp_rows(_ids(req_pool_indices, lengths.device), req_rows)
+    return req_safe, torch.where(req_ok, lengths.clamp(0, limit), 0)
+
+
+def _store(table: torch.Tensor, idx: torch.Tensor, values: torch.Tensor, ok: torch.Tensor) -> None:
+    """``table[idx[i]] = values[i]`` for the lanes ``ok``; the other lanes rewrite a clamped row's old value.
+
+    Lanes that store one value to one row (free's ``-1`` to a shared physical page) agree,
+    so their order does not matter.
+    """
+    rows = table.shape[0]
+    safe = idx.clamp(0, rows - 1)
+    table.index_put_((safe,), torch.where(ok, values.to(table.dtype), table.index_select(0, safe)))
+
+
+# --------------------------------------------------------------------------- bind / free
+
+
+def bind(v2p: torch.Tensor, p2v: torch.Tensor, v: torch.Tensor, p: torch.Tensor) -> None:
+    """SPEC §2 bind: ``v2p[v[i]] = p[i]``, ``p2v[p[i]] = v[i]`` (v unique, p unique)."""
+    if v.numel() == 0:
+        return
+    v = _ids(v, v2p.device)
+    p = _ids(p, v2p.device)
+    v_ok = (v >= 0) & (v < v2p.shape[0])
+    p_ok = (p >= 0) & (p < p2v.shape[0])
+    lane_ok = v_ok & p_ok  # a lane with either id out of range writes neither table
+    _store(v2p, v, p, lane_ok)
+    _store(p2v, p, v, lane_ok)
+
+
+def alloc_bind(v2p: torch.Tensor, p2v: torch.Tensor, v: torch.Tensor, start) -> torch.Tensor:
+    """SPEC §2 alloc_bind: ``p[i] = start + i`` ascending, then bind; returns ``p`` (int64).
+
+    ``start`` is a Python int or a 0-dim device tensor (no host read either way).
+    """
+    n = v.numel()
+    p = torch.arange(n, dtype=_LONG, device=v2p.device)
+    if n == 0:
+        return p
+    p += start
+    bind(v2p, p2v, v, p)
+    return p
+
+
+def free_unbind(v2p: torch.Tensor, p2v: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """SPEC §2 free_unbind: ``p = v2p[v]``, then ``v2p[v] = -1``, ``p2v[p] = -1``; returns ``p`` (int64).
+
+    A lane whose ``v2p[v]`` is ``-1`` (a double free) or lies outside ``p2v`` writes no
+    ``p2v`` row; a lane whose ``v`` is out of range returns ``-1`` and writes nothing.
+    """
+    device = v2p.device
+    if v.numel() == 0:
+        return torch.empty(0, dtype=_LONG, device=device)
+    v = _ids(v, device)
+    v_safe, v_ok = _clamp_rows(v, v2p.shape[0])
+    p = torch.where(v_ok, v2p.index_select(0, v_safe).to(_LONG), -1)  # every read before any write
+    tomb = torch.full_like(p, -1)
+    _store(v2p, v, tomb, v_ok)
+    p_ok = (p >= 0) & (p < p2v.shape[0])
+    _store(p2v, p, tomb, p_ok)
+    return p
+
+
+# --------------------------------------------------------------------------- read tables
+
+
+def _scaled_lookup(v2p: torch.Tensor, multiplier: int) -> torch.Tensor:
+    """int32 ``max(v2p[page] * multiplier, 0)`` for page in [0, rows), and 0 at index rows (a page past the table).
+
+    Computed in int32: the precondition ``v2p[page] * multiplier < 2^31`` makes that
+    exact, and it is SPEC's ``int32(...)`` cast.
+    """
+    rows = v2p.shape[0]
+    lookup = torch.empty(rows + 1, dtype=torch.int32, device=v2p.device)
+    lookup[:rows].copy_(v2p)
+    lookup[:rows].mul_(multiplier).clamp_(min=0)
+    lookup[rows:].fill_(0)
+    return lookup
+
+
+def _pages_of_tokens(tok: torch.Tensor, page_size: int, rows: int) -> torch.Tensor:
+    """``0 if tok < 0 else tok // ps``, then pages past ``v2p`` -> ``rows`` (the lookup's zero slot).
+
+    In place on ``tok`` (the caller's own gathered copy). Floor division maps every
+    negative token to a negative page, which the clamp sends to page 0.
+    """
+    if page_size != 1:
+        tok.floor_divide_(page_size)
+    return tok.clamp_(0, rows)
+
+
+def _live_columns(n_cols: torch.Tensor, width: int) -> torch.Tensor:
+    """bool ``[len(n_cols), width]``: column c of row b is live iff ``c < n_cols[b]``."""
+    cols = torch.arange(width, dtype=torch.int32, device=n_cols.device)
+    return cols.unsqueeze(0) < n_cols.unsqueeze(1)
+
+
+def read_table(
+    *,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    v2p: torch.Tensor,
+    multiplier: int,
+    page_size: int,
+    max_pages: int,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """SPEC §2 read_table, written into ``out[:bs, :max_pages]`` at the live prefix only; returns ``out``."""
+    bs, ps = req_pool_indices.shape[0], page_size
+    n_req = req_to_token.shape[0]
+    if bs == 0 or max_pages <= 0 or n_req == 0:
+        return out
+
+    # n_b = ceil(seq_lens / ps), in int64 so seq_lens near 2^31 cannot wrap.
+    n_b = torch.div(_ids(seq_lens, out.device) + (ps - 1), ps, rounding_mode="floor")
+    req_safe, n_cols = _batch_rows(req_pool_indices, n_req, n_b, max_pages)
+    n_cols = n_cols.to(torch.int32)
+
+    # Column c reads token column c * ps: a strided view, so only those tokens are gathered.
+    # Preconditions put (max_pages - 1) * ps inside the row; a shorter row leaves the columns
+    # past it unwritten.
+    first_tokens = req_to_token[:, 0 : max_pages * ps : ps]
+    n_tok_cols = first_tokens.shape[1]
+    tok = first_tokens.index_select(0, req_safe)  # [bs, n_tok_cols], req_to_token's dtype
+
+    page = _pages_of_tokens(tok, ps, v2p.shape[0])
+    value = _scaled_lookup(v2p, multiplier).index_select(0, page.view(-1)).view(bs, n_tok_cols)
+
+    live = _live_columns(n_cols, n_tok_cols)
+    dst = out[:bs, :n_tok_cols]
+    torch.where(live, value, dst, out=dst)
+    return out
+
+
+def read_table_packed(
+    *,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    v2p: torch.Tensor,
+    indptr: torch.Tensor,
+    multiplier: int,
+    page_size: int,
+    max_tokens: int,
+    out: torch.Tensor,
+    kv_start_idx: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """SPEC §2 read_table_packed (CSR): ``out[indptr[b] + col]`` for ``col < seq_lens[b]``; returns ``out``.
+
+    Each position ``i`` of ``out`` finds its row by a binary search of ``indptr``
+    (``k = #{indptr <= i}``, row ``k - 1``); per-row facts are looked up through ``k`` in
+    tables padded with a dead row on each side, so positions before ``indptr[0]`` or past
+    ``indptr[bs]`` and the gaps between rows are dead without extra masks.
+    """
+    bs, n_out, ps = req_pool_indices.shape[0], out.shape[0], page_size
+    n_req, width = req_to_token.shape
+    if bs == 0 or n_out == 0 or n_req == 0 or width == 0:
+        return out
+    device = out.device
+
+    # Per-row tables (bs + 2 entries, index k = row + 1), all int64 and tiny.
+    req_safe, lens = _batch_rows(req_pool_indices, n_req, _ids(seq_lens, device), max(max_tokens, 0))
+    starts = indptr[:bs].to(_LONG)
+    kv_start = torch.zeros_like(starts) if kv_start_idx is None else kv_start_idx.to(device=device, dtype=_LONG)
+    pad = torch.zeros(1, dtype=_LONG, device=device)
+    row_end = torch.cat([pad, starts + lens, pad])  # i < row_end[k] <=> live (k = 0 and bs + 1: never)
+    row_shift = torch.cat([pad, kv_start - starts, pad])  # pos = i + row_shift[k]
+    row_req = torch.cat([pad, req_safe, pad])
+
+    bounds = indptr[: bs + 1].contiguous()
+    i = torch.arange(n_out, dtype=bounds.dtype, device=device)
+    k = torch.searchsorted(bounds, i, right=True)  # in [0, bs + 1]
+    i = i.to(_LONG)
+    live = i < row_end.index_select(0, k)
+    pos = i.add_(row_shift.index_select(0, k))
+    tok_col = torch.div(pos, ps, rounding_mode="floor").mul_(ps)
+    col_safe, col_ok = _clamp_rows(tok_col, width)
+    live &= col_ok  # pos < 0 gives a negative token column: masked here
+    tok = req_to_token[row_req.index_select(0, k), col_safe]
+
+    page = _pages_of_tokens(tok, ps, v2p.shape[0])
+    value = _scaled_lookup(v2p, multiplier).index_select(0, page).mul_(ps)  # fits int32 (precondition)
+    value += pos.remainder_(ps)
+    torch.where(live, value, out, out=out)
+    return out
+
+
+# --------------------------------------------------------------------------- translate
+
+
+def translate(*, loc: torch.Tensor, v2p: torch.Tensor, page_size: int) -> torch.Tensor:
+    """SPEC §2 translate: ``max(v2p[t // ps] * ps + t % ps, 0)``; 0 for ``t < 0`` or a page past ``v2p``. int64."""
+    device = v2p.device
+    if loc.numel() == 0 or v2p.shape[0] == 0:
+        return torch.zeros(loc.shape, dtype=_LONG, device=device)
+    t = _ids(loc, device)
+    ps = page_size
+    page = torch.div(t, ps, rounding_mode="floor")
+    page_safe, page_ok = _clamp_rows(page, v2p.shape[0])  # t < 0 gives page < 0: masked here too
+    slot = v2p.index_select(0, page_safe).to(_LONG).mul_(ps).add_(t.remainder(ps)).clamp_(min=0)
+    return torch.where(page_ok, slot, 0)
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def first_mismatch(expected: torch.Tensor, actual: torch.Tensor):
+    """None when equal; else ``(index, expected_value, actual_value)`` of the first divergent element.
+
+    ``index`` is an int for 1-D tensors and a tuple otherwise (row-major order). The equal
+    path reads back one bool; a mismatch costs one more small read (the index and the
+    two values), never the tensors.
+    """
+    if expected.shape != actual.shape or expected.dtype != actual.dtype or expected.device != actual.device:
+        raise ValueError(
+            f"cannot compare {tuple(expected.shape)} {expected.dtype} on {expected.device} "
+            f"with {tuple(actual.shape)} {actual.dtype} on {actual.device}"
+        )
+    if torch.equal(expected, actual):  # one host read
+        return None
+    exp_flat = expected.reshape(-1)
+    act_flat = actual.reshape(-1)
+    at = torch.ne(exp_flat, act_flat).to(torch.uint8).argmax().view(1)  # argmax returns the first maximum
+    wide = torch.float64 if expected.is_floating_point() else _LONG
+    flat, exp_value, act_value = torch.cat(
+        [at.to(wide), exp_flat.index_select(0, at).to(wide), act_flat.index_select(0, at).to(wide)]
+    ).tolist()  # the second and last host read
+    flat = int(flat)
+    if expected.dim() == 1:
+        index = flat
+    else:
+        coords = []
+        for size in reversed(expected.shape):
+            flat, c = divmod(flat, size)
+            coords.append(c)
+        index = tuple(reversed(coords))
+    if expected.dtype == torch.bool:
+        exp_value, act_value = bool(exp_value), bool(act_value)
+    elif wide == _LONG:
+        exp_value, act_value = int(exp_value), int(act_value)
+    return index, exp_value, act_value
+
+
+# --------------------------------------------------------------------------- cost model
+
+
+def read_table_bytes(*, bs: int, max_pages: int, page_size: int, token_itemsize: int = 4, v2p_rows: int = 0) -> int:
+    """Bytes ``read_table`` moves through memory (the module docstring's model)."""
+    t = token_itemsize
+    per_elem = 2 * t  # gather the first token of each page
+    per_elem += (2 * t if page_size != 1 else 0) + 2 * t  # floor division (ps > 1), clamp: in place
+    per_elem += t + 4  # page -> value through the L2-resident int32 lookup
+    per_elem += 1  # live mask
+    per_elem += 1 + 4 + 4 + 4  # select into out, in place
+    if page_size * t >= 32:
+        per_elem += 32 - t  # one DRAM sector per strided token
+    return bs * max_pages * per_elem + v2p_rows * 28
