@@ -451,6 +451,8 @@ def run_driver(stem: str, device: torch.device, n: int) -> subprocess.Popen:
     env = dict(os.environ)
     if device.type == "cpu":
         env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)  # compiled kernels: a wild store is a CUDA error, not SIGSEGV
     return subprocess.Popen([sys.executable, "-c", DRIVER, str(sibling(stem)), device.type, str(n)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
