@@ -1,52 +1,83 @@
 """Red zones: the memory oracle's buffers, owned by the harness, not by the code it judges.
 
-The interpreter has no bounds checks and a compiled kernel's stray store lands in
-whatever memory follows its table, so every table the target writes sits between
-guard rows holding a canary; after each op the guard rows are compared with the canary
-and a changed one is a ``memory`` finding naming the buffer. ``DeviceAllocator`` takes
-its buffers from a factory (``RedZones``), so the allocator under test never decides
-what its red zones look like.
+The interpreter has no bounds checks, and a compiled kernel's stray access lands in
+whatever memory follows its buffer, so every buffer a kernel reads or writes (the page
+tables, the token data, and each input of an op: ids, ``req_to_token``, ``seq_lens``,
+``indptr``, ...) sits between guard elements holding a canary; after each op the guards
+are compared with their canaries and a changed one is a ``memory`` finding naming the
+buffer. ``DeviceAllocator`` takes its tables from a factory (``RedZones``), so the
+allocator under test never decides what its red zones look like.
+
+The canary of a buffer is chosen by what its values index, so that a kernel that reads
+one can neither hide it nor turn it into a wild access:
+- read as a value it is larger than any valid one (``rows + guard // 2`` for a page
+  table of ``rows`` rows): a gather from a red zone (``v2p[-1]``, say) shows up as a
+  wrong entry instead of a value that ``max(., 0)`` clamps away;
+- used as an index into the table it points at, it lands in that table's back red zone,
+  ``guard // 2`` rows past the end: a gather-then-scatter (``p2v[v2p[v]]`` for a ``v``
+  past the table) is a reported store into a canary, not a write far outside every
+  buffer (a fixed large canary like 0x0BADC0DE did exactly that). Token buffers scale it
+  by the page size, since a token indexes a page table through ``t // page_size``.
 """
 
 from __future__ import annotations
 
 import torch
 
-# Positive and far from any id: a kernel that gathers from a red zone (v2p[-1], say)
-# turns it into a visible wrong entry instead of a value that max(., 0) hides.
-CANARY = 0x0BADC0DE
+MIN_GUARD = 4  # rows; a canary must land strictly inside the back zone: rows + guard // 2 < rows + guard
+
+
+def index_canary(rows: int, guard: int, scale: int = 1) -> int:
+    """The canary of a buffer whose values index a table of ``rows`` rows guarded by
+    ``guard`` rows on each side (times ``scale`` for token ids of pages of that size)."""
+    return (rows + guard // 2) * scale
 
 
 class RedZones:
-    """A factory of guarded int64 buffers on one device, each remembered by name.
+    """A factory of guarded buffers on one device, each remembered by name.
 
-    ``zones(name, rows, fill, row_len=1)`` returns a view of ``rows * row_len`` elements
-    holding ``fill``, inside a buffer with ``guard * row_len`` canary elements on each
-    side. ``damage()`` names every buffer whose canary changed (it reads the device)."""
+    ``zones(name, rows, fill, row_len=1)`` returns a view of ``rows * row_len`` int64
+    elements holding ``fill``, inside a buffer with ``guard * row_len`` canary elements on
+    each side (the canary: ``index_canary(rows, guard, row_len)``). ``guarded(name,
+    values, canary)`` does the same for an op's input. ``damage()`` names every buffer
+    whose canary changed (one read of the device for all of them)."""
 
     def __init__(self, guard: int, device):
-        self.guard = guard
+        self.guard = max(guard, MIN_GUARD)
         self.device = torch.device(device)
-        self.buffers: dict[str, tuple[torch.Tensor, int]] = {}
+        self.buffers: dict[str, tuple[torch.Tensor, int, int]] = {}
 
     def __call__(self, name: str, rows: int, fill: int, row_len: int = 1) -> torch.Tensor:
-        zone = self.guard * row_len
-        buf = torch.full((rows * row_len + 2 * zone,), CANARY, dtype=torch.int64, device=self.device)
-        view = buf[zone:zone + rows * row_len]
+        view = self._alloc(name, rows * row_len, self.guard * row_len, index_canary(rows, self.guard, row_len),
+                           torch.int64)
         view.fill_(fill)
-        self.buffers[name] = (buf, zone)
         return view
 
+    def guarded(self, name: str, values: torch.Tensor, canary: int, zone: int | None = None) -> torch.Tensor:
+        """A copy of ``values`` (any shape, its dtype) between ``zone`` canary elements (rows
+        of its last dimension for a 2-D tensor) on each side."""
+        if values.dim() == 2:
+            width = values.shape[1]
+            flat = self._alloc(name, values.numel(), (self.guard if zone is None else zone) * width, canary,
+                               values.dtype)
+            view = flat.view(values.shape)
+        else:
+            view = self._alloc(name, values.numel(), self.guard if zone is None else zone, canary, values.dtype)
+        view.copy_(values.reshape(view.shape))
+        return view
+
+    def _alloc(self, name: str, n: int, zone: int, canary: int, dtype) -> torch.Tensor:
+        buf = torch.full((n + 2 * zone,), canary, dtype=dtype, device=self.device)
+        self.buffers[name] = (buf, zone, canary)
+        return buf[zone:zone + n]
+
     def damage(self) -> list[str]:
-        return [name for name, (buf, zone) in self.buffers.items() if not canary_intact(buf, zone)]
-
-
-def canary_intact(buf: torch.Tensor, zone: int) -> bool:
-    """Whether both ends of ``buf`` still hold the canary over ``zone`` elements."""
-    if not zone:
-        return True
-    ends = torch.cat((buf[:zone], buf[buf.numel() - zone:]))
-    return bool((ends == CANARY).all())
+        checks = [(name, torch.cat((buf[:zone], buf[buf.numel() - zone:])) == canary)
+                  for name, (buf, zone, canary) in self.buffers.items() if zone]
+        if not checks:
+            return []
+        intact = torch.stack([ok.all() for _, ok in checks]).tolist()
+        return [name for (name, _), ok in zip(checks, intact) if not ok]
 
 
 class RawTables:
@@ -64,10 +95,12 @@ class RawTables:
     def guard(self) -> int:
         return self.zones.guard
 
-    def clone(self, guard: int) -> RawTables:
-        twin = RawTables(self.rows, guard, self.zones.device)
-        twin.v2p.copy_(self.v2p)
-        twin.p2v.copy_(self.p2v)
+    @classmethod
+    def copy_of(cls, v2p: torch.Tensor, p2v: torch.Tensor, guard: int) -> RawTables:
+        """Guarded copies of two tables (for a probe that may write anywhere)."""
+        twin = cls(v2p.numel(), guard, v2p.device)
+        twin.v2p.copy_(v2p)
+        twin.p2v.copy_(p2v)
         return twin
 
     def damage(self) -> list[str]:

@@ -172,7 +172,12 @@ def parse_ops(items) -> list[Op]:
 class PoolOp(Op):
     """An op on one allocator. ``spec`` runs it on ``kvref.Allocator`` (raising
     ContractViolation when the spec refuses it); ``target`` runs it on the target side
-    (``TargetSide``: the DeviceAllocator and its device); both return plain values."""
+    (``runner.TargetSide``: the DeviceAllocator, its kernels, guarded inputs); both
+    return plain values.
+
+    When the spec refuses an op, ``hostile_class`` names the class of hostile input SPEC
+    promises memory safety for that it falls in (None: no promise), and ``probe`` runs
+    only the kernels the op would call, unchecked, on guarded copies of the tables."""
 
     result_field: ClassVar[str] = "result"
     full_check: ClassVar[bool] = False  # a full state comparison after this op, always
@@ -184,17 +189,31 @@ class PoolOp(Op):
     def target(self, t):
         raise NotImplementedError
 
+    def hostile_class(self, s: kvref.Allocator, tier) -> str | None:
+        return None
+
+    def probe(self, t):
+        """The op's kernels on ``t`` (a probe side); None when the op calls no kernel."""
+        return None
+
 
 class KernelOp(Op):
     """A kernel-level op on raw tables: ``spec`` on the spec's lists, ``target`` through
-    the kernel set on the target's tables (``RawTables``). Every kind has a field ``v``
-    (the virtual pages it names)."""
+    the kernel set on the target's tables (``runner.TargetSide`` over raw tables). Every
+    kind has a field ``v`` (the virtual pages it names). A refused kernel-level op is
+    probed by running it unchecked on guarded copies of the tables."""
 
     def spec(self, v2p: list[int], p2v: list[int]):
         raise NotImplementedError
 
-    def target(self, kernels, tables, long):
+    def target(self, t):
         raise NotImplementedError
+
+    def hostile_class(self, raw: dict, tier) -> str | None:
+        return None
+
+    def probe(self, t):
+        return self.target(t)
 
     def page_ids(self):
         return iter(self.v)
@@ -203,6 +222,16 @@ class KernelOp(Op):
         n = len(self.v)
         if n > 1:
             yield from (tuple(range(0, n // 2)), tuple(range(n // 2, n)), *((b,) for b in range(n)))
+
+
+def _translated(tier) -> str | None:
+    """Data ops reach memory through translate (an invalid token goes to the padding
+    sink): the SPEC §2 translate promise, when the kernel set has its own translate."""
+    return "translate" if tier.has("translate_tokens") else None
+
+
+def _translate_probe(t, tokens):
+    return t.kernels.translate_tokens(loc=t.tokens("loc", tokens), v2p=t.v2p, page_size=t.config.page_size).tolist()
 
 
 def _halves(seq: tuple) -> Iterator[tuple]:
@@ -258,7 +287,15 @@ class Free(_TokenOp):
         return s.free(list(self.tokens))
 
     def target(self, t):
-        return t.alloc.free(t.long(self.tokens))
+        return t.alloc.free(t.tokens("tokens", self.tokens))
+
+    def hostile_class(self, s, tier):
+        return "free_unbind"  # SPEC §2: never write outside the tables, whatever the input
+
+    def probe(self, t):
+        ps = t.config.page_size
+        pages = list(self.tokens) if ps == 1 else [x // ps for x in self.tokens[::ps]]
+        return t.kernels.free_unbind_inplace(t.pages("v", pages), t.v2p, t.p2v).tolist()
 
 
 @dataclass(frozen=True)
@@ -286,7 +323,7 @@ class Forward(_TokenOp):
         return s.forward(list(self.tokens))
 
     def target(self, t):
-        return t.alloc.forward(t.long(self.tokens))
+        return t.alloc.forward(t.tokens("tokens", self.tokens))
 
 
 @dataclass(frozen=True)
@@ -313,7 +350,13 @@ class Write(PoolOp):
         return s.write(list(self.tokens), list(self.stamps))
 
     def target(self, t):
-        return t.alloc.write(t.long(self.tokens), t.long(self.stamps))
+        return t.alloc.write(t.tokens("tokens", self.tokens), t.data("stamps", self.stamps))
+
+    def hostile_class(self, s, tier):
+        return _translated(tier)
+
+    def probe(self, t):
+        return _translate_probe(t, self.tokens)
 
     def shrink(self):
         n = len(self.tokens)
@@ -335,7 +378,13 @@ class Read(_TokenOp):
         return s.read(list(self.tokens))
 
     def target(self, t):
-        return t.alloc.read(t.long(self.tokens)).tolist()
+        return t.alloc.read(t.tokens("tokens", self.tokens)).tolist()
+
+    def hostile_class(self, s, tier):
+        return _translated(tier)
+
+    def probe(self, t):
+        return _translate_probe(t, self.tokens)
 
 
 @dataclass(frozen=True)
@@ -351,7 +400,7 @@ class Translate(PoolOp):
         return s.translate(list(self.loc))
 
     def target(self, t):
-        return t.alloc.translate(t.long(self.loc)).tolist()
+        return t.alloc.translate(t.tokens("loc", self.loc)).tolist()
 
     def shrink(self):
         for keep in _halves(self.loc):
@@ -430,9 +479,29 @@ class ReadTable(_TableOp):
         return out
 
     def target(self, t):
-        out = t.int32(self.poisoned_out())
+        out = t.poisoned(self.poisoned_out())
         view = out[:, : self.max_pages] if self.bs else out[:0, : self.max_pages]
         t.alloc.build_read_table(legacy=self.legacy, max_pages=self.max_pages, out=view, **t.batch(self))
+        return out.tolist()
+
+    def hostile_class(self, s, tier):
+        """SPEC §2: even when a seq_lens entry needs more than max_pages columns, nothing is
+        written at or past max_pages. Only that break is promised: the op with its
+        seq_lens cut to max_pages must be one the spec accepts."""
+        cap = self.max_pages * s.config.page_size
+        repaired = dataclasses.replace(self, seq_lens=tuple(min(n, cap) for n in self.seq_lens))
+        try:
+            repaired.spec(s)
+        except kvref.ContractViolation:
+            return None
+        return "read_table_seq_lens"
+
+    def probe(self, t):
+        out = t.poisoned(self.poisoned_out())
+        view = out[:, : self.max_pages] if self.bs else out[:0, : self.max_pages]
+        fn = t.kernels.build_kv_read_table_legacy if self.legacy else t.kernels.build_kv_read_table
+        fn(v2p=t.v2p, multiplier=t.config.multiplier, page_size=t.config.page_size, max_pages=self.max_pages,
+           out=view, **t.batch(self))
         return out.tolist()
 
     def outside_writes(self, out: list[list[int]]) -> tuple[str, int] | None:
@@ -483,11 +552,20 @@ class ReadTablePacked(_TableOp):
                             out=out, kv_start_idx=None if self.kv_start is None else list(self.kv_start))
         return out
 
+    def _packed_args(self, t) -> dict:
+        kv_start = None if self.kv_start is None else t.positions("kv_start", self.kv_start, self.width)
+        return dict(indptr=t.offsets("indptr", self.indptr, len(self.poisoned_out())), max_tokens=self.max_tokens,
+                    kv_start_idx=kv_start, **t.batch(self))
+
     def target(self, t):
-        out = t.int32(self.poisoned_out())
-        kv_start = None if self.kv_start is None else t.long(self.kv_start)
-        t.alloc.build_read_table_packed(indptr=t.long(self.indptr), max_tokens=self.max_tokens, out=out,
-                                        kv_start_idx=kv_start, **t.batch(self))
+        out = t.poisoned(self.poisoned_out())
+        t.alloc.build_read_table_packed(out=out, **self._packed_args(t))
+        return out.tolist()
+
+    def probe(self, t):
+        out = t.poisoned(self.poisoned_out())
+        t.kernels.build_kv_read_table_packed(v2p=t.v2p, multiplier=t.config.multiplier,
+                                             page_size=t.config.page_size, out=out, **self._packed_args(t))
         return out.tolist()
 
     def outside_writes(self, out: list[int]) -> tuple[str, int] | None:
@@ -525,8 +603,8 @@ class KBind(KernelOp):
     def spec(self, v2p, p2v):
         return kvref.kernels.bind(v2p, p2v, self.v, self.p)
 
-    def target(self, kernels, tables, long):
-        return kernels.bind_inplace(long(self.v), long(self.p), tables.v2p, tables.p2v)
+    def target(self, t):
+        return t.kernels.bind_inplace(t.pages("v", self.v), t.pages("p", self.p), t.v2p, t.p2v)
 
     def bound(self) -> list[tuple[int, int]]:
         return list(zip(self.v, self.p))
@@ -548,8 +626,8 @@ class KAllocBind(KernelOp):
     def spec(self, v2p, p2v):
         return kvref.kernels.alloc_bind(v2p, p2v, self.v, self.start)
 
-    def target(self, kernels, tables, long):
-        return kernels.alloc_bind_inplace(long(self.v), tables.v2p, tables.p2v, self.start).tolist()
+    def target(self, t):
+        return t.kernels.alloc_bind_inplace(t.pages("v", self.v), t.v2p, t.p2v, self.start).tolist()
 
     def bound(self) -> list[tuple[int, int]]:
         return [(v, self.start + i) for i, v in enumerate(self.v)]
@@ -567,8 +645,11 @@ class KFreeUnbind(KernelOp):
     def spec(self, v2p, p2v):
         return kvref.kernels.free_unbind(v2p, p2v, self.v)
 
-    def target(self, kernels, tables, long):
-        return kernels.free_unbind_inplace(long(self.v), tables.v2p, tables.p2v).tolist()
+    def target(self, t):
+        return t.kernels.free_unbind_inplace(t.pages("v", self.v), t.v2p, t.p2v).tolist()
+
+    def hostile_class(self, raw, tier):
+        return "free_unbind"  # SPEC §2: never write outside the tables, whatever the input
 
     def bound(self) -> list[tuple[int, int]]:
         return []

@@ -1,10 +1,23 @@
 """The differential runner: one op sequence on the spec and on a target, step by step.
 
 Oracles, strongest first (DESIGN.md): per-op results and the whole state against the
-spec, the §4 invariants on both sides, red zones and poisoned read-table buffers,
-contract handling (the checked target must refuse what the spec refuses, unchanged,
-and an unchecked twin must stay inside its buffers). The first disagreement raises
+spec, the §4 invariants on both sides, red zones around every buffer a kernel touches
+and poisoned read-table buffers, contract handling. The first disagreement raises
 Divergence naming the step, the oracle and the field, with both values.
+
+Contract handling: when the spec refuses an op, the checked target must refuse it too,
+unchanged. Then, depending on ``hostile``, the op's kernels run unchecked on guarded
+copies of the tables (a *probe*), where they may do anything but write outside their
+buffers:
+- ``spec`` (default): only for the classes of hostile input SPEC promises memory safety
+  for (``Op.hostile_class``: free_unbind of any input, a read table whose seq_lens
+  outgrow max_pages, translate of any id); nothing else a spec refuses is ever run
+  unchecked, so a kernel set that trusts its callers meets no input SPEC lets it trust;
+- ``off``: no probes (and the generators make no contract violations);
+- ``all``: every refused op that calls a kernel is probed (for kernel sets that, like
+  ours, promise to mask everything).
+A probe runs the kernels alone, never the allocator's host logic, which would otherwise
+index torch tensors with whatever a kernel returned for a hostile lane.
 """
 
 from __future__ import annotations
@@ -19,12 +32,17 @@ from kvref import ContractViolation, InvariantViolation
 
 from .case import Signature
 from .knobs import apply as apply_knobs
-from .memory import RawTables, RedZones
+from .memory import RawTables, RedZones, index_canary
 from .ops import POISON, TABLE_OPS, KernelOp, Op, PoolOp, parse_ops
+from .spec_side import Outcome, SpecSide, unsupported
 from .tiers import Tier
 
 STATE_FIELDS = ("v2p", "p2v", "free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
 END = "end"  # the signature's op kind for a divergence found by the final check
+HOSTILE = ("spec", "off", "all")
+INPUT = "in:"  # red-zone names of an op's inputs (dropped after the op)
+
+__all__ = ["Divergence", "Outcome", "PoolRun", "RunStats", "TargetSide", "crash_field", "replay"]
 
 
 @dataclass
@@ -82,12 +100,27 @@ def first_difference(a, b):
     return "", a, b
 
 
-@dataclass
-class Outcome:
-    """What one op did on one side."""
-    result: object = None
-    error: ContractViolation | None = None
-    crash: BaseException | None = None
+CUDA_ERRORS = (  # the sticky CUDA errors by the words of their message
+    ("illegal memory access", "cuda-illegal-address"),
+    ("device-side assert", "cuda-device-assert"),
+    ("misaligned address", "cuda-misaligned-address"),
+    ("illegal instruction", "cuda-illegal-instruction"),
+    ("unspecified launch failure", "cuda-launch-failure"),
+    ("an illegal", "cuda-illegal"),
+)
+
+
+def is_cuda_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "cudaError" in text
+
+
+def crash_field(exc: BaseException) -> str:
+    """The signature field of a crash: the CUDA error's name, else the exception type."""
+    if is_cuda_error(exc):
+        text = str(exc).lower()
+        return next((name for words, name in CUDA_ERRORS if words in text), "cuda-error")
+    return type(exc).__name__
 
 
 @dataclass
@@ -95,26 +128,70 @@ class RunStats:
     ops: int = 0
     contract_ops: int = 0
     by_kind: dict = field(default_factory=dict)
+    hostile: dict = field(default_factory=dict)  # probes run, by hostile class
+
+    def merge(self, other: RunStats) -> None:
+        self.ops += other.ops
+        self.contract_ops += other.contract_ops
+        for mine, theirs in ((self.by_kind, other.by_kind), (self.hostile, other.hostile)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
 
 
 class TargetSide:
-    """What a pool op needs to run on the target: the allocator and its device."""
+    """What an op needs to run on the target: the kernel set, the tables (an allocator's
+    or raw ones), and its inputs, each a guarded copy registered in ``zones`` under
+    ``in:NAME`` (the canary of each chosen by what its values index, see ``memory``)."""
 
-    def __init__(self, alloc: DeviceAllocator, device):
-        self.alloc = alloc
-        self.device = device
+    def __init__(self, kernels, config: kvref.PoolConfig, zones: RedZones, v2p, p2v, alloc=None):
+        self.kernels, self.config, self.zones = kernels, config, zones
+        self.v2p, self.p2v, self.alloc = v2p, p2v, alloc
+        self.device = zones.device
 
-    def long(self, values) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=self.device)
+    def _guarded(self, name, values, canary, dtype=torch.int64) -> torch.Tensor:
+        t = torch.tensor(values, dtype=dtype, device=self.device)
+        return self.zones.guarded(INPUT + name, t, canary)
 
-    def int32(self, values) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int32, device=self.device)
+    def pages(self, name: str, values) -> torch.Tensor:
+        return self._guarded(name, values, index_canary(self.config.table_rows, self.zones.guard))
+
+    def tokens(self, name: str, values) -> torch.Tensor:
+        c = self.config
+        return self._guarded(name, values, index_canary(c.table_rows, self.zones.guard, c.page_size))
+
+    def data(self, name: str, values) -> torch.Tensor:
+        return self.tokens(name, values)  # never an index; any canary will do
+
+    def offsets(self, name: str, values, size: int) -> torch.Tensor:
+        """Offsets into a buffer of ``size`` elements (indptr into out)."""
+        return self._guarded(name, values, index_canary(size, self.zones.guard))
+
+    def positions(self, name: str, values, width: int) -> torch.Tensor:
+        return self._guarded(name, values, index_canary(width, self.zones.guard))
+
+    def poisoned(self, values) -> torch.Tensor:
+        """A read-table output buffer (int32), poisoned, between poisoned guards."""
+        return self._guarded("out", values, POISON, torch.int32)
 
     def batch(self, op) -> dict:
-        """req_to_token, req_pool_indices and seq_lens of a read-table op, as tensors."""
+        """req_to_token, req_pool_indices and seq_lens of a read-table op."""
         rows = op.req_to_token() or [[-1] * op.width]
         r2t = torch.tensor(rows, dtype=torch.int64, device=self.device).reshape(len(rows), op.width)
-        return dict(req_to_token=r2t, req_pool_indices=self.long(op.req_idx), seq_lens=self.long(op.seq_lens))
+        c, g = self.config, self.zones.guard
+        return dict(req_to_token=self.zones.guarded(INPUT + "req_to_token", r2t,
+                                                    index_canary(c.table_rows, g, c.page_size)),
+                    req_pool_indices=self._guarded("req_pool_indices", op.req_idx, index_canary(len(rows), g)),
+                    seq_lens=self._guarded("seq_lens", op.seq_lens, index_canary(op.width, g)))
+
+    def damage(self) -> list[str]:
+        """Damaged red zones (tables and inputs), then forget this op's inputs."""
+        damaged = self.zones.damage()
+        self.forget_inputs()
+        return damaged
+
+    def forget_inputs(self) -> None:
+        for name in [n for n in self.zones.buffers if n.startswith(INPUT)]:
+            del self.zones.buffers[name]
 
 
 def _attempt(fn) -> Outcome:
@@ -130,12 +207,16 @@ class PoolRun:
     """A spec allocator and a target DeviceAllocator fed the same ops."""
 
     def __init__(self, config: kvref.PoolConfig, tier: Tier, *, guard_rows: int = 16, full_every: int = 1,
-                 knobs: dict | None = None):
+                 knobs: dict | None = None, hostile: str = "spec", beat=None):
+        if hostile not in HOSTILE:
+            raise ValueError(f"hostile must be one of {HOSTILE}, got {hostile!r}")
         self.config = config
         self.tier = tier
         self.knobs = knobs
+        self.hostile = hostile
+        self.beat = beat  # a worker's heartbeat: told the index of each op before it runs
         apply_knobs(tier.kernels, knobs)
-        self.spec = kvref.Allocator(config)
+        self.side = SpecSide(config)
         cls = tier.allocator_cls or DeviceAllocator
         self.guard_rows = guard_rows
         self.zones = RedZones(guard_rows, tier.device)
@@ -143,64 +224,36 @@ class PoolRun:
         self.full_every = max(1, full_every)
         self.stats = RunStats()
         self.step_no = 0
-        rows = config.table_rows
-        self.raw_spec = {"v2p": [0] + [-1] * (rows - 1), "p2v": [0] + [-1] * (rows - 1)}
-        self.raw_target = RawTables(rows, guard_rows, tier.device)
+        self.raw_target = RawTables(config.table_rows, guard_rows, tier.device)
 
-    def _long(self, values) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=self.tier.device)
+    @property
+    def spec(self) -> kvref.Allocator:
+        return self.side.spec
+
+    @property
+    def raw_spec(self) -> dict:
+        return self.side.raw
+
+    def _side(self, zones: RedZones, v2p, p2v, alloc=None) -> TargetSide:
+        return TargetSide(self.tier.kernels, self.config, zones, v2p, p2v, alloc)
 
     # ---- kernel-level ops on the raw tables -------------------------------------
-    def _raw_spec_do(self, op: KernelOp) -> Outcome:
-        try:
-            return Outcome(op.spec(self.raw_spec["v2p"], self.raw_spec["p2v"]))
-        except ContractViolation as exc:
-            return Outcome(error=exc)
-
-    def _raw_target_do(self, tables: RawTables, op: KernelOp) -> Outcome:
-        return _attempt(lambda: op.target(self.tier.kernels, tables, self._long))
-
-    def _raw_step(self, i: int, op: KernelOp) -> Outcome:
-        spec_out = self._raw_spec_do(op)
+    def _raw_step(self, i: int, op: KernelOp, spec_out: Outcome) -> Outcome:
         if spec_out.error is not None:
-            # The kernels have no checked mode: unchecked, they must stay inside the tables.
-            self.stats.contract_ops += 1
-            probe = self.raw_target.clone(self._guard_for(op))
-            self._raw_target_do(probe, op)
-            self._raw_memory(i, op, probe)
+            self._refused(i, op, self.raw_spec, self.raw_target.v2p, self.raw_target.p2v)
             return spec_out
-        out = self._raw_target_do(self.raw_target, op)
-        if out.crash is not None:
-            raise Divergence(i, op, "crash", type(out.crash).__name__, None, repr(out.crash),
-                             f"the target raised {type(out.crash).__name__}: {out.crash}")
-        if out.error is not None:
-            raise Divergence(i, op, "contract", "spurious", None, str(out.error),
-                             f"the kernel set refused a call the spec accepts: {out.error}")
+        t = self._side(self.raw_target.zones, self.raw_target.v2p, self.raw_target.p2v)
+        out = _attempt(lambda: op.target(t))
+        self._check_outcome(i, op, out, "the kernel set")
         diff = first_difference(spec_out.result, out.result)
         if diff is not None:
             raise Divergence(i, op, "result", "result", diff[1], diff[2], f"{op.kind} returned different pages")
-        self._raw_memory(i, op, self.raw_target)
+        self._memory(i, op, t, "raw_")
         for name in ("v2p", "p2v"):
             diff = first_difference(self.raw_spec[name], getattr(self.raw_target, name).tolist())
             if diff:
                 raise Divergence(i, op, "state", f"raw_{name}", diff[1], diff[2], f"raw {name}{diff[0]} differs")
         return spec_out
-
-    def _raw_memory(self, i: int, op: Op, tables: RawTables) -> None:
-        damaged = tables.damage()
-        if damaged:
-            raise Divergence(i, op, "memory", f"raw_{damaged[0]}", "canary", "overwritten",
-                             f"red zone around raw {', '.join(damaged)} was written")
-
-    # ---- one op on each side --------------------------------------------------
-    def _spec_do(self, op: PoolOp) -> Outcome:
-        try:
-            return Outcome(op.spec(self.spec))
-        except ContractViolation as exc:
-            return Outcome(error=exc)
-
-    def _target_do(self, alloc: DeviceAllocator, op: PoolOp) -> Outcome:
-        return _attempt(lambda: op.target(TargetSide(alloc, self.tier.device)))
 
     # ---- the oracles ------------------------------------------------------------
     def step(self, op: Op) -> Outcome:
@@ -209,38 +262,43 @@ class PoolRun:
         Returns what the spec did (its result, or the ContractViolation it raised)."""
         i = self.step_no
         self.step_no += 1
+        if self.beat is not None:
+            self.beat.op(i)
         self.stats.ops += 1
         self.stats.by_kind[op.kind] = self.stats.by_kind.get(op.kind, 0) + 1
         if not op.supported_by(self.tier):
-            return Outcome(error=ContractViolation(f"{op.kind}: not in this kernel set"))
-        if isinstance(op, KernelOp):
-            return self._raw_step(i, op)
-        spec_out = self._spec_do(op)
-
-        def diverge(oracle, fld, spec, target, msg):
-            raise Divergence(i, op, oracle, fld, spec, target, msg)
-
+            return unsupported(op)
+        spec_out = self.side.apply(op)
         if spec_out.error is not None:
             self.stats.contract_ops += 1
+        if isinstance(op, KernelOp):
+            return self._raw_step(i, op, spec_out)
+        if spec_out.error is not None:
             self._contract(i, op, spec_out.error)
             return spec_out
-        tgt_out = self._target_do(self.target, op)
-        if tgt_out.crash is not None:
-            diverge("crash", type(tgt_out.crash).__name__, None, repr(tgt_out.crash),
-                    f"the target raised {type(tgt_out.crash).__name__}: {tgt_out.crash}")
-        if tgt_out.error is not None:
-            diverge("contract", "spurious", None, str(tgt_out.error),
-                    f"the target refused a call the spec accepts: {tgt_out.error}")
+        t = self._side(self.zones, self.target.v2p, self.target.p2v, self.target)
+        tgt_out = _attempt(lambda: op.target(t))
+        self._check_outcome(i, op, tgt_out, "the target")
         diff = first_difference(spec_out.result, tgt_out.result)
         if diff is not None:
             where, a, b = diff
-            diverge("result", op.result_field, a, b, f"{op.kind} returned different values at {where or 'top level'}")
-        self._memory(i, op, self.zones)
+            raise Divergence(i, op, "result", op.result_field, a, b,
+                             f"{op.kind} returned different values at {where or 'top level'}")
+        self._memory(i, op, t)
         if i % self.full_every == 0 or op.full_check:
             self.check_state(i, op)
         else:
             self._check_tables(i, op)
         return spec_out
+
+    @staticmethod
+    def _check_outcome(i: int, op: Op, out: Outcome, who: str) -> None:
+        if out.crash is not None:
+            raise Divergence(i, op, "crash", crash_field(out.crash), None, repr(out.crash),
+                             f"{who} raised {type(out.crash).__name__}: {out.crash}")
+        if out.error is not None:
+            raise Divergence(i, op, "contract", "spurious", None, str(out.error),
+                             f"{who} refused a call the spec accepts: {out.error}")
 
     def _check_tables(self, i: int, op: Op) -> None:
         for name in ("v2p", "p2v"):
@@ -261,18 +319,24 @@ class PoolRun:
         except InvariantViolation as exc:
             raise Divergence(i, op, "invariant", exc.name, None, None, str(exc)) from None
 
-    def _memory(self, i: int, op: Op, zones: RedZones) -> None:
-        damaged = zones.damage()
+    @staticmethod
+    def _memory(i: int, op: Op, t: TargetSide, tables: str = "") -> None:
+        """A memory divergence if a red zone changed; ``tables`` prefixes the tables' names
+        (``raw_`` for the raw tables)."""
+        damaged = t.damage()
         if damaged:
-            raise Divergence(i, op, "memory", damaged[0], "canary", "overwritten",
-                             f"red zone around {', '.join(damaged)} was written")
+            names = [n[len(INPUT):] if n.startswith(INPUT) else tables + n for n in damaged]
+            raise Divergence(i, op, "memory", names[0], "canary", "overwritten",
+                             f"red zone around {', '.join(names)} was written")
 
     def _contract(self, i: int, op: PoolOp, spec_error: ContractViolation) -> None:
         if op.checked_refusal:
             before = self.target.snapshot()
-            tgt_out = self._target_do(self.target, op)
+            t = self._side(self.zones, self.target.v2p, self.target.p2v, self.target)
+            tgt_out = _attempt(lambda: op.target(t))
+            t.forget_inputs()
             if tgt_out.crash is not None:
-                raise Divergence(i, op, "crash", type(tgt_out.crash).__name__, str(spec_error), repr(tgt_out.crash),
+                raise Divergence(i, op, "crash", crash_field(tgt_out.crash), str(spec_error), repr(tgt_out.crash),
                                  f"checked target crashed instead of raising ContractViolation: {tgt_out.crash}")
             if tgt_out.error is None:
                 raise Divergence(i, op, "contract", "not-raised", str(spec_error), None,
@@ -282,13 +346,26 @@ class PoolRun:
                 if before[name] != after[name]:
                     raise Divergence(i, op, "contract", "unchanged", before[name], after[name],
                                      f"checked target changed {name} while refusing the call")
-        # Unchecked, the target may do anything but write outside its buffers. The probe's
-        # red zones reach every id the op names, so a stray store lands in a canary (and is
-        # reported) instead of corrupting the fuzzer's own memory under the interpreter.
-        zones = RedZones(self._guard_for(op), self.tier.device)
-        probe = self.target.clone(checked=False, buffers=zones)
-        out = self._target_do(probe, op)
-        self._memory(i, op, zones)
+        self._refused(i, op, self.spec, self.target.v2p, self.target.p2v)
+
+    def _refused(self, i: int, op: Op, spec_state, v2p, p2v) -> None:
+        """Probe a refused op's kernels unchecked, if its hostile class allows it."""
+        if self.hostile == "off":
+            return
+        cls = op.hostile_class(spec_state, self.tier)
+        if cls is None and self.hostile == "spec":
+            return
+        cls = cls or f"{op.kind}:unpromised"
+        # The probe's red zones reach every id the op names, so a stray store lands in a
+        # canary (and is reported) instead of corrupting the fuzzer's own memory.
+        tables = RawTables.copy_of(v2p, p2v, self._guard_for(op))
+        t = self._side(tables.zones, tables.v2p, tables.p2v)
+        out = _attempt(lambda: op.probe(t))
+        if out.crash is not None and is_cuda_error(out.crash):
+            raise Divergence(i, op, "crash", crash_field(out.crash), None, repr(out.crash),
+                             f"an unchecked {cls} probe faulted: {out.crash}")
+        self.stats.hostile[cls] = self.stats.hostile.get(cls, 0) + 1
+        self._memory(i, op, t, "raw_" if isinstance(op, KernelOp) else "")
         if isinstance(op, TABLE_OPS) and out.result is not None:
             outside = op.outside_writes(out.result)
             if outside is not None:

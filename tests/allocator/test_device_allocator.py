@@ -103,13 +103,14 @@ def test_unchecked_double_free_stays_inside_its_tables(tier):
 
 
 def test_red_zone_damage_is_reported(tier):
-    zones = RedZones(2, tier.device)
+    zones = RedZones(4, tier.device)
     target = DeviceAllocator(PoolConfig(num_pages=8), tier.kernels, tier.device, buffers=zones)
     assert zones.damage() == []
-    buf, _ = zones.buffers["p2v"]
+    buf, zone, canary = zones.buffers["p2v"]
+    assert zone == 4 and canary == 9 + 4 // 2  # an index that lands in the back zone of a 9-row table
     buf[-1] = 7
     assert zones.damage() == ["p2v"]
-    assert target.p2v.data_ptr() == buf.data_ptr() + 2 * buf.element_size()  # the table sits inside its zones
+    assert target.p2v.data_ptr() == buf.data_ptr() + zone * buf.element_size()  # the table sits inside its zones
 
 
 def test_lazy_and_eager_agree_after_urgent_flush(tier):
