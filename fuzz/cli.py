@@ -1,18 +1,28 @@
 """The ``kvfuzz`` command line (also ``python -m fuzz``).
 
-Exit codes: 0 clean, 1 failures found (or a replayed case still fails, or check-sync
-findings), 2 usage or setup error. Nothing that imports Triton is imported before the
-backend is chosen, so ``--backend interpret`` can still turn the interpreter on.
+Exit codes: 0 clean; 1 failures found (or a replayed case still fails, or check-sync
+findings); 2 usage or setup error, or a run that did not test what it claims (no ops,
+no Triton launch on a Triton tier); 3 an internal error of the harness itself.
+
+Nothing that imports Triton or a kernel set runs in this process before the backend is
+chosen, and a kernel set never runs in it at all during ``run``, ``replay`` and
+``minimize``: supervised child processes do that, so a kernel that segfaults, hangs or
+faults the GPU is a finding, not the end of the command.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
+import time
+import traceback
 from pathlib import Path
 
 from .engine.tiers import BACKENDS, SetupError, select_backend
+
+HOSTILE = ("spec", "off", "all")
+EXIT_HARNESS = 3
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -31,88 +41,172 @@ def _positive(kind):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         return value
     return parse
 
 
+def _version() -> str:
+    from .tools.reports import kvfuzz_version
+
+    return f"kvfuzz {kvfuzz_version()}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvfuzz", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="fuzz until the budget ends; write each distinct failure as a case file")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+    run = command("run", "fuzz until the budget ends; write each distinct failure as a case file")
     run.add_argument("--backend", choices=BACKENDS, default="torch")
     run.add_argument("--kernels", help="kernel set: a dotted module or a path to a .py file (default: ours)")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--budget-s", type=_positive(float), default=60.0)
-    run.add_argument("--out", default="kvfuzz-out", help="directory for case files (default: kvfuzz-out)")
-    run.add_argument("--workers", type=_positive(int), default=1)
-    run.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N")
+    run.add_argument("--budget-s", type=_positive(float), default=60.0, help="wall-clock budget, minimization included")
+    run.add_argument("--out", default="kvfuzz-out", help="directory for case files")
+    run.add_argument("--workers", type=_positive(int), default=1, help="worker processes (one GPU each on CUDA)")
+    run.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N", help="this machine's share of the seeds")
     run.add_argument("--ops-per-sequence", type=_positive(int), default=200)
-    run.add_argument("--json", action="store_true", help="print the summary as JSON too")
+    run.add_argument("--hostile", choices=HOSTILE, default="spec",
+                     help="contract-breaking inputs: only where SPEC promises memory safety (spec), none (off), "
+                          "or every one, run unchecked (all)")
+    run.add_argument("--op-timeout", type=_positive(float), default=60.0,
+                     help="seconds without progress before a worker is a 'timeout' case")
+    run.add_argument("--progress-s", type=_positive(float), default=30.0,
+                     help="seconds between progress lines when stderr is not a terminal")
+    run.add_argument("--summary", metavar="FILE", help="write a JSON summary here")
+    run.add_argument("--junit-xml", metavar="FILE", help="write JUnit XML here (a test case per failure and per op kind)")
+    run.add_argument("--stats", action="store_true", help="print the statistics table at the end")
+    run.add_argument("--no-minimize", action="store_true", help="write cases as found, without shrinking them")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
 
-    rp = sub.add_parser("replay", help="replay one case file: exit 1 if it still fails")
+    rp = command("replay", "replay one case file in a child process: exit 1 if it still fails")
     rp.add_argument("case")
     rp.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
-    rp.add_argument("--kernels", help="default: the case's kernel set")
+    rp.add_argument("--kernels", help="default: the case's kernel set (knobs it lacks are dropped, with a warning)")
+    rp.add_argument("--op-timeout", type=_positive(float), default=60.0)
+    rp.add_argument("--in-process", action="store_true", help="replay in this process (for a debugger)")
+    rp.add_argument("--sanitizer", choices=("memcheck", "racecheck", "initcheck", "synccheck"),
+                    help="replay under compute-sanitizer on a GPU and put its first report into the case")
     rp.add_argument("--pytest", action="store_true", help="print a standalone pytest test instead")
 
-    mn = sub.add_parser("minimize", help="shrink a case further (rewrites it, or writes --out)")
+    mn = command("minimize", "shrink a case further (rewrites it, or writes --out)")
     mn.add_argument("case")
-    mn.add_argument("--backend", choices=BACKENDS)
-    mn.add_argument("--kernels")
+    mn.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
+    mn.add_argument("--kernels", help="default: the case's kernel set")
     mn.add_argument("--budget-s", type=_positive(float), default=60.0)
-    mn.add_argument("--out")
+    mn.add_argument("--op-timeout", type=_positive(float), default=60.0)
+    mn.add_argument("--out", help="default: rewrite the case in place")
 
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
     cs.add_argument("paths", nargs="*")
 
-    mu = sub.add_parser("mutants", help="run the mutant catalogue: kill rate and time to kill per mutant")
+    mu = command("mutants", "run the mutant catalogue: kill rate and time to kill per mutant")
     mu.add_argument("--backend", choices=BACKENDS, default="interpret")
     mu.add_argument("--budget-s", type=_positive(float), default=30.0, help="per mutant")
     mu.add_argument("--only", nargs="*", metavar="NAME")
     mu.add_argument("--seed", type=int, default=0)
     mu.add_argument("--list", action="store_true", help="list the catalogue and exit")
 
-    bn = sub.add_parser("bench", help="diffed ops/s per tier; on a GPU also the kernel benchmarks")
+    bn = command("bench", "diffed ops/s per tier; on a GPU also the kernel benchmarks")
     bn.add_argument("--seconds", type=_positive(float), default=10.0, help="per tier")
-    bn.add_argument("--tiers", default=None, help="comma list (default: torch,interpret on CPU; torch,cuda on GPU)")
+    bn.add_argument("--tiers", default=None, help="comma list of backends (default: torch,interpret on a CPU; "
+                                                  "torch,cuda on a GPU)")
     bn.add_argument("--out", help="write the results as JSON here")
     return p
+
+
+# ---- run ------------------------------------------------------------------------------------
 
 
 def _cmd_run(args) -> int:
     select_backend(args.backend)
     from .engine.campaign import CampaignOptions, run_campaign
+    from .engine.case import source_hash
+    from .engine.tiers import default_kernels
+    from .tools import reports
 
+    for flag in ("summary", "junit_xml"):
+        target = getattr(args, flag)
+        if target and Path(target).is_dir():
+            raise SetupError(f"--{flag.replace('_', '-')} {target}: is a directory; give a file name")
     opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
-                           ops_per_sequence=args.ops_per_sequence)
+                           ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
+                           progress_s=args.progress_s, minimize=not args.no_minimize)
     s = run_campaign(opts)
-    kernels = args.kernels or ("kvkernels.torch_path" if args.backend == "torch" else "kvkernels")
-    for case in s.cases:
-        print(f"FAIL {case.signature}: {case.divergence['message']} (seed {case.seed}, "
-              f"{case.lengths['original']} -> {case.lengths['minimized']} ops)")
-    for path in s.paths:
-        print(f"case written: {path}")
+    kernels = args.kernels or default_kernels(args.backend)
+    for case, path in zip(s.cases, s.paths):
+        print(f"case: {path}  ({case.signature}, {case.lengths.get('original')} -> "
+              f"{case.lengths.get('minimized')} ops)")
+    for text in s.harness_errors:
+        print(f"kvfuzz run: internal harness error (exit 3):\n{text}", file=sys.stderr)
+    for problem in s.health:
+        print(f"kvfuzz run: not clean: {problem}", file=sys.stderr)
+    probed = ", ".join(f"{k} {v}" for k, v in sorted(s.hostile.items())) or "none"
     print(f"kvfuzz run: backend={args.backend} kernels={kernels} shard={args.shard[0]}/{args.shard[1]} "
           f"workers={args.workers} sequences={s.sequences} ops={s.ops} ops/s={s.ops_per_s:.0f} "
-          f"contract_ops={s.contract_ops} failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s")
+          f"contract_ops={s.contract_ops} hostile={args.hostile} (probed: {probed}) faults={s.faults} "
+          f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s" + (f" interrupted={s.interrupted}"
+                                                                    if s.interrupted else ""))
+    if args.stats:
+        print(reports.stats_table(s))
+    data = reports.summary_json(s, backend=args.backend, kernels=kernels, kernels_sha256=source_hash(kernels),
+                                options={"seed": args.seed, "budget_s": args.budget_s, "workers": args.workers,
+                                         "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
+                                         "op_timeout": args.op_timeout})
+    if args.summary:
+        reports.write(args.summary, reports.dumps(data))
+    if args.junit_xml:
+        reports.write(args.junit_xml, reports.junit_xml(s, backend=args.backend, kernels=kernels))
     if args.json:
-        print(json.dumps({"ops": s.ops, "ops_per_s": s.ops_per_s, "failures": len(s.cases),
-                          "cases": [str(p) for p in s.paths], "sequences": s.sequences}))
-    return 1 if s.cases else 0
+        import json
+
+        print(json.dumps(data))
+    return s.exit_code
 
 
-def _case_tier(args, case):
+# ---- replay and minimize -------------------------------------------------------------------------
+
+
+def _case_spec(args, case):
+    """(TierSpec, the kernels named, whether they are the case's own)."""
+    from .engine.case import resolve_kernels
+    from .engine.tiers import TierSpec
+
     backend = args.backend or case.tier or "torch"
     select_backend(backend)
-    from .engine.case import resolve_kernels
-    from .engine.tiers import make_tier
+    own = not args.kernels
+    kernels = args.kernels or resolve_kernels(case.kernels, case.path, case.extra.get("kernels_file"))
+    return TierSpec(backend, kernels), kernels, own
 
-    kernels = args.kernels or resolve_kernels(case.kernels, case.path)
-    return make_tier(backend, kernels)
+
+def _executor(spec, op_timeout: float):
+    import tempfile
+
+    from .engine.supervise import Executor
+
+    return Executor(spec, op_timeout=op_timeout, log_dir=Path(tempfile.gettempdir()))
+
+
+def _verdict(run, what: str):
+    """Run ``run()`` (an executor call); a setup or harness failure in the child becomes
+    this process's SetupError / exit 3."""
+    from .engine.supervise import HarnessFailed, SetupFailed
+
+    try:
+        return run()
+    except SetupFailed as exc:
+        raise SetupError(str(exc)) from None
+    except HarnessFailed as exc:
+        raise HarnessError(f"{what}: {exc}") from None
+
+
+class HarnessError(RuntimeError):
+    """kvfuzz's own failure (exit 3)."""
 
 
 def _cmd_replay(args) -> int:
@@ -124,38 +218,68 @@ def _cmd_replay(args) -> int:
 
         print(render(case, args.case))
         return 0
-    tier = _case_tier(args, case)
-    from .engine.runner import replay
+    spec, kernels, own = _case_spec(args, case)
+    if args.sanitizer:
+        from .tools.sanitizer import replay_under_sanitizer
 
-    d, run = replay(case.config, case.ops, tier, knobs=case.knobs)
-    where = f"backend={tier.backend} kernels={tier.kernels_name}"
+        return replay_under_sanitizer(case, Path(args.case), spec, args.sanitizer)
+    where = f"backend={spec.backend} kernels={kernels}"
+    if args.in_process:
+        from .engine.runner import replay
+
+        d, run = replay(case.config, case.ops, spec.make(), knobs=case.knobs, strict_knobs=own)
+        dropped = run.dropped_knobs
+    else:
+        executor = _executor(spec, args.op_timeout)
+        try:
+            d = _verdict(lambda: executor.run(case.config, case.ops, case.knobs, strict_knobs=own), "replay")
+        finally:
+            executor.close()
+        dropped = executor.notes.get("dropped_knobs", [])
+    if dropped:
+        print(f"kvfuzz replay: warning: {kernels} has no launch knob {', '.join(dropped)}; dropped", file=sys.stderr)
     if d is None:
         print(f"PASS {args.case}: {len(case.ops)} ops agree with the spec ({where})")
         return 0
     same = "same signature" if d.signature == case.signature else f"NEW signature (case has {case.signature})"
     print(f"FAIL {args.case}: {d} [{same}; {where}]")
+    fault = getattr(d, "fault", None)
+    if fault is not None and fault.stderr:
+        print("stderr of the replay (the fault's Python stack first):\n  " + "\n  ".join(_fault_lines(fault.stderr)))
     return 1
 
 
+def _fault_lines(lines: list[str], n: int = 12) -> list[str]:
+    """From faulthandler's report, the lines that say where (the innermost frames first)."""
+    start = next((i for i, line in enumerate(lines) if "Fatal Python error" in line), max(0, len(lines) - n))
+    return lines[start:start + n]
+
+
 def _cmd_minimize(args) -> int:
-    import time
-
     from .engine.case import load_case
-
-    case = load_case(args.case)
-    tier = _case_tier(args, case)
     from .engine.minimize import Minimizer, NotReproducible
 
-    m = Minimizer(tier, case.signature, deadline=time.monotonic() + args.budget_s, knobs=case.knobs)
+    case = load_case(args.case)
+    spec, _, own = _case_spec(args, case)
+    executor = _executor(spec, args.op_timeout)
+    deadline = time.monotonic() + args.budget_s
+    m = Minimizer(None, case.signature, deadline=deadline,
+                  judge=lambda config, ops: executor.run(config, ops, case.knobs, deadline=deadline + 30,
+                                                         strict_knobs=own))
     try:
-        config, ops, d = m.run(case.config, case.ops)
+        config, ops, d = _verdict(lambda: m.run(case.config, case.ops), "minimize")
     except NotReproducible as exc:
         print(f"kvfuzz minimize: {args.case}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        executor.close()
     out = case.with_minimized(config, ops, d).write(Path(args.out or args.case))
     print(f"minimized {args.case}: {len(case.ops)} -> {len(ops)} ops in {m.replays} replays "
           f"({m.saved} more spared by the cache); written to {out}")
     return 0
+
+
+# ---- the rest -------------------------------------------------------------------------------------
 
 
 def _cmd_check_sync(args) -> int:
@@ -179,7 +303,14 @@ def _cmd_mutants(args) -> int:
 def _cmd_bench(args) -> int:
     from .tools.bench import main as bench
 
-    return bench(seconds=args.seconds, tiers=args.tiers, out=args.out)
+    tiers = None
+    if args.tiers is not None:
+        tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
+        unknown = [t for t in tiers if t not in BACKENDS]
+        if unknown or not tiers:
+            raise SetupError(f"--tiers {args.tiers}: unknown tier {', '.join(unknown) or '(none given)'}; "
+                             f"choose from {', '.join(BACKENDS)}")
+    return bench(seconds=args.seconds, tiers=tiers, out=args.out)
 
 
 COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "check-sync": _cmd_check_sync,
@@ -188,15 +319,20 @@ COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .engine.case import CaseError
+
     try:
         return COMMANDS[args.command](args)
-    except SetupError as exc:
+    except (SetupError, CaseError) as exc:
         print(f"kvfuzz {args.command}: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:
-        from .engine.case import CaseError
-
-        if isinstance(exc, CaseError):
-            print(f"kvfuzz {args.command}: {exc}", file=sys.stderr)
-            return 2
-        raise
+    except HarnessError as exc:
+        print(f"kvfuzz {args.command}: internal harness error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS
+    except KeyboardInterrupt:
+        print(f"kvfuzz {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - a bug of kvfuzz: say so, with the traceback, and exit 3
+        print(f"kvfuzz {args.command}: internal harness error (please report it):\n{traceback.format_exc()}",
+              file=sys.stderr)
+        return EXIT_HARNESS

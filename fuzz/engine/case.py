@@ -9,7 +9,9 @@ the environment it was found in. Keys a reader does not know (a corpus case's
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import platform
 import subprocess
 from dataclasses import dataclass, field
@@ -22,8 +24,8 @@ from .ops import Op, OpError, parse_ops
 SCHEMA = "kvfuzz-case/1"
 REQUIRED = ("schema", "config", "ops", "signature")
 # Written in this order; keys not listed here follow "schema" in the order they came.
-ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "knobs", "signature", "divergence",
-         "lengths", "environment")
+ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "kernels_file", "knobs", "signature",
+         "divergence", "fault", "lengths", "environment")
 
 
 class CaseError(ValueError):
@@ -58,7 +60,13 @@ class Signature:
 
 
 def environment() -> dict:
-    env = {"python": platform.python_version()}
+    from importlib import metadata
+
+    try:
+        version = metadata.version("kvfuzz")
+    except metadata.PackageNotFoundError:
+        version = None
+    env = {"kvfuzz": version, "python": platform.python_version()}
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
@@ -89,9 +97,11 @@ class Case:
     seed: int | None = None
     scenario: str | None = None
     tier: str | None = None
-    kernels: str | None = None
+    kernels: str | None = None  # as named on the command line (a module, or a file relative to where it ran)
+    kernels_file: str | None = None  # a kernel-set file, relative to the case file's folder
     knobs: dict | None = None
     divergence: dict | None = None
+    fault: dict | None = None  # crash and timeout cases: how the process died, its last stderr lines
     lengths: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # keys this version does not interpret (e.g. "note")
@@ -102,24 +112,29 @@ class Case:
     def found(cls, *, config, ops, divergence, original_len: int, seed=None, scenario=None, tier=None,
               kernels=None, knobs=None) -> Case:
         """A new case from a divergence the fuzzer found (and minimized)."""
+        fault = _fault_of(divergence)
+        env = environment()
+        env["kernels_sha256"] = source_hash(kernels)
         return cls(config=config, ops=list(ops), signature=divergence.signature, seed=seed, scenario=scenario,
-                   tier=tier, kernels=kernels, knobs=knobs, divergence=divergence.to_json(),
-                   lengths={"original": original_len, "minimized": len(ops)}, environment=environment())
+                   tier=tier, kernels=kernels, knobs=knobs, divergence=divergence.to_json(), fault=fault,
+                   lengths={"original": original_len, "minimized": len(ops)}, environment=env,
+                   omitted=tuple(k for k, v in (("fault", fault), ("kernels_file", None)) if v is None))
 
     def with_minimized(self, config, ops, divergence) -> Case:
         lengths = dict(self.lengths, minimized=len(ops))
-        return Case(config=config, ops=list(ops), signature=self.signature, seed=self.seed, scenario=self.scenario,
-                    tier=self.tier, kernels=self.kernels, knobs=self.knobs, divergence=divergence.to_json(),
-                    lengths=lengths, environment=self.environment, extra=dict(self.extra), path=self.path)
+        return dataclasses.replace(self, config=config, ops=list(ops), divergence=divergence.to_json(),
+                                   fault=_fault_of(divergence) or self.fault, lengths=lengths)
 
     def filename(self) -> str:
-        kernels = (self.kernels or "kernels").replace("/", "_").replace(".", "_")[-40:]
-        return f"{kernels}--{self.signature.slug()}.json"
+        """``KERNELS--OP-ORACLE-FIELD.json``: the kernel set's file stem or module name."""
+        name = self.kernels or "kernels"
+        name = Path(name).stem if name.endswith(".py") else name
+        return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[-40:] + f"--{self.signature.slug()}.json"
 
     def to_json(self) -> dict:
         known = {"schema": SCHEMA, "config": self.config.to_json(), "ops": [op.to_json() for op in self.ops],
                  "seed": self.seed, "scenario": self.scenario, "tier": self.tier, "kernels": self.kernels,
-                 "knobs": self.knobs, "signature": self.signature.to_json(), "divergence": self.divergence,
+                 "kernels_file": self.kernels_file, "knobs": self.knobs, "signature": self.signature.to_json(), "divergence": self.divergence, "fault": self.fault,
                  "lengths": self.lengths, "environment": self.environment}
         out = {"schema": SCHEMA, **self.extra}
         out.update((k, known[k]) for k in ORDER if k not in self.omitted)
@@ -149,17 +164,36 @@ class Case:
         extra = {k: v for k, v in data.items() if k not in ORDER}
         omitted = tuple(k for k in ORDER if k not in data)
         return cls(omitted=omitted, config=config, ops=ops, signature=signature, seed=data.get("seed"),
-                   scenario=data.get("scenario"), tier=data.get("tier"), kernels=data.get("kernels"), knobs=knobs,
-                   divergence=data.get("divergence"), lengths=data.get("lengths") or {},
+                   scenario=data.get("scenario"), tier=data.get("tier"), kernels=data.get("kernels"),
+                   kernels_file=data.get("kernels_file"), knobs=knobs,
+                   divergence=data.get("divergence"), fault=data.get("fault"), lengths=data.get("lengths") or {},
                    environment=data.get("environment") or {}, extra=extra, path=path)
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1) + "\n"
+        """One key per line, one op per line: small diffs, and a 2,000-token op is one line."""
+        data = self.to_json()
+        lines = []
+        for key, value in data.items():
+            if key == "ops":
+                body = ",\n".join("  " + json.dumps(op) for op in value)
+                lines.append(f' "ops": [\n{body}\n ]' if value else ' "ops": []')
+            else:
+                lines.append(f" {json.dumps(key)}: {json.dumps(value)}")
+        return "{\n" + ",\n".join(lines) + "\n}\n"
 
     def write(self, path: Path) -> Path:
+        """Write this case to ``path``; a kernel-set file is also recorded relative to it."""
         path = Path(path)
+        if self.kernels and self.kernels.endswith(".py") and Path(self.kernels).is_file():
+            self.kernels_file = os.path.relpath(Path(self.kernels).resolve(), path.resolve().parent)
+            self.omitted = tuple(k for k in self.omitted if k != "kernels_file")
         path.write_text(self.dumps())
         return path
+
+
+def _fault_of(failure) -> dict | None:
+    fault = getattr(failure, "fault", None)
+    return None if fault is None else fault.to_json()
 
 
 def write_case(case: Case, directory: Path) -> Path:
@@ -179,12 +213,46 @@ def load_case(path) -> Case:
     return Case.from_json(data, path)
 
 
-def resolve_kernels(kernels: str | None, case_path: str | Path | None) -> str | None:
-    """A kernel-set file named relative to where the campaign ran: look there first, then
-    beside the case file and in each folder above it (a case moved into a repo's tests)."""
+def resolve_kernels(kernels: str | None, case_path: str | Path | None, kernels_file: str | None = None) -> str | None:
+    """The kernel set of a case, wherever it is replayed from: a file named relative to
+    where the campaign ran is looked for there (the current directory), then where the
+    case file says it is (``kernels_file``, relative to the case), then in each folder
+    above the case (a case moved into a repo's tests)."""
     if not kernels or not kernels.endswith(".py") or Path(kernels).is_file() or not case_path:
         return kernels
-    for folder in Path(case_path).resolve().parents:
+    here = Path(case_path).resolve().parent
+    if kernels_file and (here / kernels_file).is_file():
+        return str((here / kernels_file).resolve())
+    for folder in (here, *here.parents):
         if (folder / kernels).is_file():
             return str(folder / kernels)
     return kernels
+
+
+def source_hash(kernels: str | None) -> str | None:
+    """sha256 of a kernel set's source: its file, or every .py file of its package; found
+    without importing it (the supervisor never imports a kernel set)."""
+    import hashlib
+    from importlib.machinery import PathFinder
+
+    if not kernels:
+        return None
+    if kernels.endswith(".py"):
+        files = [Path(kernels)] if Path(kernels).is_file() else []
+    else:
+        parts = kernels.split(".")
+        spec = PathFinder.find_spec(parts[0])
+        base = Path(spec.origin).parent if spec and spec.origin and spec.origin.endswith("__init__.py") else None
+        target = None
+        if base is not None:
+            target = base.joinpath(*parts[1:])
+            target = target if target.is_dir() else target.with_suffix(".py")
+        elif spec and spec.origin and len(parts) == 1:
+            target = Path(spec.origin)
+        files = sorted(target.rglob("*.py")) if target and target.is_dir() else [target] if target and target.is_file() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.read_bytes())
+    return digest.hexdigest()

@@ -15,6 +15,7 @@ import kvref
 
 from . import shapes
 from .ops import Alloc, Clear, Fire, Free, KernelOp, Op
+from .spec_side import Capabilities, SpecSide, unsupported
 
 SCENARIOS = {
     #               alloc free flush fwd fire write read table packed xlate clear raw
@@ -150,3 +151,22 @@ def sequence_params(seed: int) -> tuple[kvref.PoolConfig, str, random.Random]:
     config = random_config(rng)
     scenario = rng.choice(sorted(SCENARIOS))
     return config, scenario, rng
+
+
+def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec") -> tuple[kvref.PoolConfig, str, list[Op]]:
+    """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
+
+    The stream depends on nothing the target does: the generator reads the spec, and an
+    op the kernel set cannot run (``has``: its optional functions) is skipped exactly as
+    the runner skips it. ``hostile`` must be the campaign's (it sets the contract rate)."""
+    from .campaign import contract_rate
+
+    config, scenario, rng = sequence_params(seed)
+    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile))
+    side, tier = SpecSide(config), Capabilities(has)
+    ops: list[Op] = []
+    for _ in range(n_ops):
+        op = gen.next_op(side.spec)
+        ops.append(op)
+        gen.observe(op, side.apply(op) if op.supported_by(tier) else unsupported(op))
+    return config, scenario, ops

@@ -28,15 +28,18 @@ def choose(kernels: ModuleType, seed: int) -> dict | None:
     return {name: rng.choice(tuple(choices)) for name, choices in sorted(mod.FUZZ_KNOBS.items())}
 
 
-def apply(kernels: ModuleType, knobs: dict | None) -> None:
-    """Set the knobs (or restore the defaults when ``knobs`` is None)."""
+def apply(kernels: ModuleType, knobs: dict | None, strict: bool = True) -> list[str]:
+    """Set the knobs (or restore the defaults when ``knobs`` is None). A knob this kernel
+    set does not have is a SetupError, or, with ``strict=False`` (a case replayed on
+    another kernel set), dropped; the names dropped are returned."""
     mod = knob_module(kernels)
-    if mod is None:
-        return
-    defaults = mod.__dict__.setdefault("_KVFUZZ_DEFAULTS", {k: getattr(mod, k) for k in mod.FUZZ_KNOBS})
-    for name, value in {**defaults, **(knobs or {})}.items():
-        if name not in defaults:
-            from .tiers import SetupError
+    defaults = {} if mod is None else mod.__dict__.setdefault("_KVFUZZ_DEFAULTS",
+                                                               {k: getattr(mod, k) for k in mod.FUZZ_KNOBS})
+    unknown = sorted(set(knobs or {}) - set(defaults))
+    if unknown and strict:
+        from .tiers import SetupError
 
-            raise SetupError(f"unknown launch knob {name!r} (this kernel set has {sorted(defaults)})")
+        raise SetupError(f"unknown launch knob {unknown[0]!r} (this kernel set has {sorted(defaults) or 'none'})")
+    for name, value in {**defaults, **{k: v for k, v in (knobs or {}).items() if k in defaults}}.items():
         setattr(mod, name, value)
+    return unknown

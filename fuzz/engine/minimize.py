@@ -12,18 +12,23 @@ Every candidate is replayed from scratch, unless it was tried before: the cache 
 tried candidates (``Minimizer.saved`` counts the replays it spared) matters because
 the strategies revisit the same sequences. The search stops at the deadline and keeps
 the best sequence found so far.
+
+Who replays a candidate is the ``judge``: in this process by default (``local_judge``),
+or a supervised child process (``supervise.Executor``) when a candidate may crash or
+hang, so that a fault is one more answer ("this candidate dies with SIGSEGV") rather
+than the end of the minimizer.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Callable
 
 import kvref
 
 from .case import Signature
 from .ops import Op
-from .runner import Divergence, replay
 from .tiers import Tier
 
 
@@ -31,32 +36,45 @@ class NotReproducible(Exception):
     """The sequence handed to the minimizer does not fail with its signature."""
 
 
+def local_judge(tier: Tier, knobs: dict | None = None, **kw) -> Callable:
+    """Replay candidates in this process (fine when nothing can crash it)."""
+    def judge(config, ops):
+        from .runner import replay
+
+        return replay(config, ops, tier, knobs=knobs, **kw)[0]
+    return judge
+
+
 class Minimizer:
-    def __init__(self, tier: Tier, signature: Signature, deadline: float | None = None, knobs: dict | None = None):
-        self.tier = tier
-        self.knobs = knobs
+    """``judge(config, ops)`` returns the candidate's failure (anything with a
+    ``signature``) or None; the default replays it here on ``tier``."""
+
+    def __init__(self, tier: Tier | None, signature: Signature, deadline: float | None = None,
+                 knobs: dict | None = None, judge: Callable | None = None):
+        self.judge = judge or local_judge(tier, knobs)
         self.signature = signature
         self.deadline = deadline
         self.replays = 0
         self.saved = 0
-        self._tried: dict[tuple, Divergence | None] = {}
+        self._tried: dict[tuple, object] = {}
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def fails(self, config: kvref.PoolConfig, ops: list[Op]) -> Divergence | None:
-        """The divergence if this candidate fails with the signature, else None."""
+    def fails(self, config: kvref.PoolConfig, ops: list[Op]):
+        """The failure if this candidate fails with the signature, else None."""
         key = (config, tuple(ops))
         if key in self._tried:
             self.saved += 1
             return self._tried[key]
         self.replays += 1
-        d, _ = replay(config, ops, self.tier, knobs=self.knobs)
+        d = self.judge(config, ops)
         verdict = d if d is not None and d.signature == self.signature else None
         self._tried[key] = verdict
         return verdict
 
-    def run(self, config, ops: list[Op]) -> tuple[kvref.PoolConfig, list[Op], Divergence]:
+    def run(self, config, ops: list[Op]):
+        """(config, ops, failure): the smallest candidate found that still fails alike."""
         d = self.fails(config, ops)
         if d is None:
             raise NotReproducible(f"the sequence does not fail with {self.signature}; nothing to minimize")

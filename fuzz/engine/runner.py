@@ -54,6 +54,7 @@ class Divergence(Exception):
     spec: object = None
     target: object = None
     message: str = ""
+    refusal: str | None = None  # the spec's ContractViolation, when it refused this op
 
     @property
     def kind(self) -> str:
@@ -68,9 +69,12 @@ class Divergence(Exception):
                 f"(spec {_short(self.spec)}, target {_short(self.target)})")
 
     def to_json(self) -> dict:
-        return {"step": self.step, "op": {"op": END} if self.op is None else self.op.to_json(),
+        data = {"step": self.step, "op": {"op": END} if self.op is None else self.op.to_json(),
                 "oracle": self.oracle, "field": self.field, "spec": _jsonable(self.spec),
                 "target": _jsonable(self.target), "message": self.message}
+        if self.refusal is not None:
+            data["refusal"] = self.refusal
+        return data
 
 
 def _short(v, limit=160) -> str:
@@ -207,7 +211,7 @@ class PoolRun:
     """A spec allocator and a target DeviceAllocator fed the same ops."""
 
     def __init__(self, config: kvref.PoolConfig, tier: Tier, *, guard_rows: int = 16, full_every: int = 1,
-                 knobs: dict | None = None, hostile: str = "spec", beat=None):
+                 knobs: dict | None = None, hostile: str = "spec", beat=None, strict_knobs: bool = True):
         if hostile not in HOSTILE:
             raise ValueError(f"hostile must be one of {HOSTILE}, got {hostile!r}")
         self.config = config
@@ -215,7 +219,7 @@ class PoolRun:
         self.knobs = knobs
         self.hostile = hostile
         self.beat = beat  # a worker's heartbeat: told the index of each op before it runs
-        apply_knobs(tier.kernels, knobs)
+        self.dropped_knobs = apply_knobs(tier.kernels, knobs, strict=strict_knobs)
         self.side = SpecSide(config)
         cls = tier.allocator_cls or DeviceAllocator
         self.guard_rows = guard_rows
@@ -268,9 +272,31 @@ class PoolRun:
         self.stats.by_kind[op.kind] = self.stats.by_kind.get(op.kind, 0) + 1
         if not op.supported_by(self.tier):
             return unsupported(op)
+        try:
+            return self._step(i, op)
+        except Divergence:
+            raise
+        except Exception as exc:
+            # A CUDA error is sticky: once a kernel faulted, the next read of device memory
+            # (a result, a table, a red zone) raises it, in the harness's code.
+            if is_cuda_error(exc):
+                raise Divergence(i, op, "crash", crash_field(exc), None, repr(exc),
+                                 f"a CUDA error surfaced at this op (launches are asynchronous: the fault may be "
+                                 f"an earlier op's): {exc}") from None
+            raise
+
+    def _step(self, i: int, op: Op) -> Outcome:
         spec_out = self.side.apply(op)
         if spec_out.error is not None:
             self.stats.contract_ops += 1
+            try:
+                return self._step_on(i, op, spec_out)
+            except Divergence as d:
+                d.refusal = str(spec_out.error)
+                raise
+        return self._step_on(i, op, spec_out)
+
+    def _step_on(self, i: int, op: Op, spec_out: Outcome) -> Outcome:
         if isinstance(op, KernelOp):
             return self._raw_step(i, op, spec_out)
         if spec_out.error is not None:

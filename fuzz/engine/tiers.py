@@ -3,6 +3,11 @@
 The interpreter tier only works if ``TRITON_INTERPRET=1`` is in the environment before
 Triton decorates a kernel, so ``select_backend`` must run before anything imports
 triton or a kernel set; it refuses (SetupError) when that is no longer possible.
+
+A tier that runs Triton (interpret, cuda) must actually launch Triton kernels: the
+smoke test counts launches (``count_launches``), and a kernel set whose wrappers send
+CPU tensors to a torch fallback is refused on the interpreter tier instead of
+reporting a clean run of kernels it never ran.
 """
 
 from __future__ import annotations
@@ -92,8 +97,65 @@ def make_tier(backend: str, kernels: str | None = None) -> Tier:
         if not torch.cuda.is_available():
             raise SetupError("--backend cuda: no CUDA device is available")
         device = "cuda"
+    before = count_launches()
     _smoke_test(module, name, backend, device)
+    if backend != "torch" and count_launches() == before:
+        where = "CPU tensors" if backend == "interpret" else "CUDA tensors"
+        raise SetupError(f"--kernels {name} launched no Triton kernel on the {backend} tier: its functions "
+                         f"dispatched {where} elsewhere (a torch fallback?), so this tier would test nothing. "
+                         f"Fuzz its fallback with --backend torch, or its Triton kernels on a GPU (--backend cuda)")
     return Tier(backend, name, module, device)
+
+
+_LAUNCHES = [0]
+
+
+def count_launches() -> int:
+    """Triton kernel launches in this process so far (wrappers installed on first use).
+
+    ``JITFunction.run`` (compiled) and ``InterpretedFunction.run`` (interpreter) are the
+    one place every launch passes, ``kernel[grid](...)`` and autotuned ones alike, in
+    Triton 3.6 through 3.9. Warm-up calls (``warmup=True``) compile without launching and
+    are not counted."""
+    if not getattr(count_launches, "installed", False):
+        count_launches.installed = True
+        try:
+            from triton.runtime import interpreter, jit
+        except ImportError:
+            return 0
+        for cls in (jit.JITFunction, interpreter.InterpretedFunction):
+            run = cls.run
+
+            def counted(self, *args, _run=run, **kwargs):
+                if not kwargs.get("warmup", False):
+                    _LAUNCHES[0] += 1
+                return _run(self, *args, **kwargs)
+
+            cls.run = counted
+    return _LAUNCHES[0]
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """How to build a tier, in a form a child process can be handed: a backend and a
+    kernel set, or a factory (``"module:function"``, called with ``arg`` and the backend)
+    for tiers that are not a plain kernel set, such as a mutant's."""
+
+    backend: str
+    kernels: str | None = None
+    factory: str | None = None
+    arg: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.arg if self.factory else (self.kernels or default_kernels(self.backend))
+
+    def make(self) -> Tier:
+        select_backend(self.backend)
+        if self.factory:
+            module, fn = self.factory.split(":")
+            return getattr(importlib.import_module(module), fn)(self.arg, self.backend)
+        return make_tier(self.backend, self.kernels)
 
 
 def _smoke_test(module: ModuleType, name: str, backend: str, device: str) -> None:

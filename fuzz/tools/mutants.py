@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,31 +145,37 @@ class KillReport:
     original_len: int | None = None
 
 
-def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
-    """Fuzz one mutant until the first divergence (then minimize it) or the budget ends."""
-    from ..engine.campaign import CampaignOptions, run_sequence, sequence_seed
-    from ..engine.minimize import Minimizer, NotReproducible
+def mutant_tier_named(name: str, backend: str) -> Tier:
+    """The tier factory a campaign's child process calls (``TierSpec.factory``)."""
+    return mutant_tier(next(m for m in MUTANTS if m.name == name), backend)
 
-    tier = mutant_tier(m, backend)
-    opts = CampaignOptions(backend=backend, seed=seed)
-    start = time.monotonic()
-    deadline = start + budget_s
-    ops_run, k = 0, 0
-    while time.monotonic() < deadline:
-        config, _, ops, d, run = run_sequence(tier, sequence_seed(opts, 0, k), opts.ops_per_sequence, deadline)
-        k += 1
-        ops_run += run.stats.ops
-        if d is None:
-            continue
-        found = time.monotonic() - start
-        ops = ops[: d.step + 1]
-        try:
-            _, small, d2 = Minimizer(tier, d.signature, deadline=time.monotonic() + max(5.0, budget_s / 2),
-                                     knobs=run.knobs).run(config, ops)
-        except NotReproducible:
-            small, d2 = ops, d
-        return KillReport(m.name, True, found, ops_run, d2.signature, len(small), len(ops))
-    return KillReport(m.name, False, time.monotonic() - start, ops_run)
+
+def runs_on(m: Mutant, backend: str) -> bool:
+    return backend != "torch" or m.file == "allocator.py"
+
+
+def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
+    """Fuzz one mutant, the way ``kvfuzz run`` fuzzes (supervised workers, the same find ->
+    minimize -> case path), until the first failure or the budget ends; minimizing it
+    may take half a budget more."""
+    import io
+
+    from ..engine.campaign import Campaign, CampaignOptions
+
+    if not runs_on(m, backend):
+        raise MutantError(f"mutant {m.name} lives in a Triton kernel: use --backend interpret or cuda")
+    with tempfile.TemporaryDirectory(prefix="kvfuzz-mutant-cases-") as out:
+        opts = CampaignOptions(backend=backend, seed=seed, budget_s=budget_s, out=out, stop_after=1,
+                               minimize_s=max(5.0, budget_s / 2), factory="fuzz.tools.mutants:mutant_tier_named",
+                               factory_arg=m.name)
+        s = Campaign(opts, progress=None, out=io.StringIO()).run()
+    if s.harness_errors:
+        raise RuntimeError(f"mutant {m.name}: internal harness error:\n{s.harness_errors[0]}")
+    if not s.cases:
+        return KillReport(m.name, False, s.elapsed_s, s.ops)
+    case = s.cases[0]
+    return KillReport(m.name, True, s.found_after[case.signature], s.ops, case.signature,
+                      case.lengths.get("minimized"), case.lengths.get("original"))
 
 
 def main(backend: str = "interpret", budget_s: float = 30.0, only: list[str] | None = None, seed: int = 0) -> int:
@@ -179,9 +184,17 @@ def main(backend: str = "interpret", budget_s: float = 30.0, only: list[str] | N
     if unknown:
         print(f"kvfuzz mutants: unknown mutant(s) {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
+    cannot = [m.name for m in chosen if not runs_on(m, backend)]
+    if cannot and only:
+        print(f"kvfuzz mutants: {', '.join(cannot)} live in Triton kernels: use --backend interpret or cuda",
+              file=sys.stderr)
+        return 2
+    if cannot:
+        print(f"kvfuzz mutants: skipping {len(cannot)} Triton-kernel mutants on the torch tier "
+              f"(--backend interpret or cuda runs them)")
     reports = []
     for m in chosen:
-        if backend == "torch" and m.file != "allocator.py":
+        if not runs_on(m, backend):
             continue
         r = hunt(m, backend, budget_s, seed)
         reports.append(r)

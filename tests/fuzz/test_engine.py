@@ -21,7 +21,7 @@ import pytest
 
 import kvref
 from fuzz.cli import build_parser
-from fuzz.engine.campaign import CampaignOptions, fuzz_worker, run_campaign, run_sequence, sequence_seed
+from fuzz.engine.campaign import CampaignOptions, run_campaign, run_sequence, sequence_seed
 from fuzz.engine.case import SCHEMA, CaseError, Signature, load_case, write_case
 from fuzz.engine.minimize import Minimizer, NotReproducible
 from fuzz.engine.ops import POISON, Op, parse_ops
@@ -190,15 +190,17 @@ def planted_case_path(tmp_path_factory) -> Path:
     with the kernel set named as on the command line (relative to the repository)."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("Triton's interpreter is off (a GPU is present)")
-    opts = CampaignOptions(backend="interpret", kernels=PLANTED_REL, seed=0, max_sequences=1, budget_s=300)
+    out = tmp_path_factory.mktemp("case")
+    opts = CampaignOptions(backend="interpret", kernels=PLANTED_REL, seed=0, max_sequences=1, budget_s=300,
+                           out=str(out))
     here = os.getcwd()
     os.chdir(REPO)
     try:
-        res = fuzz_worker(opts, 0, time.monotonic() + 300)
+        summary = run_campaign(opts, progress=False)
     finally:
         os.chdir(here)
-    assert len(res.cases) == 1
-    return write_case(res.cases[0], tmp_path_factory.mktemp("case"))
+    assert len(summary.cases) == 1 and summary.paths[0].parent == out
+    return summary.paths[0]
 
 
 def test_case_file_schema(planted_case_path):
@@ -399,11 +401,11 @@ def test_crash_oracle_names_the_exception(monkeypatch):
     ("past_prefix", {"op": "read_table", "oracle": "result", "field": "out"}),
     ("red_zone", {"op": "alloc", "oracle": "memory", "field": "p2v"}),
 ])
-def test_the_campaign_finds_each_fake(fake, signature):
+def test_the_campaign_finds_each_fake(fake, signature, tmp_path):
     opts = CampaignOptions(backend="torch", kernels=str(FAKES / f"{fake}.py"), seed=0, max_sequences=40,
-                           budget_s=120)
-    res = fuzz_worker(opts, 0, time.monotonic() + 120)
-    found = {c.signature: c for c in res.cases}
+                           budget_s=120, out=str(tmp_path))
+    summary = run_campaign(opts, progress=False)
+    found = {c.signature: c for c in summary.cases}
     key = Signature(**signature)
     assert key in found, list(found)
     assert found[key].lengths["minimized"] <= 5

@@ -212,10 +212,10 @@ def test_the_minimizer_never_replays_a_candidate_twice(monkeypatch):
     d, _ = replay(config, ops, tier)
     assert d is not None
     calls = []
-    import fuzz.engine.minimize as minimize
+    import fuzz.engine.runner as runner
 
-    real = minimize.replay
-    monkeypatch.setattr(minimize, "replay", lambda c, o, t, **kw: calls.append((c, tuple(o))) or real(c, o, t, **kw))
+    real = runner.replay
+    monkeypatch.setattr(runner, "replay", lambda c, o, t, **kw: calls.append((c, tuple(o))) or real(c, o, t, **kw))
     m = Minimizer(tier, d.signature)
     small_config, small, small_d = m.run(config, ops)
     assert small_d.signature == d.signature and len(small) <= 2

@@ -1,0 +1,282 @@
+"""Child processes that may die, and the parent that outlives them.
+
+Everything that runs a kernel set runs in a child (``multiprocessing`` spawn: a fresh
+interpreter, a fresh CUDA context): a segfault under the interpreter, a CUDA fault that
+poisons the context, a kernel that never returns, or an exception that escapes the
+harness ends the child, never the campaign. The parent never imports the kernel set.
+
+A child shares a heartbeat with its parent (a few int64 slots it writes and the parent
+reads without locks): which sequence it is on, the seed, the index of the op it is
+running. From that the parent knows, when a child dies or stops making progress for
+``op_timeout`` seconds, which op did it, and can rebuild the ops from the seed (the op
+stream depends on the spec alone). The child's stderr goes to a log file whose last
+lines go into the case.
+
+``Child`` is the process; ``Executor`` a child that replays op lists on request (for
+the minimizer, ``kvfuzz replay`` and the confirmation of crash cases) and comes back as
+a fresh process after a fault.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .case import Signature
+from .ops import Op
+
+CTX = mp.get_context("spawn")
+
+# Heartbeat slots.
+SEQ, SEED, OP, OPS, SEQS, CONTRACT, PHASE = range(7)
+SLOTS = 8
+SETUP, RUNNING, IDLE = 0, 1, 2  # PHASE: importing / running ops / between jobs
+
+EXIT_RESTART = 75  # a child that found its CUDA context poisoned and asks to be replaced
+EXIT_HARNESS = 3  # an exception of the harness itself (not of the code under test)
+
+
+class Beat:
+    """The child's side of the heartbeat."""
+
+    def __init__(self, slots):
+        self.slots = slots
+
+    def sequence(self, k: int, seed: int) -> None:
+        self.slots[SEQ], self.slots[SEED], self.slots[OP] = k, seed, -1
+        self.slots[SEQS] += 1
+        self.slots[PHASE] = RUNNING
+
+    def op(self, i: int) -> None:
+        self.slots[OP] = i
+        self.slots[OPS] += 1
+
+    def phase(self, phase: int) -> None:
+        self.slots[PHASE] = phase
+
+
+@dataclass
+class Fault:
+    """A child that died or hung: what the parent saw."""
+
+    kind: str  # "crash" or "timeout"
+    reason: str  # SIGSEGV, exit-1, cuda-illegal-address, no-progress, ...
+    message: str
+    exitcode: int | None = None
+    stderr: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "reason": self.reason, "message": self.message, "exitcode": self.exitcode,
+                "stderr_tail": list(self.stderr)}
+
+
+def describe_exit(exitcode: int | None) -> tuple[str, str]:
+    """(reason, message) for a child's exit code."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode)
+            return sig.name, f"killed by signal {sig.name} ({signal.strsignal(sig) or sig.name})"
+        except ValueError:
+            return f"signal-{-exitcode}", f"killed by signal {-exitcode}"
+    return f"exit-{exitcode}", f"exited with status {exitcode} without reporting"
+
+
+@dataclass
+class Finding:
+    """A failure reported across a process boundary: a divergence (its JSON) or a fault.
+    Quacks like ``runner.Divergence`` where the minimizer and case files need it."""
+
+    signature: Signature
+    step: int
+    divergence: dict
+    fault: Fault | None = None
+
+    def to_json(self) -> dict:
+        return self.divergence
+
+    @classmethod
+    def of_fault(cls, fault: Fault, ops: list[Op], step: int) -> Finding:
+        """The finding of a child that died while running ``ops[step]`` (``step`` -1: before
+        any op, e.g. while setting up)."""
+        op = ops[step] if 0 <= step < len(ops) else None
+        kind = op.kind if op is not None else "setup"
+        divergence = {"step": step, "op": op.to_json() if op is not None else {"op": kind}, "oracle": fault.kind,
+                      "field": fault.reason, "spec": None, "target": None, "message": fault.message}
+        return cls(Signature(kind, fault.kind, fault.reason), step, divergence, fault)
+
+    @classmethod
+    def of_divergence(cls, data: dict) -> Finding:
+        return cls(Signature(data["op"]["op"], data["oracle"], data["field"]), data["step"], data)
+
+    def __str__(self) -> str:
+        return f"step {self.step} {self.signature}: {self.divergence.get('message', '')}"
+
+
+def tail(path: Path, lines: int = 40) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+class Child:
+    """One supervised process running ``entry`` (``"module:function"``) with ``args``;
+    the function gets a ``Beat`` first. ``gpu``: the one GPU it may see."""
+
+    def __init__(self, entry: str, args: tuple, *, log_dir: Path, gpu: str | None = None, env: dict | None = None):
+        self.slots = CTX.Array("q", SLOTS, lock=False)
+        fd, log = tempfile.mkstemp(prefix="child-", suffix=".log", dir=log_dir)
+        os.close(fd)
+        self.log = Path(log)
+        self.proc = CTX.Process(target=_child_entry, args=(entry, args, self.slots, str(self.log), gpu, env or {}),
+                                daemon=True)
+        self.proc.start()
+        self._seen = None
+        self._since = time.monotonic()
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def progress(self) -> tuple:
+        return tuple(self.slots[i] for i in (SEQ, OP, OPS, PHASE))
+
+    def stalled(self, timeout: float) -> bool:
+        """No op started or finished for ``timeout`` seconds while running ops (setting up:
+        importing the kernel set and its smoke test, which may compile: 4x as long)."""
+        now, seen = time.monotonic(), self.progress()
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+            return False
+        phase = self.slots[PHASE]
+        limit = timeout if phase == RUNNING else max(4 * timeout, 120.0) if phase == SETUP else None
+        return limit is not None and now - self._since > limit
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=10)
+
+    def stop(self, grace: float = 2.0) -> None:
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=grace)
+        self.kill()
+
+    def fault(self, timed_out: bool = False, timeout: float = 0.0) -> Fault:
+        if timed_out:
+            return Fault("timeout", "no-progress", f"no progress for {timeout:g} s (op-timeout): killed",
+                         None, tail(self.log))
+        self.proc.join(timeout=5)
+        reason, message = describe_exit(self.proc.exitcode)
+        return Fault("crash", reason, message, self.proc.exitcode, tail(self.log))
+
+    def close(self) -> None:
+        self.stop()
+        try:
+            self.log.unlink()
+        except OSError:
+            pass
+
+
+def _child_entry(entry: str, args: tuple, slots, log: str, gpu: str | None, env: dict) -> None:
+    # Runs first in the fresh interpreter, before torch or a kernel set is imported.
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a campaign ends
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 2)
+    import faulthandler
+    import importlib
+    import sys
+
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    faulthandler.enable(sys.stderr)
+    module, name = entry.split(":")
+    getattr(importlib.import_module(module), name)(Beat(slots), *args)
+
+
+class Executor:
+    """A child that replays op lists on request (``run``), answering each with the
+    failure it saw (a ``Finding``) or None. A fault or a hang is an answer too; the next
+    request then starts a fresh child."""
+
+    def __init__(self, tier_spec, *, op_timeout: float, log_dir: Path, gpu: str | None = None,
+                 launch_blocking: bool = True):
+        self.tier_spec, self.op_timeout, self.log_dir, self.gpu = tier_spec, op_timeout, log_dir, gpu
+        self.env = {"CUDA_LAUNCH_BLOCKING": "1"} if launch_blocking else {}
+        self.child: Child | None = None
+        self.conn = None
+        self.faults = 0
+        self.notes: dict = {}  # what the child said besides the verdict (e.g. knobs it dropped)
+
+    def _start(self) -> None:
+        parent_end, child_end = CTX.Pipe()
+        self.child = Child("fuzz.engine.worker:executor_main", (self.tier_spec, child_end), log_dir=self.log_dir,
+                           gpu=self.gpu, env=self.env)
+        child_end.close()
+        self.conn = parent_end
+
+    def run(self, config, ops: list[Op], knobs: dict | None = None, hostile: str = "spec",
+            deadline: float | None = None, strict_knobs: bool = True) -> Finding | None:
+        """The failure of ``ops`` from a fresh pool, or None. Raises ``SetupFailed`` when the
+        child cannot build its tier, ``TimeoutError`` past ``deadline`` (monotonic)."""
+        if self.child is None or not self.child.alive():
+            self._start()
+        self.conn.send({"config": config.to_json(), "ops": [op.to_json() for op in ops], "knobs": knobs,
+                        "hostile": hostile, "strict_knobs": strict_knobs})
+        while True:
+            if self.conn.poll(0.05):
+                try:
+                    kind, payload = self.conn.recv()
+                except (EOFError, OSError):
+                    return self._fault(ops, False)
+                if kind == "setup":
+                    self.close()
+                    raise SetupFailed(payload)
+                if kind == "harness":
+                    self.close()
+                    raise HarnessFailed(payload)
+                verdict, self.notes = payload
+                return None if verdict is None else Finding.of_divergence(verdict)
+            if not self.child.alive():
+                return self._fault(ops, False)
+            if self.child.stalled(self.op_timeout):
+                return self._fault(ops, True)
+            if deadline is not None and time.monotonic() > deadline:
+                self.close()
+                raise TimeoutError("the replay outlived its deadline")
+
+    def _fault(self, ops: list[Op], timed_out: bool) -> Finding:
+        step = self.child.slots[OP]
+        if timed_out:
+            self.child.kill()
+        fault = self.child.fault(timed_out, self.op_timeout)
+        self.faults += 1
+        self.close()
+        return Finding.of_fault(fault, ops, step)
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.close()
+        self.child = None
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+
+
+class SetupFailed(RuntimeError):
+    """A child could not build its tier (a setup error: exit 2)."""
+
+
+class HarnessFailed(RuntimeError):
+    """An exception of the harness itself in a child (exit 3)."""

@@ -1,0 +1,117 @@
+"""What runs inside a supervised child (``supervise.Child``): a fuzz worker, or an
+executor that replays op lists for its parent.
+
+Both build their tier themselves (so the parent never imports the kernel set) and
+report through their parent's queue or pipe. An exception that escapes the engine here
+is the harness's own (exit 3); everything the kernels do wrong is a finding or a fault.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+from .supervise import CONTRACT, EXIT_HARNESS, EXIT_RESTART, IDLE, Beat
+
+
+def _tier(spec, report) -> object | None:
+    from .tiers import SetupError
+
+    try:
+        return spec.make()
+    except SetupError as exc:
+        report(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a kernel set that cannot even be imported
+        report(f"--kernels {spec.name}: {type(exc).__name__}: {exc}")
+    return None
+
+
+def poisoned(d) -> bool:
+    """Whether a divergence left this process's CUDA context unusable."""
+    return d is not None and d.oracle == "crash" and d.field.startswith("cuda")
+
+
+def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float, queue) -> None:
+    tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
+    if tier is None:
+        return
+    from .campaign import run_sequence, sequence_seed
+    from .knobs import choose as choose_knobs
+    from .runner import RunStats
+    from .tiers import OPTIONAL, count_launches
+
+    queue.put(("hello", worker, {"has": [fn for fn in OPTIONAL if tier.has(fn)], "kernels": tier.kernels_name}))
+    stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
+    deadline = time.monotonic() + max(0.0, deadline_wall - time.time())
+
+    def report(final: bool = False):
+        queue.put(("stats", worker, {"ops": stats.ops, "contract_ops": stats.contract_ops, "by_kind": stats.by_kind,
+                                     "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
+                                     "launches": count_launches(), "final": final}))
+
+    k = start_k
+    try:
+        while time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences):
+            seed = sequence_seed(opts, worker, k)
+            beat.sequence(k, seed)
+            knobs = choose_knobs(tier.kernels, seed)
+            if knobs is not None:
+                queue.put(("knobs", worker, k, knobs))
+            config, scenario, ops, d, run = run_sequence(tier, seed, opts.ops_per_sequence, deadline,
+                                                         hostile=opts.hostile, beat=beat, knobs=knobs)
+            sequences += 1
+            scenarios[scenario] = scenarios.get(scenario, 0) + 1
+            stats.merge(run.stats)
+            beat.slots[CONTRACT] = stats.contract_ops
+            k += 1
+            if d is not None:
+                queue.put(("finding", worker, {"seed": seed, "scenario": scenario, "config": config.to_json(),
+                                               "ops": [op.to_json() for op in ops[: d.step + 1]],
+                                               "divergence": d.to_json(), "knobs": knobs}))
+                if poisoned(d):
+                    report()
+                    sys.exit(EXIT_RESTART)
+            if time.monotonic() - sent > 2.0:
+                report()
+                sent = time.monotonic()
+    except Exception:  # noqa: BLE001 - the harness's own bug: exit 3, with the traceback
+        report()
+        queue.put(("harness", worker, traceback.format_exc()))
+        sys.exit(EXIT_HARNESS)
+    beat.phase(IDLE)
+    report(final=True)
+    queue.put(("done", worker, k))
+
+
+def executor_main(beat: Beat, tier_spec, conn) -> None:
+    tier = _tier(tier_spec, lambda text: conn.send(("setup", text)))
+    if tier is None:
+        return
+    import kvref
+
+    from .ops import parse_ops
+    from .runner import replay
+    from .tiers import SetupError
+
+    beat.phase(IDLE)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        beat.sequence(0, 0)
+        try:
+            d, run = replay(kvref.PoolConfig.from_json(job["config"]), parse_ops(job["ops"]), tier,
+                            knobs=job["knobs"], hostile=job["hostile"], beat=beat,
+                            strict_knobs=job.get("strict_knobs", True))
+        except SetupError as exc:
+            conn.send(("setup", str(exc)))
+            return
+        except Exception:  # noqa: BLE001 - the harness's own bug
+            conn.send(("harness", traceback.format_exc()))
+            return
+        beat.phase(IDLE)
+        conn.send(("result", (None if d is None else d.to_json(), {"dropped_knobs": run.dropped_knobs})))
+        if poisoned(d):
+            return

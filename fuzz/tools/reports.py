@@ -1,0 +1,115 @@
+"""What a campaign leaves for CI: a JSON summary, JUnit XML, and a statistics table.
+
+- ``summary_json``: ops, sequences, rates, counts per op kind and per scenario, contract
+  ops and the hostile classes probed, every signature found with its case file, elapsed
+  time, versions and the kernel set's hash;
+- ``junit_xml``: one test case per signature found (a failure) and one passing test case
+  per op kind exercised, so a CI system shows what was fuzzed, not just what broke;
+- ``stats_table``: the same counts as text, the way Hypothesis prints its statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+def kvfuzz_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("kvfuzz")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | None, options: dict) -> dict:
+    from ..engine.case import environment
+
+    return {
+        "schema": "kvfuzz-summary/1",
+        "backend": backend,
+        "kernels": kernels,
+        "kernels_sha256": kernels_sha256,
+        "options": options,
+        "ops": summary.ops,
+        "sequences": summary.sequences,
+        "ops_per_s": round(summary.ops_per_s, 1),
+        "elapsed_s": round(summary.elapsed_s, 3),
+        "by_kind": dict(sorted(summary.by_kind.items())),
+        "by_scenario": dict(sorted(summary.by_scenario.items())),
+        "contract_ops": summary.contract_ops,
+        "hostile_classes": dict(sorted(summary.hostile.items())),
+        "triton_launches": summary.launches,
+        "faults": summary.faults,
+        "restarts": summary.restarts,
+        "interrupted": summary.interrupted,
+        "health": summary.health,
+        "harness_errors": summary.harness_errors,
+        "failures": [{"signature": str(c.signature), "case": str(p), "seed": c.seed,
+                      "original_ops": c.lengths.get("original"), "minimized_ops": c.lengths.get("minimized"),
+                      "occurrences": summary.occurrences.get(c.signature, 1),
+                      "message": (c.divergence or {}).get("message")}
+                     for c, p in zip(summary.cases, summary.paths)],
+        "versions": {**environment(), "kvfuzz": kvfuzz_version()},
+        "exit_code": summary.exit_code,
+    }
+
+
+def junit_xml(summary, *, backend: str, kernels: str) -> str:
+    suite = ET.Element("testsuite", name=f"kvfuzz[{backend}:{kernels}]", tests="0", failures="0", errors="0",
+                       time=f"{summary.elapsed_s:.3f}")
+    n = failures = 0
+    for case, path in zip(summary.cases, summary.paths):
+        tc = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{backend}", name=str(case.signature), time="0")
+        d = case.divergence or {}
+        failure = ET.SubElement(tc, "failure", message=str(d.get("message", ""))[:500],
+                                type=d.get("oracle", "divergence"))
+        failure.text = f"case file: {path}\nreplay: kvfuzz replay {path}\n"
+        n, failures = n + 1, failures + 1
+    failed_kinds = {c.signature.op for c in summary.cases}
+    for kind, count in sorted(summary.by_kind.items()):
+        if kind in failed_kinds:
+            continue
+        tc = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{backend}", name=f"{kind} ({count} ops)", time="0")
+        ET.SubElement(tc, "system-out").text = f"{count} {kind} ops agreed with the spec"
+        n += 1
+    for text in summary.harness_errors:
+        tc = ET.SubElement(suite, "testcase", classname="kvfuzz.harness", name="harness error", time="0")
+        ET.SubElement(tc, "error", message="internal harness error").text = text
+        n += 1
+    suite.set("tests", str(n))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(len(summary.harness_errors)))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def stats_table(summary) -> str:
+    lines = [f"kvfuzz statistics: {summary.ops} ops in {summary.sequences} sequences, {summary.elapsed_s:.1f} s"]
+
+    def block(title: str, counts: dict) -> None:
+        if not counts:
+            return
+        total = sum(counts.values()) or 1
+        lines.append(f"  {title}:")
+        for name, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"    {name:<28} {count:>10,}  {100.0 * count / total:5.1f}%")
+
+    block("ops by kind", summary.by_kind)
+    block("sequences by scenario", summary.by_scenario)
+    block("hostile probes by class", summary.hostile)
+    lines.append(f"  contract ops: {summary.contract_ops}, Triton launches: {summary.launches}, "
+                 f"faults: {summary.faults}, worker restarts: {summary.restarts}")
+    return "\n".join(lines)
+
+
+def write(path: str, text: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)
+
+
+def dumps(data: dict) -> str:
+    return json.dumps(data, indent=1) + "\n"
