@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .backends import BACKENDS, SetupError, select_backend
+from .sync import cli as check_sync_cli
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     mn.add_argument("--out")
 
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
-    cs.add_argument("paths", nargs="*")
+    check_sync_cli.add_arguments(cs)
 
     mu = sub.add_parser("mutants", help="run the mutant catalogue: kill rate and time to kill per mutant")
     mu.add_argument("--backend", choices=BACKENDS, default="interpret")
@@ -165,9 +166,7 @@ def _cmd_minimize(args) -> int:
 
 
 def _cmd_check_sync(args) -> int:
-    from .sync.static import main as check_sync
-
-    return check_sync(args.paths)
+    return check_sync_cli.run(args)
 
 
 def _cmd_mutants(args) -> int:
