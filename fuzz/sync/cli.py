@@ -10,21 +10,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 from .static import check_paths, config, discover, output, registry
 from .static.model import ParseError
 from .static.regions import KINDS
 
 EPILOG_HEAD = """\
-Entry points: functions matching a --root pattern (default: {roots}); a class's methods
-are matched on the classes nothing in the checked files derives from. Calls are followed
-across the checked tree (imports, super(), base classes).
+{entry}
 
 Allowed regions (listed with -v, reported with --strict KIND):
 {kinds}
 
 Settings may also live in the checked project's pyproject.toml, [tool.kvfuzz.check-sync]
-(roots, extend-roots, select, ignore, strict, exclude, include-tests, output-format).
+(paths, roots, extend-roots, select, ignore, strict, exclude, include-tests, output-format).
 A line is allowed by `# sync-ok: <reason>`.
 
 Rules:
@@ -35,7 +34,11 @@ def _epilog() -> str:
     from .static.vocab import DEFAULT_ROOTS
 
     kinds = "\n".join(f"  {k:11} {why}" for k, why in KINDS.items())
-    return EPILOG_HEAD.format(roots=", ".join(DEFAULT_ROOTS), kinds=kinds) + registry.text_table() + (
+    entry = textwrap.fill(
+        f"Entry points: functions matching a --root pattern (default: {', '.join(DEFAULT_ROOTS)}); a class's "
+        "methods are matched on the classes nothing in the checked files derives from. Calls are followed "
+        "across the checked tree (imports, super(), base classes).", width=88)
+    return EPILOG_HEAD.format(entry=entry, kinds=kinds) + registry.text_table() + (
         "\n\nExit: 0 clean, 1 findings, 2 usage error or unreadable path.")
 
 
@@ -44,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = _epilog()
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("paths", nargs="*", metavar="PATH",
-                        help="files or directories (default: our allocator, kvkernels/allocator.py and launchers.py)")
+                        help="files or directories (default: the config's paths, else kvfuzz's own allocator)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="list entry points, free paths, allowed regions and the syncs they allow")
     parser.add_argument("--output-format", choices=config.FORMATS, help="text (default), json, github or sarif")
@@ -107,8 +110,9 @@ def run(args) -> int:
             print(registry.explain(args.explain))
             return 0
         settings = _settings(args)
-        files = (discover.expand(args.paths, include_tests=settings.include_tests, exclude=settings.exclude)
-                 if args.paths else discover.default_paths())
+        paths = args.paths or settings.paths
+        files = (discover.expand(paths, include_tests=settings.include_tests, exclude=settings.exclude)
+                 if paths else discover.default_paths())
     except (config.ConfigError, registry.SelectionError, ParseError) as e:
         print(f"check-sync: error: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ developer's shell should all check with the same ones without repeating flags.
 Keys (all optional)::
 
     [tool.kvfuzz.check-sync]
+    paths = ["src/pool"]              # what to check when no PATH is given (relative to this file)
     roots = ["free", "free_*"]        # replaces the default entry-point patterns
     extend-roots = ["release_req"]    # adds to them
     select = ["SYNC"]                 # codes or prefixes
@@ -20,9 +21,10 @@ Keys (all optional)::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import vocab
+from .model import display_path
 from .regions import KINDS
 
 FORMATS = ("text", "json", "github", "sarif")
@@ -35,6 +37,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class Settings:
+    paths: tuple[str, ...] = ()
     roots: tuple[str, ...] = vocab.DEFAULT_ROOTS
     strict: frozenset[str] = frozenset()
     select: tuple[str, ...] = ()
@@ -45,7 +48,7 @@ class Settings:
     source: str | None = None  # the pyproject.toml read, if any
 
 
-_LIST_KEYS = {"roots", "extend-roots", "select", "ignore", "strict", "exclude"}
+_LIST_KEYS = {"paths", "roots", "extend-roots", "select", "ignore", "strict", "exclude"}
 _KEYS = _LIST_KEYS | {"include-tests", "output-format"}
 
 
@@ -121,6 +124,8 @@ def load(path: str | None) -> Settings:
         value = section[key]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{path}: [tool.kvfuzz.check-sync] {key} must be a list of strings")
+    base = os.path.dirname(os.path.abspath(path))
+    settings.paths = tuple(display_path(os.path.join(base, p)) for p in section.get("paths", ()))
     if "roots" in section:
         settings.roots = tuple(section["roots"])
     settings.roots += tuple(section.get("extend-roots", ()))
@@ -137,12 +142,3 @@ def load(path: str | None) -> Settings:
             raise ConfigError(f"{path}: [tool.kvfuzz.check-sync] output-format must be one of {', '.join(FORMATS)}")
         settings.output_format = section["output-format"]
     return settings
-
-
-@dataclass
-class Options:
-    """Everything one run needs, after merging the config file and the command line."""
-
-    paths: list[str] = field(default_factory=list)
-    settings: Settings = field(default_factory=Settings)
-    verbose: bool = False

@@ -20,8 +20,10 @@ class Rule:
     forms: str  # what the rule matches, as a reader would search for it
     message: str  # the finding's text; ``{form}`` is the offending code
     why: str  # why the host waits for the device
+    # Lines in the body of ``def free(self, pages: torch.Tensor)`` of a pool with v2p/p2v
+    # tables; tests hold the example to being reported and ``instead`` to being quiet.
     example: str  # a line that is reported
-    instead: str = ""  # a line that does the same without waiting, when there is one
+    instead: str = ""  # a line that does the same job without waiting, when there is one
     variants: Mapping[str, str] = field(default_factory=dict)  # other messages for the same code
 
     def render(self, form: str = "", variant: str | None = None) -> str:

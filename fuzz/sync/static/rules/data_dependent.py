@@ -13,27 +13,28 @@ NONZERO = Rule(
     "SYNC07", "nonzero", "`torch.nonzero`, `torch.argwhere`, `.nonzero()`, one-argument `torch.where`",
     f"`{{form}}` {READS_COUNT}",
     "the number of hits sizes the output, so the host reads it before allocating",
-    "live = torch.nonzero(p2v >= 0)", "torch.nonzero_static(mask, size=N, fill_value=-1)")
+    "live = torch.nonzero(self.p2v >= 0)", "live = torch.nonzero_static(self.p2v >= 0, size=8, fill_value=-1)")
 UNIQUE = Rule(
     "SYNC08", "unique", "`torch.unique`, `torch.unique_consecutive`, `.unique()`",
     f"`{{form}}` {READS_COUNT}",
     "the number of distinct values sizes the output, so the host reads it before allocating",
-    "pages = torch.unique(tokens // page_size)", "pages = tokens[::page_size] // page_size (SPEC.md §3: no dedup)")
+    "pages = torch.unique(pages // 4)", "pages = torch.div(pages[::4], 4, rounding_mode='floor')")
 MASKED_SELECT = Rule(
     "SYNC09", "masked-select", "`torch.masked_select`, `.masked_select()`",
     f"`{{form}}` {READS_COUNT}",
     "the number of selected elements sizes the output",
-    "live = torch.masked_select(v2p, v2p >= 0)", "torch.where(mask, t, fill) keeps the shape")
+    "live = torch.masked_select(self.v2p, self.v2p >= 0)", "live = torch.where(self.v2p >= 0, self.v2p, -1)")
 BOOL_MASK_INDEX = Rule(
     "SYNC10", "bool-mask-index", "boolean-mask indexing: `t[mask]` (read), `t[mask] = tensor`, `index_put_((mask,), tensor)`",
     "boolean-mask indexing `{form}` is lowered to nonzero(): the host reads the count back from the GPU",
     "ATen turns the mask into indices with nonzero(), whose size the host must read",
-    "stale = p2v[p2v == -1]", "t.masked_fill_(mask, -1), or torch.where(mask, new, t)")
+    "stale = self.p2v[self.p2v == -1]", "self.p2v.masked_fill_(self.p2v == -1, 0)")
 REPEAT_INTERLEAVE = Rule(
     "SYNC17", "repeat-interleave", "`repeat_interleave` with tensor repeats and no `output_size=`",
     "`{form}` without output_size sums the repeats on the device and reads the total back",
     "the output length is the sum of the repeats, read back to allocate",
-    "tok = torch.repeat_interleave(pages, counts)", "torch.repeat_interleave(pages, counts, output_size=n)")
+    "tok = torch.repeat_interleave(pages, torch.ones_like(pages))",
+    "tok = torch.repeat_interleave(pages, torch.ones_like(pages), output_size=pages.numel())")
 
 
 def _call(ck, node: ast.Call, t: str | None) -> None:

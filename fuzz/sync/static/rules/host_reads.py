@@ -13,17 +13,17 @@ ITEM = Rule(
     "SYNC01", "item", "`.item()`",
     f"`.item()` copies a device value into a Python number: {WAITS}",
     "the value is on the device; the copy to the host waits for every queued kernel that writes it",
-    "top = phys.max().item()", "keep it on the device: torch.maximum(wm, phys.max() + 1)")
+    "top = pages.max().item()", "top = pages.max()")
 TOLIST = Rule(
     "SYNC02", "tolist", "`.tolist()`",
     f"`.tolist()` copies the tensor to host memory: {WAITS}",
     "a device→host copy of the whole tensor, after the queued kernels finish",
-    "freed = pages.tolist()", "keep the ids in a device tensor (torch.cat onto the free list)")
+    "freed = pages.tolist()", "self.free_virtual = torch.cat((self.free_virtual, pages))")
 TO_HOST = Rule(
     "SYNC03", "to-host", "`.cpu()`, `.to(\"cpu\")`",
     f"`{{form}}` copies the tensor to host memory: {WAITS}",
     "a blocking device→host copy",
-    "host = v2p.cpu()")
+    "host = self.v2p.cpu()")
 NUMPY = Rule(
     "SYNC04", "numpy", "`.numpy()`",
     f"`.numpy()` needs the data in host memory (a device→host copy): {WAITS}",
@@ -33,33 +33,33 @@ SCALAR_CONVERSION = Rule(
     "SYNC05", "scalar-conversion", "`int()`/`float()`/`bool()`/`complex()` of a tensor; `sorted`/`max`/`min`/`any`/`all` over one",
     f"`{{form}}` of a tensor reads its value on the host (`.item()`): {WAITS}",
     "the conversion calls `.item()`; iterating a tensor yields 0-dim tensors that are compared on the host",
-    "n = int(v2p[pages].max())", "n = pages.numel()")
+    "n = int(self.v2p[pages].max())", "n = pages.numel()")
 TRUTH_TEST = Rule(
     "SYNC06", "truth-test", "truth test of a tensor: `if t:`, `while t:`, `assert t`, `not t`, `a and t`, `x if t else y`, a comprehension filter",
     f"truth test of a tensor (`{{form}}`) calls `bool()`, which reads the value on the host: {WAITS}",
     "Python asks the tensor for a bool, which `.item()` reads from the device",
-    "if (v2p[pages] == -1).any(): raise ValueError(...)",
-    "validate in checked mode only (`if self.checked:`), or in a kernel")
+    "if (self.v2p[pages] == -1).any(): raise ValueError('double free')",
+    "if self.checked and (self.v2p[pages] == -1).any(): raise ValueError('double free')")
 TENSOR_AS_INT = Rule(
     "SYNC16", "tensor-as-int", "a tensor used as a Python int: a factory's size, `range(t)`, a slice bound",
     f"`{{form}}` uses a tensor as a Python int (`__index__` calls `.item()`): {WAITS}",
     "a size or bound must be a host integer, so the tensor is read back",
-    "buf = torch.empty(n_live, device=dev)  # n_live a tensor", "size from numel()/shape, or a fixed upper bound")
+    "buf = torch.empty(pages.max(), device=pages.device)", "buf = torch.empty(pages.numel(), device=pages.device)")
 DEVICE_COMPARE = Rule(
     "SYNC18", "device-compare", "`torch.equal`, `torch.allclose`, `t.equal(u)`",
     f"`{{form}}` returns a Python bool read from the device: {WAITS}",
     "the answer is a host bool computed from device data",
-    "same = torch.equal(v2p, old)")
+    "same = torch.equal(self.v2p, self.p2v)")
 FORMAT_TENSOR = Rule(
     "SYNC19", "format-tensor", "formatting a tensor: f-strings, `str()`, `repr()`, `format()`, `print()`",
     "`{form}` formats a tensor, which reads its values back to the host",
     "printing needs the values, which are copied back from the device",
-    "log.debug(f\"freeing {pages}\")", "format shapes and dtypes only, or guard with a debug flag")
+    "print(f'freeing {pages}')", "print(f'freeing {pages.numel()} pages')")
 ZERO_DIM_INDEX = Rule(
     "SYNC20", "zero-dim-index", "a 0-dim integer tensor (`idx[0]`) used as an index",
     "`{form}` indexes with a 0-dim integer tensor: ATen reads it with `.item()`, so the host waits",
     "indexing with a 0-dim tensor converts it to a host int",
-    "row = v2p[pages[0]]", "row = v2p[pages[:1]]")
+    "row = self.v2p[pages[0]]", "row = self.v2p[pages[:1]]")
 
 
 def _call(ck, node: ast.Call, t: str | None) -> None:

@@ -11,24 +11,25 @@ HOST_DATA_TO_DEVICE = Rule(
     "SYNC11", "host-data-to-device", "`torch.tensor(data, device=…)`; `.to(device)`/`.cuda()` of a host tensor",
     "`{form}` builds the data in pageable host memory and copies it to the device with a blocking copy",
     "a copy from pageable host memory is staged through a pinned buffer and the host waits for it",
-    "idx = torch.tensor(pages, device=v2p.device)", "build ids on the device (torch.arange, torch.cat)")
+    "idx = torch.tensor([1, 2], device=self.v2p.device)", "idx = torch.arange(1, 3, device=self.v2p.device)")
 SCALAR_STORE = Rule(
     "SYNC12", "scalar-store", "a Python scalar (or a host tensor) stored into a page table through an integer or tensor index: `table[idx] = -1`",
     "page-table store `{form}` of a Python scalar: it becomes a CPU tensor copied from pageable memory before the "
     "scatter, so the host waits (use index_fill_ or a kernel)",
     "index_put_ needs a tensor value: the scalar becomes a CPU tensor, copied to the device with a blocking copy",
-    "v2p[pages] = -1", "v2p.index_fill_(0, pages, -1)",
+    "self.v2p[pages] = -1", "self.v2p.index_fill_(0, pages, -1)",
     variants={"host": "page-table store `{form}` of a host tensor: a blocking host→device copy before the scatter"})
 HOST_INDEX = Rule(
     "SYNC14", "host-index", "a host tensor used as an index into a device tensor",
     "`{form}` indexes a device tensor with a host tensor: the index is copied to the device with a blocking copy",
     "the index must live on the device, so it is copied there from pageable memory",
-    "rows = v2p[torch.tensor([1, 2])]", "make the index on the device")
+    "rows = self.v2p[torch.tensor([1, 2])]", "rows = self.v2p[torch.arange(1, 3, device=self.v2p.device)]")
 BLOCKING_COPY = Rule(
     "SYNC15", "blocking-copy", "`copy_` between host and device without `non_blocking=True`",
     "`{form}` copies between host and device memory without non_blocking=True: the host waits",
     "a blocking copy returns only once the data has arrived",
-    "host_buf.copy_(v2p[pages])", "host_buf.copy_(src, non_blocking=True) into pinned memory, then record an event")
+    "torch.empty(3, dtype=torch.int64).copy_(self.v2p[pages])",
+    "torch.empty(3, dtype=torch.int64).pin_memory().copy_(self.v2p[pages], non_blocking=True)")
 
 
 def _call(ck, node: ast.Call, t: str | None) -> None:

@@ -10,8 +10,8 @@ from ..vocab import segment
 SYNCHRONIZE = Rule(
     "SYNC13", "synchronize", "`torch.cuda.synchronize()`, `stream.synchronize()`, `event.synchronize()`",
     "`{form}` blocks the host until the device has finished its queued work",
-    "it is the wait itself",
-    "torch.cuda.synchronize()", "order work with streams and events (event.wait(stream)) instead")
+    "it is the wait itself; order work with streams and events (`event.wait(stream)`) instead",
+    "torch.cuda.synchronize()")
 
 
 def _call(ck, node: ast.Call, t: str | None) -> None:
