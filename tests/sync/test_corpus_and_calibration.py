@@ -117,6 +117,7 @@ def test_gpu_truth_overrules_labels_and_is_scored(tmp_path):
     data = json.loads((tmp_path / "out" / "sync-calibration.json").read_text())
     md = (tmp_path / "out" / "sync-calibration.md").read_text()
     assert data["truth_source"] == "gpu" and "**Truth: the GPU** (FakeGPU" in md
+    assert f"--truth {truth}` (GPU columns from an earlier `--gpu` run)" in md  # where the GPU columns came from
     assert data["label_overruled_by_gpu"] == ["slice_store_scalar"]
     assert "slice_store_scalar" in data["scores"]["static"]["missed_names"]
     assert "slice_store_scalar" in data["scores"]["label"]["missed_names"]
