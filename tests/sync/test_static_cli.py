@@ -382,6 +382,17 @@ def test_the_pre_commit_hook_runs_this_command(capsys):
     assert capsys.readouterr().out.startswith("check-sync: 0 findings")
 
 
+def test_a_walk_cut_short_says_so(monkeypatch, capsys):
+    from fuzz.sync.static import reach
+
+    monkeypatch.setattr(reach, "MAX_VISITS", 3)
+    rc, out, _ = run([MULTI], capsys)
+    assert out.splitlines()[-1].endswith("stopped after 3 function visits (some calls were not followed)")
+    monkeypatch.undo()
+    rc, out, _ = run([MULTI], capsys)
+    assert "stopped after" not in out
+
+
 def test_columns_count_characters_not_bytes():
     src = "import torch\n\ndef free(pages: torch.Tensor):\n    é = 'ü'; x = pages.tolist()\n"
     (f,) = static.check_source(src, "m.py").findings

@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 
+from . import reach
 from .reach import Finding, Report
 from .regions import KINDS
 from .registry import all_rules
@@ -39,6 +40,8 @@ def summary(report: Report) -> str:
         line += f", {n_allowed} sync(s) allowed in exempt regions (-v lists them)"
     if report.errors:
         line += f", {len(report.errors)} file(s) could not be checked"
+    if report.truncated:
+        line += f", stopped after {reach.MAX_VISITS} function visits (some calls were not followed)"
     return line
 
 
@@ -122,7 +125,8 @@ def render_json(report: Report, settings) -> str:
     doc = {
         "tool": {"name": "kvfuzz check-sync", "version": tool_version()},
         "summary": {"findings": len(report.findings), "allowed": len(report.allowed), "files": report.n_files,
-                    "free_path_functions": report.n_free_paths, "errors": len(report.errors)},
+                    "free_path_functions": report.n_free_paths, "errors": len(report.errors),
+                    "truncated": report.truncated},
         "settings": {"roots": list(settings.roots), "strict": sorted(settings.strict),
                      "select": list(settings.select), "ignore": list(settings.ignore), "config": settings.source},
         "findings": [finding_json(f) for f in report.findings],

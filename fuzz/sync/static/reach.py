@@ -107,6 +107,7 @@ class Report:
     files: dict[str, FilePlan] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     n_files: int = 0
+    truncated: bool = False  # the walk hit MAX_VISITS: some calls were not followed
 
     @property
     def findings(self) -> list[Finding]:
@@ -271,6 +272,7 @@ class Analysis:
                 hop = Hop(call.callee.qualname, call.callee, call.callee.module.path)
                 work.append(_Visit(call.callee, call.self_cls, call.env, ex, v.chain + (hop,), key))
 
+        report.truncated = bool(work)
         for func, chain in live.items():
             plan(func.module).reached[func.qualname] = chain_text(chain)
         for func, ex in allowed_only.items():

@@ -34,8 +34,8 @@ def matches_root(qualname: str, pattern: str) -> bool:
 
     A pattern with a dot matches the qualified name (``Pool.free``); one without matches
     the bare name, spelled as written or in snake case. A pattern that does not start
-    with ``_`` never matches a private name: ``*read_table*`` names the public builds,
-    not ``_check_read_table``.
+    with ``_`` never matches a private name: ``free_*`` names ``free_group_end``, not
+    ``_free_eager``.
     """
     name = qualname.rsplit(".", 1)[-1]
     if "." in pattern:
@@ -49,7 +49,7 @@ def matches_root(qualname: str, pattern: str) -> bool:
 # §5). ``free_*`` covers the kernel-set entry ``free_unbind_inplace`` and free groups.
 DEFAULT_ROOTS = (
     "free", "free_*", "_free_lazy", "release", "release_*", "evict", "evict_*", "unbind", "unbind_*",
-    "dealloc", "dealloc_*", "deallocate", "tombstone", "tombstone_*", "*read_table*",
+    "dealloc", "dealloc_*", "deallocate", "tombstone", "tombstone_*", "build_*read_table*",
 )
 
 # Words in a function name that put the whole function in an allowed region.
