@@ -368,6 +368,32 @@ def test_a_container_annotation_pins_a_local_and_an_attribute():
     assert findings(src) == [("SYNC06", 17)]
 
 
+def test_a_helpers_return_annotation_types_its_result():
+    src = """
+    from typing import List, Optional
+    import torch
+
+    class Pool:
+        def free(self, pages: torch.Tensor):
+            if self._live(pages):
+                pass
+            if self._groups(pages):
+                pass
+            if helper(pages):
+                pass
+
+        def _live(self, pages) -> Optional[torch.Tensor]:
+            return None
+
+        def _groups(self, pages) -> List[torch.Tensor]:
+            return [pages]
+
+    def helper(pages) -> "torch.Tensor":
+        return pages
+    """
+    assert findings(src) == [("SYNC06", 7), ("SYNC06", 11)]
+
+
 # ------------------------------------------------------------------ entry points across modules
 
 

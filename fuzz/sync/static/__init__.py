@@ -21,7 +21,7 @@ Why parse and not import: the check runs in CI and pre-commit on code whose
 dependencies may not be installed, and must never execute it.
 
 Limits (the calibration corpus, ``fuzz.sync.calibrate``, measures their cost against a
-GPU): no return-type inference (a tensor returned by a helper is unknown); a table
+GPU): a helper's result is a tensor only when its return annotation says so; a table
 reached only through a container or ``getattr`` is unknown; a Python-scalar store whose
 right-hand side is an unannotated parameter is not reported; calls through variables,
 decorators or attributes holding modules (``self.kernels.f()``) are not followed;

@@ -55,7 +55,8 @@ class FunctionChecker(ast.NodeVisitor):
         self.self_cls = self_cls or self.project.class_of(func)
         self.self_name = func.self_name()
         self.env = env
-        self.ev = Eval(self.project, self.mod, attr_kinds(self.project, self.self_cls), env, self.self_name)
+        self.ev = Eval(self.project, self.mod, attr_kinds(self.project, self.self_cls), env, self.self_name,
+                       resolve=self._callee)
         self.exemption = inherited
         self.findings: list[RawFinding] = []
         self.calls: list[Call] = []
@@ -381,6 +382,10 @@ class FunctionChecker(ast.NodeVisitor):
             explicit_self = node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == self.self_name
             return callee, own if explicit_self else base, False
         return None
+
+    def _callee(self, node: ast.Call) -> Func | None:
+        resolved = self.resolve_call(node)
+        return resolved[0] if resolved else None
 
     def _collect_call(self, node: ast.Call) -> None:
         resolved = self.resolve_call(node)

@@ -4,8 +4,9 @@ What is statically knowable, and the heuristics used where it is not:
 
 - A *tensor*: a page table, a parameter or name annotated as one (``Tensor``,
   ``Optional[Tensor]``, ``Tensor | None``, a string annotation of those), the result
-  of a ``torch.*`` call, of a tensor method, of indexing or arithmetic on a tensor, or a
-  name or ``self.attr`` assigned from one (flow-insensitive). A container annotation
+  of a ``torch.*`` call, of a tensor method, of a function of the checked tree whose
+  return annotation is a tensor, of indexing or arithmetic on a tensor, or a name or
+  ``self.attr`` assigned from one (flow-insensitive). A container annotation
   (``List[Tensor]``, ``Optional[List[Tensor]]``, ``dict[str, Tensor]``) is *not* a
   tensor, and pins the name: no assignment makes it one. Unknown names are not tensors.
 - A *Python scalar*: a numeric constant, ``-1`` (``UnaryOp(USub, Constant(1))``), a
@@ -29,7 +30,9 @@ from typing import TYPE_CHECKING
 from . import vocab
 
 if TYPE_CHECKING:
-    from .model import Class, Module, Project
+    from collections.abc import Callable
+
+    from .model import Class, Func, Module, Project
 
 _TENSOR_TYPES = {"Tensor", "LongTensor", "IntTensor", "BoolTensor", "FloatTensor", "HalfTensor", "ByteTensor",
                  "Parameter"}
@@ -175,12 +178,14 @@ def attr_kinds(project: Project, cls: Class | None) -> Env | None:
 class Eval:
     """Classifies expressions within one function under one context."""
 
-    def __init__(self, project: Project, mod: Module, attrs: Env | None, env: Env, self_name: str | None):
+    def __init__(self, project: Project, mod: Module, attrs: Env | None, env: Env, self_name: str | None,
+                 resolve: Callable[[ast.Call], Func | None] | None = None):
         self.project = project
         self.mod = mod
         self.attrs = attrs
         self.env = env
         self.self_name = self_name
+        self.resolve = resolve  # where a call goes in the checked tree, for its return annotation
 
     def _self_attr(self, node: ast.expr) -> str | None:
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
@@ -249,6 +254,9 @@ class Eval:
             if t == "where" and len(node.args) == 1:
                 return False  # a tuple of tensors
             return True
+        callee = self.resolve(node) if self.resolve is not None else None
+        if callee is not None:  # a function of the checked tree: its return annotation decides
+            return annotation_kind(callee.node.returns) == "tensor"
         if isinstance(node.func, ast.Attribute):
             meth = node.func.attr
             if meth in vocab.NON_TENSOR_METHODS:
