@@ -36,7 +36,7 @@ def _epilog() -> str:
     kinds = "\n".join(f"  {k:11} {why}" for k, why in KINDS.items())
     entry = textwrap.fill(
         f"Entry points: functions matching a --root pattern (default: {', '.join(DEFAULT_ROOTS)}); a class's "
-        "methods are matched on the classes nothing in the checked files derives from. Calls are followed "
+        "methods are matched on each class that is not abstract, through its MRO. Calls are followed "
         "across the checked tree (imports, super(), base classes).", width=88)
     return EPILOG_HEAD.format(entry=entry, kinds=kinds) + registry.text_table() + (
         "\n\nExit: 0 clean, 1 findings, 2 usage error or unreadable path.")

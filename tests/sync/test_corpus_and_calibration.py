@@ -71,8 +71,11 @@ def test_adversarial_snippets_show_the_documented_static_limits():
         plan = static.check_source(s.source, s.filename, roots=("snippet",))
         if bool(plan.findings) is not (s.label == corpus.SYNCS):
             wrong.append(s.name)
-    # every adversarial snippet defeats the static check; if one stops doing so, update the docstring
-    assert sorted(wrong) == sorted(s.name for s in corpus.ADVERSARIAL)
+    # Each was written to defeat one detector. The static check has since learned host tensors (a host
+    # tensor's .item() reads host memory), so host_scalar_item now defeats only the CPU runtime modes.
+    # The rest still defeat it; if one stops doing so, update the limits in fuzz/sync/static/__init__.py
+    # and docs/check-sync.md.
+    assert sorted(wrong) == sorted(s.name for s in corpus.ADVERSARIAL if s.name != "host_scalar_item")
 
 
 # ------------------------------------------------------------------ the calibration report

@@ -16,7 +16,9 @@ What is statically knowable, and the heuristics used where it is not:
 - A *boolean mask*: a comparison of tensors, ``~mask``, ``mask & mask``, ``.bool()``,
   ``.eq()``…, ``torch.isin``/``torch.logical_*``, or a name assigned from one.
 - A *host tensor*: a factory called without ``device=`` (``torch.tensor([...])``),
-  or ``.cpu()``/``.pin_memory()`` of a tensor.
+  ``.cpu()``/``.pin_memory()`` of a tensor, or a tensor whose name says so
+  (``seq_lens_cpu``, ``host_indices``). Reading a host tensor back is no sync, so the
+  host-read and data-dependent rules skip it; copying it to the device is one.
 - A *page table*: a name with the word ``v2p``/``p2v`` (or ``virtual_to_physical``…),
   an alias of one (local, ``self.attr``, tuple unpacking, slice view, parameter).
 """
@@ -291,12 +293,18 @@ class Eval:
         return False
 
     # host tensors --------------------------------------------------------------
+    def is_device(self, node: ast.expr) -> bool:
+        """A tensor in device memory, as far as the check can tell (a tensor not known to be on the host)."""
+        return self.is_tensor(node) and not self.is_host(node)
+
     def is_host(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Name):
-            return node.id in self.env.hosts
+            return node.id in self.env.hosts or (vocab.is_host_name(node.id) and node.id in self.env.tensors)
         if isinstance(node, ast.Attribute):
             attr = self._self_attr(node)
-            return attr is not None and self.attrs is not None and attr in self.attrs.hosts
+            if attr is None or self.attrs is None:
+                return False
+            return attr in self.attrs.hosts or (vocab.is_host_name(attr) and attr in self.attrs.tensors)
         if isinstance(node, ast.Call):
             t = vocab.torch_attr(node.func)
             if t in vocab.FACTORIES:

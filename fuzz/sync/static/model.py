@@ -72,6 +72,16 @@ class Class:
     def key(self) -> tuple[str, str]:
         return (self.module.realpath, self.name)
 
+    @property
+    def is_abstract(self) -> bool:
+        """Declared abstract (``ABC`` base, ``ABCMeta``, an ``@abstractmethod``): never instantiated itself."""
+        named = [ast.unparse(b) for b in self.node.bases] + [
+            ast.unparse(k.value) for k in self.node.keywords if k.arg == "metaclass"]
+        if any(n.split(".")[-1] in ("ABC", "ABCMeta") for n in named):
+            return True
+        return any(ast.unparse(d).split(".")[-1] == "abstractmethod"
+                   for m in self.methods.values() for d in m.node.decorator_list)
+
     def __hash__(self) -> int:
         return hash(self.key)
 

@@ -5,9 +5,10 @@ whose name holds "free" (``merge_and_sort_free``) or that writes ``-1`` into ``p
 (a relocation helper) is as likely to be on the allocation side as on the free side.
 What makes code a free path is that a free entry point runs it. Entry points are
 functions matching root patterns (``--root``, ``[tool.kvfuzz.check-sync] roots``,
-defaults in ``vocab.DEFAULT_ROOTS``); for a class, the patterns are matched on the
-classes nothing in the checked files derives from, with methods looked up through the
-MRO, so ``self.free()`` in a base class runs the subclass's ``free``.
+defaults in ``vocab.DEFAULT_ROOTS``); for a class, the patterns are matched on each
+class that can be instantiated (not an abstract one), with methods looked up through
+its MRO, so ``self.free()`` in a base class runs the subclass's ``free`` when entered
+through the subclass. A base class that is also used on its own is checked on its own.
 
 From each entry point the analysis follows calls (``f()``, ``self.m()``, ``cls.m()``,
 ``Class.m()``, ``super().m()``, ``module.f()``, imported names), binding page tables,
@@ -156,6 +157,7 @@ class Analysis:
         self.strict = frozenset(strict)
         self.codes = codes if codes is not None else set(all_rules())
         self._raises: dict[tuple, bool] = {}
+        self._base_entries: set[str] = set()
 
     # helpers the checker asks for ---------------------------------------------------
     def always_raises_call(self, checker: FunctionChecker):
@@ -193,6 +195,7 @@ class Analysis:
         project = self.project
         out = []
         subclassed = project.subclassed()
+        self._base_entries: set[str] = set()  # entries on a class something derives from
         for mod in project.targets():
             for qual, func in mod.functions.items():
                 if func.cls is None and not func.is_kernel:
@@ -200,7 +203,7 @@ class Analysis:
                     if pattern:
                         out.append((func, None, qual, f"matches root pattern {pattern!r}", mod))
             for cls in mod.classes.values():
-                if cls.key in subclassed:
+                if cls.is_abstract:
                     continue
                 names = dict.fromkeys(n for c in project.mro(cls) for n in c.methods)
                 for name in names:
@@ -212,6 +215,8 @@ class Analysis:
                     why = f"matches root pattern {pattern!r}"
                     if func.module is not mod or func.cls != cls.name:
                         why += f" (inherited from {func.qualname} in {func.module.path})"
+                    if cls.key in subclassed:
+                        self._base_entries.add(display)
                     out.append((func, cls, display, why, mod))
         return out
 
@@ -307,8 +312,10 @@ class Analysis:
             mod = items[0][0].module
             plain = [i for i in items if i[2].exemption is None]
             pool = plain or items
-            # the chain from a public entry point (free, not _free_lazy), then the shortest
-            pool.sort(key=lambda i: (i[1][0].func.name.startswith("_"), len(i[1]), chain_text(i[1])))
+            # the chain from a public entry point (free, not _free_lazy) of the most derived
+            # class (the subclass a scheduler holds, not its base), then the shortest
+            pool.sort(key=lambda i: (i[1][0].func.name.startswith("_"), i[1][0].display in self._base_entries,
+                                     len(i[1]), chain_text(i[1])))
             func, chain, rf = pool[0]
             on_chain = {h.display for h in chain}
             also = tuple(sorted(e for e in entry_points.get((path, line, col, code), ()) if e not in on_chain))
@@ -341,12 +348,8 @@ class Analysis:
                 if hint:
                     p.notes.append(f"{qual} {hint}, but no entry point reaches it: pass --root "
                                    f"{func.name} if it frees pages")
-            for cls in mod.classes.values():
-                subs = [c.name for m in self.project.targets() for c in m.classes.values()
-                        if c is not cls and cls in self.project.mro(c)]
-                if subs:
-                    p.notes.append(f"{cls.name} is subclassed ({', '.join(sorted(subs))}): its entry points are "
-                                   "checked as methods of the subclasses")
+            p.notes += [f"{c.name} is abstract: its entry points are checked on the classes derived from it"
+                        for c in mod.classes.values() if c.is_abstract]
 
     def _free_hint(self, func: Func) -> str | None:
         """Why an unreached function looks like a free path: it tombstones a table, or calls a free entry."""

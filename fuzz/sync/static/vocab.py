@@ -77,6 +77,11 @@ def is_table_name(name: str) -> bool:
     return any(w in TABLE_WORDS for w in name_words(name))
 
 
+def is_host_name(name: str) -> bool:
+    """``seq_lens_cpu``, ``host_indices``: a tensor so named lives in host memory (SGLang's convention)."""
+    return bool({"cpu", "host"} & set(name_words(name)))
+
+
 def name_exemption(name: str) -> str | None:
     """The allowed-region kind a function's name puts it in (``_free_eager`` -> eager)."""
     for w in name_words(name):

@@ -39,6 +39,8 @@ REPEAT_INTERLEAVE = Rule(
 
 def _call(ck, node: ast.Call, t: str | None) -> None:
     ev = ck.ev
+    if t is not None and node.args and ev.is_host(node.args[0]):
+        return  # sized on the host: no count to read back
     if t is not None:
         if t in ("nonzero", "argwhere"):
             ck.report(NONZERO, node, f"torch.{t}(...)")
@@ -53,7 +55,7 @@ def _call(ck, node: ast.Call, t: str | None) -> None:
             if (repeats is None or ev.is_tensor(repeats)) and kwarg(node, "output_size") is None:
                 ck.report(REPEAT_INTERLEAVE, node, segment(node))
         return
-    if not isinstance(node.func, ast.Attribute):
+    if not isinstance(node.func, ast.Attribute) or ev.is_host(node.func.value):
         return
     meth, recv = node.func.attr, node.func.value
     if meth in ("nonzero", "argwhere"):
@@ -76,6 +78,8 @@ def _call(ck, node: ast.Call, t: str | None) -> None:
 def _index(ck, node: ast.Subscript, parts: list[ast.expr], store_value: ast.expr | None) -> None:
     """``t[mask]`` reads; ``t[mask] = scalar`` is the masked_fill_ fast path and does not sync."""
     ev = ck.ev
+    if ev.is_host(node.value):
+        return  # a host tensor masked on the host
     for part in parts:
         if not isinstance(part, ast.Slice) and ev.is_mask(part):
             if store_value is None or not ev.is_pyscalar(store_value):

@@ -66,26 +66,26 @@ def _call(ck, node: ast.Call, t: str | None) -> None:
     ev, func = ck.ev, node.func
     if isinstance(func, ast.Name):
         name = func.id
-        if name in ("int", "float", "bool", "complex") and node.args and ev.is_tensor(node.args[0]):
+        if name in ("int", "float", "bool", "complex") and node.args and ev.is_device(node.args[0]):
             ck.report(SCALAR_CONVERSION, node, f"{name}({segment(node.args[0], 40)})")
-        elif name == "range" and any(ev.is_tensor(a) for a in node.args):
+        elif name == "range" and any(ev.is_device(a) for a in node.args):
             ck.report(TENSOR_AS_INT, node, segment(node))
-        elif name in ("str", "repr", "format", "print") and any(ev.is_tensor(a) for a in node.args):
+        elif name in ("str", "repr", "format", "print") and any(ev.is_device(a) for a in node.args):
             ck.report(FORMAT_TENSOR, node, segment(node))
-        elif name in ("sorted", "max", "min", "any", "all") and len(node.args) == 1 and ev.is_tensor(node.args[0]):
+        elif name in ("sorted", "max", "min", "any", "all") and len(node.args) == 1 and ev.is_device(node.args[0]):
             ck.report(SCALAR_CONVERSION, node, f"{name}({segment(node.args[0], 40)})")
         return
     if t is not None:
-        if t in ("equal", "allclose"):
+        if t in ("equal", "allclose") and not (node.args and all(ev.is_host(a) for a in node.args)):
             ck.report(DEVICE_COMPARE, node, f"torch.{t}(...)")
         if t in SIZE_FACTORIES:
             sizes = [e for a in node.args for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a])]
-            bad = next((e for e in sizes if ev.is_tensor(e)), None)
+            bad = next((e for e in sizes if ev.is_device(e)), None)
             if bad is not None:
                 ck.report(TENSOR_AS_INT, bad, segment(node))
         return
-    if not isinstance(func, ast.Attribute):
-        return
+    if not isinstance(func, ast.Attribute) or ev.is_host(func.value):
+        return  # a host tensor's values are already on the host
     meth = func.attr
     if meth == "item" and not node.args:
         ck.report(ITEM, node)
@@ -102,13 +102,13 @@ def _call(ck, node: ast.Call, t: str | None) -> None:
 
 
 def _truth(ck, test: ast.expr, form: str) -> None:
-    if ck.ev.is_tensor(test):
+    if ck.ev.is_device(test):
         ck.report(TRUTH_TEST, test, form.replace("...", segment(test, 40), 1))
 
 
 def _fstring(ck, node: ast.JoinedStr) -> None:
     for value in node.values:
-        if isinstance(value, ast.FormattedValue) and ck.ev.is_tensor(value.value):
+        if isinstance(value, ast.FormattedValue) and ck.ev.is_device(value.value):
             ck.report(FORMAT_TENSOR, value.value, "f\"{" + segment(value.value, 40) + "}\"")
 
 
@@ -117,7 +117,7 @@ def _index(ck, node: ast.Subscript, parts: list[ast.expr], store_value: ast.expr
     for part in parts:
         if isinstance(part, ast.Slice):
             for bound in (part.lower, part.upper, part.step):
-                if bound is not None and ev.is_tensor(bound):
+                if bound is not None and ev.is_device(bound):
                     ck.report(TENSOR_AS_INT, bound, f"{segment(node)} (tensor slice bound)")
         elif not ev.is_mask(part) and not ev.is_host(part) and _is_zero_dim_index(ev, part):
             ck.report(ZERO_DIM_INDEX, part, segment(node))
