@@ -267,6 +267,8 @@ def test_tests_fixtures_and_environments_are_skipped_under_a_directory(tmp_path,
     assert out.count(": SYNC02 ") == 6  # tests, fixtures, conftest, *_test, legacy, pool; never .hidden or venv
     rc, out, _ = run([os.path.join(src, "tests", "test_pool.py")], capsys)  # named explicitly: checked
     assert rc == 1 and out.count(": SYNC02 ") == 1
+    rc, out, _ = run([os.path.join(src, "pool.py"), src], capsys)  # given twice: checked once
+    assert out.count(": SYNC02 ") == 2 and " in 2 file(s)" in out
 
 
 # ------------------------------------------------------------------ configuration

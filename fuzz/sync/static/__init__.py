@@ -32,6 +32,7 @@ unreached functions that tombstone a table).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from .config import Settings
@@ -70,6 +71,10 @@ def check_paths(files: Sequence[str], settings: Settings | None = None) -> Repor
     settings = settings or Settings()
     project = Project()
     errors = []
+    unique: dict[str, str] = {}
+    for f in files:  # a file given twice (by name and under its directory) is checked once
+        unique.setdefault(os.path.realpath(f), f)
+    files = list(unique.values())
     for path in files:
         try:
             project.add_file(path)

@@ -245,7 +245,7 @@ class Analysis:
         entries: dict[tuple, set[str]] = {}  # visit -> the entry points that start at it
         live: dict[Func, tuple[Hop, ...]] = {}
         allowed_only: dict[Func, Exemption] = {}
-        raw: list[tuple[Func, tuple[Hop, ...], RawFinding]] = []
+        raw: list[tuple[Func, tuple[Hop, ...], RawFinding, tuple]] = []  # (function, chain, finding, visit)
         fams = families()
         visits = 0
         while work and visits < MAX_VISITS:

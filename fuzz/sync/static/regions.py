@@ -110,7 +110,7 @@ def eager_atom(node: ast.expr) -> bool | None:
         if isinstance(right, ast.Constant) and isinstance(right.value, bool):  # self.lazy is False
             inner = eager_atom(left)
             return None if inner is None else (inner if positive == right.value else not inner)
-        # the mode is a string or an enum member: self.mode == "eager", Mode.LAZY != self.mode
+        # the mode is a string or an enum member: self.mode == "eager", self.mode is Mode.LAZY, "lazy" != mode
         for label in (_str_const(right), right.attr if isinstance(right, ast.Attribute) else None, _str_const(left)):
             words = set(vocab.name_words(label or ""))
             if "eager" in words:
