@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 from .engine.tiers import BACKENDS, SetupError, select_backend
+from .sync import cli as check_sync_cli
 
 HOSTILE = ("spec", "off", "all")
 EXIT_HARNESS = 3
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     mn.add_argument("--out", help="default: rewrite the case in place")
 
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
-    cs.add_argument("paths", nargs="*")
+    check_sync_cli.add_arguments(cs)
 
     mu = command("mutants", "run the mutant catalogue: kill rate and time to kill per mutant")
     mu.add_argument("--backend", choices=BACKENDS, default="interpret")
@@ -283,9 +284,7 @@ def _cmd_minimize(args) -> int:
 
 
 def _cmd_check_sync(args) -> int:
-    from .sync.static import main as check_sync
-
-    return check_sync(args.paths)
+    return check_sync_cli.run(args)
 
 
 def _cmd_mutants(args) -> int:

@@ -1,7 +1,9 @@
 """No host synchronisation on the free path (SPEC.md §5; DESIGN.md oracle 5), three ways.
 
-- ``fuzz.sync.static``: ``kvfuzz check-sync [PATH…]``, an AST check that finds the free
-  paths itself and reports each synchronising form as ``path:line:col: CODE message``;
+- ``fuzz.sync.static`` (a package; its command line in ``fuzz.sync.cli``):
+  ``kvfuzz check-sync [PATH…]``, an AST check that follows the free paths from their
+  entry points across modules and reports each synchronising form with its chain
+  (docs/check-sync.md);
 - ``fuzz.sync.runtime``: ``no_host_sync()`` / ``record_host_syncs()``, dispatch and
   function modes that reason, on the CPU, about what would synchronise on a device;
 - ``fuzz.sync.gpu``: the ground truth on CUDA (sync debug mode + CUDA-graph capture);

@@ -153,8 +153,9 @@ def render_markdown(report: dict) -> str:
     gpu = report["truth_source"] == "gpu"
     lines.append("# Host-sync detector calibration (SPEC.md §5)")
     lines.append("")
-    lines.append(f"Generated {report['generated']} by `python -m fuzz.sync.calibrate`"
-                 f"{' --gpu' if gpu else ''}. Corpus: {report['n_snippets']} snippets "
+    how = report.get("command") or ("python -m fuzz.sync.calibrate" + (" --gpu" if gpu else ""))
+    how = f"`{how}`" + (" (GPU columns from an earlier `--gpu` run)" if "--truth" in how else "")
+    lines.append(f"Generated {report['generated']} by {how}. Corpus: {report['n_snippets']} snippets "
                  f"({report['n_adversarial']} adversarial), `fuzz/sync/corpus.py`.")
     lines.append("")
     if gpu:
@@ -188,7 +189,7 @@ def render_markdown(report: dict) -> str:
         lines.append(f"- Labels overruled by the GPU: {', '.join(f'`{n}`' for n in over) if over else 'none'}.")
     lines.append("")
     lines.append("The adversarial snippets are written against the detectors' documented limits "
-                 "(see the docstrings of `fuzz/sync/static.py` and `fuzz/sync/runtime.py`); the rest were written "
+                 "(see the docstrings of `fuzz/sync/static/` and `fuzz/sync/runtime.py`); the rest were written "
                  "alongside the detectors, so their scores measure coverage of the listed forms, not held-out accuracy.")
     lines.append("")
     if report["allocator"]:
@@ -281,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibrate: GPU verdicts in {raw}", file=sys.stderr)
     cpu = run_cpu_detectors()
     report = build_report(cpu, gpu)
+    report["command"] = "python -m fuzz.sync.calibrate" + (f" --truth {ns.truth}" if ns.truth else " --gpu" if ns.gpu else "")
     md, js = write(report, ns.out)
     for det, sc in report["scores"].items():
         print(f"{det:15s} caught {sc['caught']:3d}  missed {sc['missed']:3d}  false alarms {sc['false_alarms']:3d}  "

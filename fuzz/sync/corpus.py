@@ -36,13 +36,11 @@ try:  # the kernel-launch snippets need Triton (compiled on CUDA, interpreted on
         v = tl.load(idx_ptr + offs, mask=live, other=0)
         tl.store(v2p_ptr + v, -1, mask=live)
 
-    HAVE_TRITON = True
     # On CPU tensors a Triton kernel runs only under the interpreter (TRITON_INTERPRET=1
     # before import); on a GPU machine the kernel_launch snippet is judged on CUDA only.
     CPU_KERNELS = type(_tombstone_kernel).__name__ == "InterpretedFunction"
 except Exception:  # pragma: no cover - Triton is a hard dependency of the project
     _tombstone_kernel = None
-    HAVE_TRITON = False
     CPU_KERNELS = False
 
 SYNCS = "syncs"

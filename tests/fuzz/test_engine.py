@@ -22,7 +22,7 @@ import pytest
 import kvref
 from fuzz.cli import build_parser
 from fuzz.engine.campaign import CampaignOptions, run_campaign, run_sequence, sequence_seed
-from fuzz.engine.case import SCHEMA, CaseError, Signature, load_case, write_case
+from fuzz.engine.case import SCHEMA, CaseError, Signature, load_case
 from fuzz.engine.minimize import Minimizer, NotReproducible
 from fuzz.engine.ops import POISON, Op, parse_ops
 from fuzz.engine.runner import replay

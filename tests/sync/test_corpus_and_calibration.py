@@ -71,8 +71,11 @@ def test_adversarial_snippets_show_the_documented_static_limits():
         plan = static.check_source(s.source, s.filename, roots=("snippet",))
         if bool(plan.findings) is not (s.label == corpus.SYNCS):
             wrong.append(s.name)
-    # every adversarial snippet defeats the static check; if one stops doing so, update the docstring
-    assert sorted(wrong) == sorted(s.name for s in corpus.ADVERSARIAL)
+    # Each was written to defeat one detector. The static check has since learned host tensors (a host
+    # tensor's .item() reads host memory), so host_scalar_item now defeats only the CPU runtime modes.
+    # The rest still defeat it; if one stops doing so, update the limits in fuzz/sync/static/__init__.py
+    # and docs/check-sync.md.
+    assert sorted(wrong) == sorted(s.name for s in corpus.ADVERSARIAL if s.name != "host_scalar_item")
 
 
 # ------------------------------------------------------------------ the calibration report
@@ -117,6 +120,7 @@ def test_gpu_truth_overrules_labels_and_is_scored(tmp_path):
     data = json.loads((tmp_path / "out" / "sync-calibration.json").read_text())
     md = (tmp_path / "out" / "sync-calibration.md").read_text()
     assert data["truth_source"] == "gpu" and "**Truth: the GPU** (FakeGPU" in md
+    assert f"--truth {truth}` (GPU columns from an earlier `--gpu` run)" in md  # where the GPU columns came from
     assert data["label_overruled_by_gpu"] == ["slice_store_scalar"]
     assert "slice_store_scalar" in data["scores"]["static"]["missed_names"]
     assert "slice_store_scalar" in data["scores"]["label"]["missed_names"]
