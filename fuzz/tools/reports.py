@@ -50,6 +50,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "failures": [{"signature": str(c.signature), "case": str(p), "seed": c.seed,
                       "original_ops": c.lengths.get("original"), "minimized_ops": c.lengths.get("minimized"),
                       "occurrences": summary.occurrences.get(c.signature, 1),
+                      "found_after_s": round(summary.found_after.get(c.signature, 0.0), 3),
                       "message": (c.divergence or {}).get("message")}
                      for c, p in zip(summary.cases, summary.paths)],
         "versions": {**environment(), "kvfuzz": kvfuzz_version()},
