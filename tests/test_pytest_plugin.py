@@ -56,7 +56,9 @@ def scratch(tmp_path: Path, *, cases: int = 0) -> Path:
 
 
 def env_without_interpreter(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTEST_ADDOPTS")}
+    """This environment, less what would decide for the child what the test is about."""
+    unset = ("TRITON_INTERPRET", "PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env.update(extra)
     return env
 
