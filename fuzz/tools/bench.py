@@ -39,7 +39,13 @@ def environment() -> dict:
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
-def main(seconds: float = 10.0, tiers: str | None = None, out: str | None = None) -> int:
+def main(seconds: float = 10.0, tiers: str | None = None, out: str | None = None, plot: str | None = None) -> int:
+    """``plot``: also draw the report as an SVG there (needs the ``plots`` extra; checked
+    before any benchmark runs, so a missing matplotlib costs no benchmark time)."""
+    if plot:
+        from .plots import require_matplotlib
+
+        require_matplotlib()
     import torch
 
     has_cuda = torch.cuda.is_available()
@@ -61,4 +67,8 @@ def main(seconds: float = 10.0, tiers: str | None = None, out: str | None = None
         with open(out, "w") as f:
             json.dump(report, f, indent=1)
         print(f"results written to {out}")
+    if plot:
+        from .plots import plot_bench
+
+        print(f"plot written to {plot_bench(report, plot)}")
     return 0
