@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The main job: a fuzz campaign. On the CPU it fuzzes the real Triton kernels on the
 # interpreter tier; where CUDA exists it uses the compiled kernels (the nightly GPU job).
-# Knobs: KVFUZZ_BACKEND, KVFUZZ_BUDGET_S, KVFUZZ_WORKERS, KVFUZZ_SEED, KVFUZZ_SHARD (I/N), KVFUZZ_OUT.
-# Exit: 0 clean, 1 failures (case files in KVFUZZ_OUT), 2 setup error.
+# Knobs: KVFUZZ_BACKEND, KVFUZZ_KERNELS (a module or a .py file: your kernel set; default
+# ours), KVFUZZ_HOSTILE (spec|off|all; default all for our kernels, which mask every id,
+# spec for yours), KVFUZZ_BUDGET_S, KVFUZZ_WORKERS, KVFUZZ_SEED, KVFUZZ_SHARD (I/N),
+# KVFUZZ_OP_TIMEOUT, KVFUZZ_OUT (case files, summary.json, junit.xml).
+# Exit: 0 clean, 1 failures (case files in KVFUZZ_OUT), 2 setup error, 3 harness error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash ci/setup.sh)
@@ -13,6 +16,12 @@ if [ -z "${KVFUZZ_BACKEND:-}" ]; then
     KVFUZZ_BACKEND=interpret
   fi
 fi
-exec "$PY" -m fuzz run --backend "$KVFUZZ_BACKEND" --budget-s "${KVFUZZ_BUDGET_S:-120}" \
-  --workers "${KVFUZZ_WORKERS:-$(nproc)}" --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" \
-  --shard "${KVFUZZ_SHARD:-0/1}" --out "${KVFUZZ_OUT:-kvfuzz-out}"
+OUT=${KVFUZZ_OUT:-kvfuzz-out}
+
+
+exec "$PY" -m fuzz run --backend "$KVFUZZ_BACKEND" --kernels "${KVFUZZ_KERNELS:-kvkernels}" \
+  --hostile "${KVFUZZ_HOSTILE:-$([ -n "${KVFUZZ_KERNELS:-}" ] && echo spec || echo all)}" \
+  --budget-s "${KVFUZZ_BUDGET_S:-120}" --workers "${KVFUZZ_WORKERS:-$(nproc)}" \
+  --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" \
+  --op-timeout "${KVFUZZ_OP_TIMEOUT:-60}" --out "$OUT" \
+  --summary "$OUT/summary.json" --junit-xml "$OUT/junit.xml"

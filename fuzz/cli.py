@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--tiers", default=None, help="comma list of backends (default: torch,interpret on a CPU; "
                                                   "torch,cuda on a GPU)")
     bn.add_argument("--out", help="write the results as JSON here")
+    bn.add_argument("--plot", metavar="FILE.svg",
+                    help="also draw the results as an SVG (needs the plots extra: pip install 'kvfuzz[plots]')")
     return p
 
 
@@ -309,7 +311,7 @@ def _cmd_bench(args) -> int:
         if unknown or not tiers:
             raise SetupError(f"--tiers {args.tiers}: unknown tier {', '.join(unknown) or '(none given)'}; "
                              f"choose from {', '.join(BACKENDS)}")
-    return bench(seconds=args.seconds, tiers=tiers, out=args.out)
+    return bench(seconds=args.seconds, tiers=tiers, out=args.out, plot=args.plot)
 
 
 COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "check-sync": _cmd_check_sync,

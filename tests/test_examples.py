@@ -24,10 +24,6 @@ EXAMPLES = REPO / "ci/examples"
 WORKFLOWS = sorted(EXAMPLES.glob("*.yml"))
 SCRIPTS = sorted([*EXAMPLES.glob("*.sh"), *(REPO / "ci").glob("*.sh")])
 
-# Flags the examples use that the CLI is getting in a branch not merged here yet; each
-# takes one value. Remove a flag once build_parser() knows it (a test below says when).
-PENDING_FLAGS = {"--junit-xml", "--output-format", "--plot"}
-
 VAR = "@VAR@"  # what a shell variable or a GitHub expression stands for here
 # Innermost first (so ${A:-${B}} and ${A:-$(cmd)} nest): a GitHub expression, $((...)),
 # $(...), ${...}, $NAME.
@@ -92,26 +88,9 @@ def kvfuzz_commands(path: Path) -> list[list[str]]:
     return found
 
 
-def _without_pending(args: list[str], known: set[str]) -> list[str]:
-    out, skip = [], False
-    for arg in args:
-        name = arg.split("=", 1)[0]
-        if skip:
-            skip = False
-        elif name in PENDING_FLAGS and name not in known:
-            skip = "=" not in arg
-        else:
-            out.append(arg)
-    return out
-
-
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return dict(action.choices)
-
-
-def _known_flags() -> set[str]:
-    return {flag for sub in _subparsers(build_parser()).values() for a in sub._actions for flag in a.option_strings}
 
 
 def check_command(args: list[str]) -> None:
@@ -125,7 +104,7 @@ def check_command(args: list[str]) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:
-            ns = relaxed.parse_args(_without_pending(args, _known_flags()))
+            ns = relaxed.parse_args(args)
         except SystemExit:
             pytest.fail(f"kvfuzz {shlex.join(args)}: {err.getvalue().strip()}")
     for action in _subparsers(strict)[ns.command]._actions:
@@ -162,12 +141,6 @@ def test_the_checker_sees_commands_and_catches_mistakes(tmp_path):
     for bad in (["run", "--budgets", "1"], ["run", "--backend", "gpu"], ["run", "--shard", "4/4"], ["fuzz"]):
         with pytest.raises(pytest.fail.Exception):
             check_command(bad)
-
-
-def test_pending_flags_are_still_pending():
-    known = _known_flags()
-    landed = sorted(PENDING_FLAGS & known)
-    assert not landed, f"the CLI has {landed} now: remove them from PENDING_FLAGS in {Path(__file__).name}"
 
 
 def test_pytest_plugin_options_exist():

@@ -27,7 +27,7 @@ def _tier_rate(backend: str, seconds: float) -> dict:
     except json.JSONDecodeError:
         return {"backend": backend, "error": (proc.stderr or proc.stdout)[-400:], "exit": proc.returncode}
     return {"backend": backend, "ops": data["ops"], "ops_per_s": round(data["ops_per_s"], 1),
-            "sequences": data["sequences"], "failures": data["failures"], "seconds": seconds}
+            "sequences": data["sequences"], "failures": len(data["failures"]), "seconds": seconds}
 
 
 def environment() -> dict:
@@ -39,7 +39,8 @@ def environment() -> dict:
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
-def main(seconds: float = 10.0, tiers: str | None = None, out: str | None = None, plot: str | None = None) -> int:
+def main(seconds: float = 10.0, tiers: list[str] | None = None, out: str | None = None,
+         plot: str | None = None) -> int:
     """``plot``: also draw the report as an SVG there (needs the ``plots`` extra; checked
     before any benchmark runs, so a missing matplotlib costs no benchmark time)."""
     if plot:
@@ -49,7 +50,7 @@ def main(seconds: float = 10.0, tiers: str | None = None, out: str | None = None
     import torch
 
     has_cuda = torch.cuda.is_available()
-    chosen = tiers.split(",") if tiers else (["torch", "cuda"] if has_cuda else ["torch", "interpret"])
+    chosen = list(tiers) if tiers else (["torch", "cuda"] if has_cuda else ["torch", "interpret"])
     report = {"environment": environment(), "fuzz": [], "kernels": None}
     for backend in chosen:
         row = _tier_rate(backend.strip(), seconds)
@@ -71,4 +72,4 @@ def main(seconds: float = 10.0, tiers: str | None = None, out: str | None = None
         from .plots import plot_bench
 
         print(f"plot written to {plot_bench(report, plot)}")
-    return 0
+    return 1 if any("error" in row for row in report["fuzz"]) else 0
