@@ -837,8 +837,9 @@ class ScaleGenerator:
 
     def __init__(self, rng: random.Random, config: kvref.PoolConfig, constants: Constants,
                  limits: ScaleLimits | None = None, *, features: set | None = None, mix: dict | None = None,
-                 legacy: bool = False):
+                 legacy: bool = False, big: float = 0.1):
         self.rng, self.config, self.constants = rng, config, constants
+        self.big = big  # share of read tables at the limits' full size instead of a boundary
         self.limits = limits or ScaleLimits()
         self.bounds = Boundaries(constants, rng)
         self.features = features  # None: every optional function is there
@@ -1010,6 +1011,11 @@ class ScaleGenerator:
     def table_shape(self, cols_cap: int) -> tuple[int, int, str, str]:
         """(bs, columns, their tags) for a read table, inside the limits."""
         rng, lim = self.rng, self.limits
+        if rng.random() < self.big:  # the full production size: a server's largest batch and rows
+            bs = lim.max_bs - rng.choice((0, 0, 1))
+            cols = max(1, min(cols_cap, lim.max_read_elems // bs) - rng.choice((0, 0, 1, 2)))
+            if lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs:
+                return bs, cols, "cap", "cap"
         for _ in range(8):
             bs, bs_tag = self.bounds.bs(lim.max_bs) if rng.random() < 0.7 else self.bounds.size(1, lim.max_bs)
             bs = min(bs, lim.max_step_bs)
@@ -1088,8 +1094,11 @@ def kernel_features(tier: Tier) -> set:
 
 
 def sequence(tier: Tier, seed: int, *, limits: ScaleLimits | None = None, mix: dict | None = None,
-             knobs: dict | None = None) -> tuple[kvref.PoolConfig, ScaleGenerator]:
-    """What a seed decides: the geometry and the op stream (constants read at the given knobs)."""
+             knobs: dict | None = None, big: float | None = None) -> tuple[kvref.PoolConfig, ScaleGenerator]:
+    """What a seed decides: the geometry and the op stream (constants read at the given knobs).
+    ``big``: the share of full-size read tables (default 0.1 on a GPU, 0.02 on the interpreter)."""
+    if big is None:
+        big = 0.1 if str(tier.device).startswith("cuda") else 0.02
     apply_knobs(tier.kernels, knobs)
     constants = kernel_constants(tier.kernels)
     limits = limits or ScaleLimits.for_tier(tier)
@@ -1097,18 +1106,18 @@ def sequence(tier: Tier, seed: int, *, limits: ScaleLimits | None = None, mix: d
     config = scale_config(rng, constants, limits)
     features = kernel_features(tier)
     gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
-                         legacy="build_kv_read_table_legacy" in features)
+                         legacy="build_kv_read_table_legacy" in features, big=big)
     return config, gen
 
 
 def run_sequence(tier: Tier, seed: int, n_ops: int, deadline: float | None = None, beat=None, *,
                  limits: ScaleLimits | None = None, mix: dict | None = None, check_every: int = 1,
-                 knobs: dict | None = None):
+                 knobs: dict | None = None, big: float | None = None):
     """Generate and diff one production-scale sequence: (config, ops, divergence or None, run).
 
     Mirrors ``campaign.run_sequence``; ``beat`` (if given) is called after every op (a
     supervisor's heartbeat). ``run.shapes`` holds the generator's summary for the case."""
-    config, gen = sequence(tier, seed, limits=limits, mix=mix, knobs=knobs)
+    config, gen = sequence(tier, seed, limits=limits, mix=mix, knobs=knobs, big=big)
     run = ScaleRun(config, tier, check_every=check_every, knobs=knobs)
     run.shapes = gen.summary()
     ops: list[Op] = []
