@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from . import vector_oracle as vo
 from .ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Ints
 from .runner import Outcome
 from .scale import (
@@ -40,7 +41,6 @@ from .scale import (
     packed_live,
     table_live,
 )
-from . import vector_oracle as vo
 
 # Ops that only allocate: a tensor they made holds no capture-time value a replay would need.
 _ALLOC_ONLY = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")

@@ -270,9 +270,8 @@ def test_correct_foreign_sets_run_clean(name, variant_dir):
 
 @needs_interpreter
 def test_our_kernels_run_clean_at_their_default_constants(variant_dir):
-    from kvkernels import launchers
-
     from fuzz.engine.knobs import apply
+    from kvkernels import launchers
 
     tier = _tier("interpret", "kvkernels", variant_dir)
     apply(tier.kernels, {"BLOCK_COLS": 4, "TARGET_BLOCKS": 2, "BLOCK_IDS": 4})  # a knob left set by someone else
