@@ -9,6 +9,7 @@ the time it took.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -306,3 +307,55 @@ def test_host_bound_seq_lens_is_found_under_cuda_graph_replay(variant_dir):
 @pytest.mark.parametrize("name", ["indep", "kvkernels"])
 def test_clean_sets_run_clean_on_cuda(name, variant_dir):
     assert _clean_for(_tier("cuda", name, variant_dir), 10.0) > 3
+
+
+# ---- the memory oracles, with hand-made torch kernel sets that misbehave ------------------------------
+
+
+def _torch_set(**overrides):
+    import types
+
+    from kvkernels import torch_path
+
+    mod = types.ModuleType("misbehaving")
+    for fn in ("alloc_bind_inplace", "bind_inplace", "free_unbind_inplace", "build_kv_read_table"):
+        setattr(mod, fn, overrides.get(fn, getattr(torch_path, fn)))
+    from fuzz.engine.tiers import Tier
+
+    return Tier("torch", "misbehaving", mod, "cpu")
+
+
+def _before(t):
+    """The element just before a 1-D view, inside its red zone."""
+    import torch
+
+    return torch.as_strided(t, (1,), (1,), t.storage_offset() - 1)
+
+
+def test_a_store_into_the_red_zone_is_a_memory_finding():
+    from kvkernels import torch_path
+
+    def alloc_bind(v, v2p, p2v, start):
+        _before(v2p).fill_(5)
+        return torch_path.alloc_bind_inplace(v, v2p, p2v, start)
+
+    d, _ = scale.replay(PoolConfig(num_pages=300), [PAllocBind(5, (1, 299, 1, 0, 0), 7)],
+                        _torch_set(alloc_bind_inplace=alloc_bind))
+    assert d is not None and (d.oracle, d.field) == ("memory", "raw_v2p"), str(d)
+
+
+def test_a_write_past_the_live_prefix_is_a_memory_finding_inside_it_a_result():
+    from kvkernels import torch_path
+
+    def read_table(**kw):
+        torch_path.build_kv_read_table(**kw)
+        kw["out"][0, kw["max_pages"] - 1] = 3  # row 0 is short here: past its live prefix
+
+    ops = [PRows(1, 2, 64, (0, 301, 1, 0, 0, 301, 5, 1), 0),
+           PReadTable(seed=0, bs=3, max_pages=40, req=(1, 0, 2), long_len=0, n_long=1, legacy=False)]
+    d, _ = scale.replay(PoolConfig(num_pages=300), ops, _torch_set(build_kv_read_table=read_table))
+    assert d is not None and (d.oracle, d.field) == ("memory", "out"), str(d)
+    assert "past the live prefix" in d.message
+    long_row = [ops[0], dataclasses.replace(ops[1], long_len=40, n_long=3)]
+    d, _ = scale.replay(PoolConfig(num_pages=300), long_row, _torch_set(build_kv_read_table=read_table))
+    assert d is not None and (d.oracle, d.field) == ("result", "out"), str(d)
