@@ -47,6 +47,14 @@ BLOCK_IDS = 1024  # ids per program for bind / alloc_bind / free_unbind / transl
 # Launch shapes the fuzzer may pick per sequence (fuzz/knobs.py): with production block
 # sizes a small fuzzing pool never takes a second loop iteration or a second program.
 FUZZ_KNOBS = {"BLOCK_COLS": (4, 512), "TARGET_BLOCKS": (2, 1024), "BLOCK_IDS": (4, 1024)}
+_BLOCK_COLS_DEFAULT = BLOCK_COLS
+READ_TABLE_WARPS = 4  # Triton's default: what every read-table launch used before the tuned choice
+
+# The tuned read-table launch, per shape: (bs at most, max_pages at most, legacy, BLOCK_COLS,
+# num_warps), first match wins; shapes no rule covers keep (BLOCK_COLS, READ_TABLE_WARPS).
+# Filled from one GPU run of benchmarks/sweep_read_table.py (it prints rules in this form).
+# Each BLOCK_COLS must be a power of two.
+READ_TABLE_RULES: tuple[tuple[int, int, bool, int, int], ...] = ()
 
 __all__ = [
     "alloc_bind_inplace",
@@ -75,6 +83,21 @@ def uses_triton(t: torch.Tensor) -> bool:
 def read_table_grid(bs: int, max_pages: int, *, block_cols: int, target_blocks: int) -> tuple[int, int]:
     """The bs-sized strided grid: (bs, min(cdiv(TARGET_BLOCKS, bs), cdiv(max_pages, BLOCK_COLS)))."""
     return bs, min(cdiv(target_blocks, bs), cdiv(max_pages, block_cols))
+
+
+def read_table_launch(bs: int, max_pages: int, *, legacy: bool = False) -> tuple[int, int]:
+    """(BLOCK_COLS, num_warps) for a read table of ``bs`` rows and ``max_pages`` columns.
+
+    Host ints from shapes only, never tensor values: the choice is the same at capture and at
+    every replay of a CUDA graph, and costs no synchronisation. A ``BLOCK_COLS`` changed from
+    its default (a test's monkeypatch, the fuzzer's knobs) wins over the rules.
+    """
+    if BLOCK_COLS != _BLOCK_COLS_DEFAULT:
+        return BLOCK_COLS, READ_TABLE_WARPS
+    for max_bs, most_pages, rule_legacy, block_cols, num_warps in READ_TABLE_RULES:
+        if bs <= max_bs and max_pages <= most_pages and legacy == rule_legacy:
+            return block_cols, num_warps
+    return BLOCK_COLS, READ_TABLE_WARPS
 
 
 def legacy_read_table_grid(bs: int, max_pages: int, *, block_cols: int) -> tuple[int, int]:
@@ -163,7 +186,7 @@ def build_kv_read_table(*, req_to_token, req_pool_indices, seq_lens, v2p, multip
                 multiplier=multiplier, page_size=page_size, max_pages=max_pages, out=out)
     if not uses_triton(v2p):
         return torch_path.build_kv_read_table(**args)
-    return _launch_read_table(**args, legacy=False, block_cols=BLOCK_COLS, target_blocks=TARGET_BLOCKS)
+    return _launch_read_table(**args, legacy=False, block_cols=None, target_blocks=TARGET_BLOCKS)
 
 
 def build_kv_read_table_legacy(*, req_to_token, req_pool_indices, seq_lens, v2p, multiplier, page_size, max_pages,
@@ -172,12 +195,17 @@ def build_kv_read_table_legacy(*, req_to_token, req_pool_indices, seq_lens, v2p,
                 multiplier=multiplier, page_size=page_size, max_pages=max_pages, out=out)
     if not uses_triton(v2p):
         return torch_path.build_kv_read_table_legacy(**args)
-    return _launch_read_table(**args, legacy=True, block_cols=BLOCK_COLS, target_blocks=TARGET_BLOCKS)
+    return _launch_read_table(**args, legacy=True, block_cols=None, target_blocks=TARGET_BLOCKS)
 
 
 def _launch_read_table(*, req_to_token, req_pool_indices, seq_lens, v2p, multiplier, page_size, max_pages, out,
-                       legacy: bool, block_cols: int, target_blocks: int):
+                       legacy: bool, block_cols: int | None, target_blocks: int, num_warps: int | None = None):
+    """``block_cols`` None: the tuned choice for this shape (``read_table_launch``)."""
     bs = check_batch(req_to_token, req_pool_indices, seq_lens, v2p, multiplier, page_size)
+    if block_cols is None:
+        block_cols, chosen_warps = read_table_launch(bs, max_pages, legacy=legacy)
+        num_warps = num_warps or chosen_warps
+    num_warps = num_warps or READ_TABLE_WARPS
     check_read_table_out(out, bs, max_pages, v2p.device)
     if bs == 0 or max_pages == 0 or req_to_token.numel() == 0:
         return out
@@ -188,10 +216,11 @@ def _launch_read_table(*, req_to_token, req_pool_indices, seq_lens, v2p, multipl
     )
     if legacy:
         grid = legacy_read_table_grid(bs, max_pages, block_cols=block_cols)
-        _k.read_table_legacy_kernel[grid](*common, PAGE_SIZE=page_size, BLOCK=block_cols)
+        _k.read_table_legacy_kernel[grid](*common, PAGE_SIZE=page_size, BLOCK=block_cols, num_warps=num_warps)
     else:
         grid = read_table_grid(bs, max_pages, block_cols=block_cols, target_blocks=target_blocks)
-        _k.read_table_kernel[grid](*common, grid[1] * block_cols, PAGE_SIZE=page_size, BLOCK=block_cols)
+        _k.read_table_kernel[grid](*common, grid[1] * block_cols, PAGE_SIZE=page_size, BLOCK=block_cols,
+                                   num_warps=num_warps)
     return out
 
 

@@ -1,0 +1,458 @@
+"""CUDA-graph replay fuzzing of the read table, and its emulation on the CPU tiers.
+
+A server captures ``build_kv_read_table`` once, at its largest batch and width, with
+short dummy sequences, then replays that graph every step after refreshing the captured
+input tensors in place. Whatever the launcher decided on the host at capture time (a grid
+sized from a live length read back, a cached bound) is frozen into the graph, so a kernel
+set can be right on every eager call and wrong under replay. A ``g_read_table`` op is one
+such capture and its replays: static buffers, an eager warm-up at the capture-time inputs
+(seq_lens drawn small), the capture, then ``steps`` rounds of in-place mutation (seq_lens
+from 0 to the maximum, req_pool_indices, a req_to_token row, v2p tombstones), replay, and
+a diff of the whole ``out`` buffer, poison included, against the vectorized oracle.
+
+On CUDA the capture is a ``torch.cuda.CUDAGraph``. On the CPU (the interpreter tier) the
+capture call runs with ``JITFunction.run`` and the interpreter's ``InterpretedFunction.run``
+wrapped, recording each Triton launch (kernel, grid, args, kwargs; ``warmup=True`` calls
+skipped), and a replay re-issues exactly those launches with the same tensor objects: the
+host-side decisions are frozen as a graph freezes them. Two cases cannot be emulated and
+are reported as not applicable (never as clean): a capture call that launches no Triton
+kernel (a torch fallback), and a launcher that hands a kernel a tensor it computed with
+torch ops during the call (a graph would recompute it on replay; the emulation cannot).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from . import vector_oracle as vo
+from .ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Ints
+from .runner import Outcome
+from .scale import (
+    LONG,
+    Compare,
+    PRows,
+    ScaleOp,
+    cdiv,
+    hash_int,
+    packed_live,
+    table_live,
+)
+
+# Ops that only allocate: a tensor they made holds no capture-time value a replay would need.
+_ALLOC_ONLY = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
+
+
+# ---- recording Triton launches -------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    fn: object
+    grid: object
+    args: tuple
+    kwargs: dict
+    run: object  # the unwrapped run method
+
+    def replay(self) -> None:
+        self.run(self.fn, *self.args, grid=self.grid, warmup=False, **self.kwargs)
+
+
+def _launch_classes() -> list[type]:
+    classes = []
+    with contextlib.suppress(ImportError):
+        from triton.runtime.jit import JITFunction
+
+        classes.append(JITFunction)
+    with contextlib.suppress(ImportError):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    return [c for c in classes if "run" in vars(c)]
+
+
+class LaunchRecorder:
+    """Context manager: every outermost Triton launch made inside it, in order."""
+
+    def __init__(self):
+        self.launches: list[Launch] = []
+        self.made: dict[int, str] = {}  # storage pointer -> the torch op that allocated it during the call
+        self._local = threading.local()
+        self._saved: list[tuple[type, object]] = []
+        self._mode = None
+
+    @property
+    def inside(self) -> bool:
+        return getattr(self._local, "depth", 0) > 0
+
+    def _wrap(self, original):
+        recorder = self
+
+        def run(fn_self, *args, grid, warmup, **kwargs):
+            if warmup or recorder.inside:
+                return original(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
+            recorder.launches.append(Launch(fn_self, grid, args, dict(kwargs), original))
+            recorder._local.depth = 1
+            try:
+                return original(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                recorder._local.depth = 0
+
+        return run
+
+    def __enter__(self):
+        for cls in _launch_classes():
+            original = vars(cls)["run"]
+            self._saved.append((cls, original))
+            cls.run = self._wrap(original)
+        self._mode = _AllocWatch(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        for cls, original in reversed(self._saved):
+            cls.run = original
+        self._saved.clear()
+        return False
+
+    def stale_args(self) -> list[str]:
+        """Launch arguments the call computed with torch ops (values a replay would not refresh)."""
+        stale = []
+        for launch in self.launches:
+            for x in (*launch.args, *launch.kwargs.values()):
+                if isinstance(x, torch.Tensor):
+                    op = self.made.get(x.untyped_storage().data_ptr())
+                    if op is not None and not any(op.startswith(f"aten.{a}.") or op == f"aten.{a}" for a in _ALLOC_ONLY):
+                        stale.append(op)
+        return stale
+
+
+try:
+    from torch.utils._python_dispatch import TorchDispatchMode
+except ImportError:  # pragma: no cover - very old torch: the stale check is skipped
+    TorchDispatchMode = None
+
+
+if TorchDispatchMode is not None:
+
+    class _AllocWatch(TorchDispatchMode):
+        """Notes the storages that torch ops allocate during the capture call (outside launches)."""
+
+        def __init__(self, recorder: LaunchRecorder):
+            super().__init__()
+            self.recorder = recorder
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not self.recorder.inside:
+                seen = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+                for t in _tensors(out):
+                    ptr = t.untyped_storage().data_ptr()
+                    if ptr not in seen:
+                        self.recorder.made.setdefault(ptr, str(func))
+            return out
+else:  # pragma: no cover
+
+    class _AllocWatch(contextlib.nullcontext):
+        def __init__(self, recorder):
+            super().__init__()
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)
+
+
+# ---- captures ---------------------------------------------------------------------------------------------
+
+
+class CudaCapture:
+    """torch.cuda.CUDAGraph: warm up on a side stream, capture, replay."""
+
+    emulated = False
+
+    def __init__(self):
+        self.graph = None
+
+    def warmup(self, call) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            call()
+        torch.cuda.current_stream().wait_stream(stream)
+
+    def capture(self, call) -> str | None:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        self.graph = graph
+        return None
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+class EmulatedCapture:
+    """The CPU stand-in: record the capture call's Triton launches, replay exactly those."""
+
+    emulated = True
+
+    def __init__(self):
+        self.launches: list[Launch] = []
+
+    def warmup(self, call) -> None:
+        call()
+
+    def capture(self, call) -> str | None:
+        """None when the capture can be emulated, else why not."""
+        with LaunchRecorder() as rec:
+            call()
+        if not rec.launches:
+            return "the capture call launched no Triton kernel (a torch path): graph replay is not applicable on this tier"
+        stale = rec.stale_args()
+        if stale:
+            return (f"the launcher passes its kernel tensors computed with torch ops during the call "
+                    f"({', '.join(sorted(set(stale)))}): replaying only the Triton launches cannot refresh them")
+        self.launches = rec.launches
+        return None
+
+    def replay(self) -> None:
+        for launch in self.launches:
+            launch.replay()
+
+
+def make_capture(device) -> CudaCapture | EmulatedCapture:
+    return CudaCapture() if torch.device(device).type == "cuda" else EmulatedCapture()
+
+
+# ---- the op -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GReadTable(ScaleOp):
+    """One capture of the read table (``packed``: the CSR form, ``max_pages`` then counts
+    tokens) and ``steps`` replays with mutated inputs, all seeded. The captured
+    req_to_token is its own [rows, width] (built like ``p_rows`` from ``src``); v2p is the
+    sequence's, tombstoned at ``tombs`` seeded pages per step and restored afterwards."""
+
+    kind = "g_read_table"
+    seed: int
+    bs: int
+    max_pages: int
+    rows: int
+    width: int
+    src: Ints
+    cap_len: int
+    long_len: int
+    steps: int
+    tombs: int
+    packed: bool
+
+    def supported_by(self, tier):
+        return not self.packed or tier.has("build_kv_read_table_packed")
+
+    def invalid(self, run):
+        ps = run.config.page_size
+        maxlen = self.max_pages if self.packed else self.max_pages * ps
+        need = self.max_pages if self.packed else (self.max_pages - 1) * ps + 1
+        if self.bs < 1 or self.max_pages < 1 or self.rows < 1 or self.width < need:
+            return f"g_read_table: bs {self.bs}, max_pages {self.max_pages} do not fit rows {self.rows} x {self.width}"
+        if not 0 <= self.cap_len <= maxlen or not 0 <= self.long_len <= maxlen or self.steps < 0 or self.tombs < 0:
+            return "g_read_table: cap_len / long_len / steps / tombs out of range"
+        return PRows(self.seed, self.rows, self.width, self.src, 0).invalid(run)
+
+    def elements(self):
+        return self.bs * self.max_pages * (self.steps + 1)
+
+    # ---- the inputs of each step, decided on the host ------------------------------------------------
+    def lens(self, step: int, ps: int) -> list[int]:
+        """seq_lens of ``step`` (-1: capture time, all short); the last step has every row full."""
+        maxlen = self.max_pages if self.packed else self.max_pages * ps
+        if step < 0:
+            return [hash_int(b, self.seed + 5) % (self.cap_len + 1) for b in range(self.bs)]
+        if step == self.steps - 1:
+            return [maxlen] * self.bs
+        s = hash_int(step, self.seed)
+        out = []
+        for b in range(self.bs):
+            h = hash_int(b, s)
+            pick = h % 4
+            if pick == 0:
+                out.append(self.long_len)
+            elif pick == 1:
+                out.append(h % (maxlen + 1))
+            elif pick == 2:
+                out.append(maxlen * (step + 1) // max(1, self.steps))
+            else:
+                out.append(0 if h % 8 < 3 else maxlen)
+        return out
+
+    def req_idx(self, step: int) -> list[int]:
+        if step < 0:
+            return [b % self.rows for b in range(self.bs)]
+        s = hash_int(step, self.seed + 1)
+        return [(hash_int(1, s) % (self.rows + 1) * b + s) % self.rows for b in range(self.bs)]
+
+    def starts(self, step: int, seq: list[int]) -> list[int]:
+        s = hash_int(step + 1, self.seed + 2)
+        return [0 if h % 3 == 0 else h % (self.width - n + 1) for n, h in ((n, hash_int(b, s)) for b, n in enumerate(seq))]
+
+    # ---- running it ---------------------------------------------------------------------------------------
+    def execute(self, run, i):
+        cfg, dev, ps = run.config, run.device, run.config.page_size
+        rows_src = PRows(self.seed, self.rows, self.width, self.src, 0)
+        o_r2t = rows_src.build(cfg, dev)
+        t_r2t = o_r2t.clone()
+        bs = self.bs
+        static = {"req": (torch.zeros(bs, dtype=LONG, device=dev), torch.zeros(bs, dtype=LONG, device=dev)),
+                  "seq": (torch.zeros(bs, dtype=LONG, device=dev), torch.zeros(bs, dtype=LONG, device=dev))}
+        if self.packed:
+            total = bs * self.max_pages
+            shape = (total + 2 * PACKED_SLACK,)
+            static["indptr"] = tuple(torch.zeros(bs + 1, dtype=LONG, device=dev) for _ in range(2))
+            static["start"] = tuple(torch.zeros(bs, dtype=LONG, device=dev) for _ in range(2))
+        else:
+            shape = (bs + 2, self.max_pages + OUT_SLACK_COLS)
+        o_buf, t_buf = (torch.full(shape, POISON, dtype=torch.int32, device=dev) for _ in range(2))
+
+        def out_view(buf):
+            return buf[PACKED_SLACK:PACKED_SLACK + total] if self.packed else buf[1:1 + bs, :self.max_pages]
+
+        def common(side: int, r2t, v2p):
+            args = dict(req_to_token=r2t, req_pool_indices=static["req"][side], seq_lens=static["seq"][side], v2p=v2p,
+                        multiplier=cfg.multiplier, page_size=ps, out=out_view((o_buf, t_buf)[side]))
+            if self.packed:
+                return dict(args, indptr=static["indptr"][side], kv_start_idx=static["start"][side],
+                            max_tokens=self.max_pages)
+            return dict(args, max_pages=self.max_pages)
+
+        def set_inputs(step: int) -> list[int]:
+            seq = self.lens(step, ps)
+            vals = {"req": self.req_idx(step), "seq": seq}
+            if self.packed:
+                indptr = [0]
+                for n in seq:
+                    indptr.append(indptr[-1] + n)
+                vals["indptr"] = indptr
+                vals["start"] = self.starts(step, seq)
+            for name, v in vals.items():
+                src = torch.tensor(v, dtype=LONG, device=dev)
+                for t in static[name]:
+                    t.copy_(src)
+            return seq
+
+        def oracle():
+            fn = vo.read_table_packed if self.packed else vo.read_table
+            fn(**common(0, o_r2t, run.o_v2p))
+
+        target_args = common(1, t_r2t, run.t_v2p.view)
+        fn_name = "build_kv_read_table_packed" if self.packed else "build_kv_read_table"
+
+        def target_call():
+            getattr(run.tier.kernels, fn_name)(**target_args)
+
+        def compare(step: int, seq: list[int]):
+            if self.packed:
+                spans, at = [], 0
+                for n in seq:
+                    spans.append((at, n))
+                    at += n
+                live = lambda: packed_live(o_buf.numel(), spans, dev)  # noqa: E731
+                where = lambda a: f"out[{a - PACKED_SLACK}] at replay {step}"  # noqa: E731
+            else:
+                n_cols = [min(cdiv(n, ps), self.max_pages) for n in seq]
+                live = lambda: table_live(o_buf.shape, n_cols, dev)  # noqa: E731
+                where = lambda a: f"out[{a[0] - 1}][{a[1]}] at replay {step} (capture seq_lens <= {self.cap_len})"  # noqa: E731
+            run.check(i, self, [Compare("out", o_buf, t_buf, live=live, where=where)])
+
+        saved = (run.o_v2p.clone(), run.t_v2p.view.clone())
+        capture = make_capture(dev)
+        try:
+            seq = set_inputs(-1)
+            oracle()
+            run.call_target(i, self, lambda k: capture.warmup(target_call))
+            compare(-1, seq)
+            why = run.call_target(i, self, lambda k: capture.capture(target_call))
+            if why is not None:
+                run.notes.append(f"step {i} {self.kind}: {why}")
+                run.graph_not_applicable += 1
+                return Outcome({"graph": "not applicable", "why": why})
+            for step in range(self.steps):
+                seq = self._mutate(run, step, set_inputs, o_r2t, t_r2t)
+                run.call_target(i, self, lambda k: capture.replay())
+                oracle()
+                compare(step, seq)
+            run.graph_replays += self.steps
+            run.check(i, self, [], state=True)
+        finally:
+            run.o_v2p.copy_(saved[0])
+            run.t_v2p.view.copy_(saved[1])
+        return Outcome({"graph": "cuda" if not capture.emulated else "emulated", "replays": self.steps})
+
+    def _mutate(self, run, step: int, set_inputs, o_r2t, t_r2t) -> list[int]:
+        seq = set_inputs(step)
+        s = hash_int(step, self.seed + 7)
+        r = s % self.rows
+        lo, span, a, b, k0, m, c, d = self.src
+        row = PRows(s, 1, self.width, (lo, span, a, b, k0, m, c, d + s % (1 << 20)), 0).build(run.config, run.device)
+        o_r2t[r:r + 1].copy_(row)
+        t_r2t[r:r + 1].copy_(row)
+        if self.tombs:
+            n = run.config.num_pages - 1
+            pages = torch.arange(self.tombs, dtype=LONG, device=run.device).mul_(s % 7919 + 1).add_(s).remainder_(n).add_(1)
+            run.o_v2p.index_fill_(0, pages, -1)
+            run.t_v2p.view.index_fill_(0, pages, -1)
+        return seq
+
+    def shrink(self):
+        yield from self._shrink_fields(("steps",), {"steps": 1})
+        yield from self._shrink_fields(("bs",), {"bs": 1})
+        yield from self._shrink_fields(("max_pages",), {"max_pages": 1})
+        yield from self._shrink_fields(("tombs", "cap_len", "long_len"))
+        yield from self._shrink_fields(("rows",), {"rows": 1})
+
+
+def draw_graph_op(gen) -> GReadTable:
+    """A g_read_table for a ScaleGenerator: batch and width at the constants' boundaries,
+    capture-time seq_lens short (a server's dummy capture), a few to ``graph_steps`` replays."""
+    rng, lim, cfg = gen.rng, gen.limits, gen.config
+    ps = cfg.page_size
+    features = gen.features
+    packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
+    cols_cap = lim.max_row_tokens if packed else lim.max_row_tokens // ps
+    budget = lim.graph_programs if lim.graph_programs is not None else lim.max_programs
+    for _ in range(8):
+        bs, bs_tag = gen.bounds.bs(lim.max_bs) if rng.random() < 0.6 else gen.bounds.size(1, min(lim.max_bs, 64))
+        cols, cols_tag = gen.bounds.trip_pages(bs, cols_cap)
+        elems = bs * cols
+        if elems <= (lim.max_packed if packed else lim.max_read_elems) and (
+                budget is None or gen.programs(bs, cols) <= budget):
+            break
+    else:
+        bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
+    maxlen = cols if packed else cols * ps
+    width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
+    rows = max(1, min(bs, lim.max_r2t_elems // width, rng.choice((1, 3, bs, bs + 1))))
+    lo, span, a, b = gen.sigma
+    if gen.bound and rng.random() < 0.7:
+        s, e = rng.choice(gen.bound)
+        src = (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+    else:
+        src = (0, cfg.table_rows, 1, 0, 0, cfg.table_rows, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+    cap_len = min(maxlen, rng.choice((0, 1, ps, 2 * ps, 3 * ps)))
+    n_long, long_tag = gen.long_pages(bs, cols)
+    long_len = min(maxlen, n_long if packed else n_long * ps)
+    op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
+                    cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
+                    tombs=rng.choice((0, 1, 8)), packed=packed)
+    return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))

@@ -1,0 +1,361 @@
+"""Production-scale fuzzing (fuzz/engine/scale.py) on the interpreter tier, and its CUDA twins.
+
+The foreign fixture set ``indep.py`` runs at production constants (BLOCK 128, BLOCK_COLS
+512, TARGET_BLOCKS 1024) with no FUZZ_KNOBS: each planted variant below shows only at a
+production shape, and a ScaleGenerator-driven run must reach it on its own. Seeds are
+not picked: each finding test walks seeds 0, 1, ... until one finds the bug and asserts
+the time it took.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fuzz.engine import scale
+from fuzz.engine.boundary import kernel_constants
+from fuzz.engine.ops import Op
+from fuzz.engine.scale import (
+    EAGER_MIX,
+    PAllocBind,
+    PBind,
+    PFreeUnbind,
+    PReadTable,
+    PReadTablePacked,
+    PRows,
+    PSetup,
+    PTranslate,
+    ScaleGenerator,
+    ScaleLimits,
+    ScaleRun,
+)
+from fuzz.engine.tiers import make_tier
+from kvref import PoolConfig
+from kvref import kernels as ref
+
+FOREIGN = Path(__file__).resolve().parents[1] / "fixtures" / "kernels" / "foreign"
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+needs_interpreter = pytest.mark.skipif(not INTERPRET, reason="Triton's interpreter is off (a GPU is present): "
+                                                             "the cuda twin runs the kernels")
+FIND_BUDGET_S = 120.0
+MINIMIZE_S = 12.0
+
+sys.path.insert(0, str(FOREIGN))
+import variants  # noqa: E402
+
+sys.path.remove(str(FOREIGN))
+
+
+@pytest.fixture(scope="module")
+def variant_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("variants")
+    for name in ("stride_skips_trips", "floor_div_grid", "drops_last_col_block", "host_bound_seq_lens",
+                 "indep_other_blocks"):
+        variants.materialize(name, d)
+    return d
+
+
+def _kernels(name: str, variant_dir: Path) -> str:
+    if name == "indep":
+        return str(FOREIGN / "indep.py")
+    if name == "kvkernels":
+        return "kvkernels"
+    return str(variant_dir / f"{name}.py")
+
+
+def _tier(backend: str, name: str, variant_dir: Path):
+    return make_tier(backend, _kernels(name, variant_dir))
+
+
+# ---- the vectorized path against kvref, through ScaleRun ---------------------------------------------
+
+
+def _affine(desc, n):
+    lo, span, a, b, i0 = desc
+    return [lo + (a * (i0 + i) + b) % span for i in range(n)]
+
+
+class KvrefTwin:
+    """kvref.kernels on Python lists, fed the same ops as a ScaleRun (ids recomputed in Python)."""
+
+    def __init__(self, config: PoolConfig):
+        self.config = config
+        rows = config.table_rows
+        self.v2p = [0] + [-1] * (rows - 1)
+        self.p2v = [0] + [-1] * (rows - 1)
+        self.r2t: list[list[int]] | None = None
+
+    def rows(self, op: PRows) -> list[list[int]]:
+        ps, w = self.config.page_size, op.width
+        ppr = -(-w // ps)
+        lo, span, a, b, k0, m, c, d = op.src
+        out = []
+        for r, fill in enumerate(op.fills()):
+            row = []
+            for t in range(w):
+                x = r * ppr + t // ps
+                page = lo + (a * (k0 + (c * x + d) % m) + b) % span
+                if op.pad_every and scale.hash_int(x, op.seed) % op.pad_every == 0:
+                    page = -1
+                row.append(-1 if page < 0 or t >= fill else page * ps + t % ps)
+            out.append(row)
+        return out
+
+    def apply(self, op: Op):
+        """What kvref says the op returns (the poisoned buffer for read tables), or None."""
+        cfg = self.config
+        if isinstance(op, PSetup):
+            self.v2p = [0] + [-1] * (cfg.table_rows - 1)
+            self.p2v = [0] + [-1] * (cfg.table_rows - 1)
+            ref.bind(self.v2p, self.p2v, _affine(op.v, op.n), _affine(op.p, op.n))
+        elif isinstance(op, PBind):
+            ref.bind(self.v2p, self.p2v, _affine(op.v, op.n), _affine(op.p, op.n))
+        elif isinstance(op, PAllocBind):
+            return ref.alloc_bind(self.v2p, self.p2v, _affine(op.v, op.n), op.start)
+        elif isinstance(op, PFreeUnbind):
+            return ref.free_unbind(self.v2p, self.p2v, _affine(op.v, op.n))
+        elif isinstance(op, PRows):
+            self.r2t = self.rows(op)
+        elif isinstance(op, PReadTable):
+            a, b, rows = op.req
+            buf = [[scale.POISON] * (op.max_pages + scale.OUT_SLACK_COLS) for _ in range(op.bs + 2)]
+            ref.read_table(req_to_token=self.r2t, req_pool_indices=[(a * i + b) % rows for i in range(op.bs)],
+                           seq_lens=op.seq_lens(cfg.page_size), v2p=self.v2p, multiplier=cfg.multiplier,
+                           page_size=cfg.page_size, max_pages=op.max_pages, out=buf[1:1 + op.bs])
+            return buf
+        elif isinstance(op, PReadTablePacked):
+            a, b, rows = op.req
+            seq, indptr, starts = op.layout(len(self.r2t[0]))
+            out = [scale.POISON] * indptr[-1]
+            ref.read_table_packed(req_to_token=self.r2t, req_pool_indices=[(a * i + b) % rows for i in range(op.bs)],
+                                  seq_lens=seq, v2p=self.v2p, indptr=indptr, multiplier=cfg.multiplier,
+                                  page_size=cfg.page_size, max_tokens=op.max_tokens, out=out, kv_start_idx=starts)
+            return [scale.POISON] * scale.PACKED_SLACK + out + [scale.POISON] * scale.PACKED_SLACK
+        elif isinstance(op, PTranslate):
+            return ref.translate(self.v2p, op.loc(cfg, "cpu").tolist(), cfg.page_size)
+        return None
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("interpret", marks=needs_interpreter)])
+def test_the_vectorized_path_agrees_with_kvref_on_small_shapes(backend, variant_dir):
+    tier = make_tier(backend)
+    checked = 0
+    for seed in range(6):
+        rng = random.Random(seed)
+        limits = ScaleLimits.small()
+        config = scale.scale_config(rng, kernel_constants(tier.kernels), limits)
+        gen = ScaleGenerator(rng, config, kernel_constants(tier.kernels), limits,
+                             features=scale.kernel_features(tier), mix=EAGER_MIX)
+        run = ScaleRun(config, tier)
+        twin = KvrefTwin(config)
+        for _ in range(14):
+            op = gen.next_op()
+            out = run.step(op)
+            assert out.error is None, f"seed {seed}: the generator made an invalid op {op}: {out.error}"
+            want = twin.apply(op)
+            if want is not None:
+                assert run.last[0].expected.tolist() == want, f"seed {seed}: {op}"
+                checked += 1
+            assert run.o_v2p.tolist() == twin.v2p and run.o_p2v.tolist() == twin.p2v, f"seed {seed}: {op}"
+            if twin.r2t is not None:
+                assert run.o_r2t.tolist() == twin.r2t
+        run.finish()
+    assert checked >= 20
+
+
+def test_ops_are_small_in_json_at_production_sizes():
+    tier_constants = kernel_constants(__import__("kvkernels"))
+    rng = random.Random(3)
+    config = PoolConfig(num_pages=1 << 20, page_size=1, multiplier=64)
+    gen = ScaleGenerator(rng, config, tier_constants, ScaleLimits.production())
+    ops = [gen.next_op() for _ in range(200)]
+    text = json.dumps([op.to_json() for op in ops])
+    assert len(text) < 200 * 400
+    assert max(getattr(op, "n", 0) for op in ops) > 1000  # yet the batches are big
+    assert Op.from_json(json.loads(json.dumps(ops[5].to_json()))) == ops[5]
+    assert gen.summary()["shapes"] and json.dumps(gen.summary())
+
+
+def test_an_invalid_op_is_refused_before_the_target_sees_it():
+    tier = make_tier("torch")
+    config = PoolConfig(num_pages=300)
+    run = ScaleRun(config, tier)
+    assert run.step(PReadTable(0, 4, 8, (1, 0, 1), 0, 0, False)).error is not None  # no rows yet
+    assert run.step(PFreeUnbind(3, (1, 299, 1, 0, 0))).error is not None  # nothing bound: a double free
+    assert run.step(PBind(3, (1, 298, 2, 0, 0), (1, 3, 1, 0, 0))).error is not None  # gcd(2, 298) != 1
+    assert run.stats.contract_ops == 3
+    run.finish()
+
+
+# ---- fixture variants at production constants, no knobs ---------------------------------------------
+
+
+def _find(tier, *, mix=None, budget_s=FIND_BUDGET_S, n_ops=16):
+    """Seeds 0, 1, ... until a sequence diverges; (seed, seconds, config, ops, divergence)."""
+    start = time.monotonic()
+    seed = 0
+    while time.monotonic() - start < budget_s:
+        config, ops, d, _ = scale.run_sequence(tier, seed, n_ops, start + budget_s, mix=mix)
+        if d is not None:
+            return seed, time.monotonic() - start, config, ops, d
+        seed += 1
+    return None, time.monotonic() - start, None, None, None
+
+
+def _shrink_and_replay(tier, config, ops, d):
+    config2, ops2, d2 = scale.minimize(config, ops, tier, d, deadline=time.monotonic() + MINIMIZE_S)
+    assert d2.signature == d.signature
+    assert len(ops2) <= d.step + 1
+    assert sum(len(json.dumps(o.to_json())) for o in ops2) <= sum(len(json.dumps(o.to_json())) for o in ops[:d.step + 1])
+    case_ops = json.loads(json.dumps([op.to_json() for op in ops2]))  # a case file's op list
+    d3, _ = scale.replay(config2, case_ops, tier)
+    assert d3 is not None and d3.signature == d.signature, f"the minimized case does not reproduce: {d3}"
+    return ops2, d3
+
+
+VARIANTS = {
+    "floor_div_grid": ("p_alloc_bind", "result", "p_pages"),
+    "drops_last_col_block": ("p_read_table", "result", "out"),
+    "stride_skips_trips": ("p_read_table", "result", "out"),
+}
+
+
+@needs_interpreter
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_production_only_variant_is_found_shrunk_and_replayed(name, variant_dir):
+    tier = _tier("interpret", name, variant_dir)
+    assert "FUZZ_KNOBS" not in vars(tier.kernels)
+    seed, took, config, ops, d = _find(tier)
+    assert d is not None, f"{name}: not found in {FIND_BUDGET_S:.0f} s"
+    print(f"{name}: found at seed {seed} in {took:.1f} s: {d}")
+    assert took < FIND_BUDGET_S
+    kind, oracle, field = VARIANTS[name]
+    assert (d.kind, d.oracle) == (kind, oracle) and d.field == field, str(d)
+    ops2, d2 = _shrink_and_replay(tier, config, ops, d)
+    print(f"{name}: minimized to {len(ops2)} ops: {[op.to_json() for op in ops2]}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_production_only_variant_is_found_on_cuda(name, variant_dir):
+    tier = _tier("cuda", name, variant_dir)
+    seed, took, config, ops, d = _find(tier, budget_s=60)
+    assert d is not None and d.kind == VARIANTS[name][0], f"{name}: {d}"
+    _shrink_and_replay(tier, config, ops, d)
+
+
+def _clean_for(tier, seconds: float, *, mix=None):
+    start = time.monotonic()
+    seed, ops = 0, 0
+    while time.monotonic() - start < seconds:
+        _, seq, d, run = scale.run_sequence(tier, seed, 10, start + seconds, mix=mix)
+        assert d is None, f"seed {seed}: {d}\n{[op.to_json() for op in seq]}"
+        ops += run.stats.ops
+        seed += 1
+    return ops
+
+
+@needs_interpreter
+@pytest.mark.parametrize("name", ["indep", "indep_other_blocks"])
+def test_correct_foreign_sets_run_clean(name, variant_dir):
+    tier = _tier("interpret", name, variant_dir)
+    assert _clean_for(tier, 6.0) > 3
+
+
+@needs_interpreter
+def test_our_kernels_run_clean_at_their_default_constants(variant_dir):
+    from fuzz.engine.knobs import apply
+    from kvkernels import launchers
+
+    tier = _tier("interpret", "kvkernels", variant_dir)
+    apply(tier.kernels, {"BLOCK_COLS": 4, "TARGET_BLOCKS": 2, "BLOCK_IDS": 4})  # a knob left set by someone else
+    try:
+        config, gen = scale.sequence(tier, 0)  # knobs=None: back to the defaults
+        assert (launchers.BLOCK_COLS, launchers.TARGET_BLOCKS, launchers.BLOCK_IDS) == (512, 1024, 1024)
+        assert gen.constants.blocks == {"BLOCK_COLS": 512, "BLOCK_IDS": 1024}
+        assert _clean_for(tier, 8.0) > 3
+    finally:
+        apply(tier.kernels, None)
+
+
+@needs_interpreter
+def test_host_bound_seq_lens_is_clean_eagerly_and_found_under_graph_replay(variant_dir):
+    tier = _tier("interpret", "host_bound_seq_lens", variant_dir)
+    assert _clean_for(tier, 4.0, mix=EAGER_MIX) > 3
+    seed, took, config, ops, d = _find(tier, mix=scale.GRAPH_MIX, budget_s=60)
+    assert d is not None and (d.kind, d.oracle, d.field) == ("g_read_table", "result", "out"), str(d)
+    print(f"host_bound_seq_lens: found under emulated graph replay at seed {seed} in {took:.1f} s: {d}")
+    _shrink_and_replay(tier, config, ops, d)
+
+
+@pytest.mark.cuda
+def test_host_bound_seq_lens_is_found_under_cuda_graph_replay(variant_dir):
+    tier = _tier("cuda", "host_bound_seq_lens", variant_dir)
+    _clean_for(tier, 4.0, mix=EAGER_MIX)
+    seed, took, config, ops, d = _find(tier, mix=scale.GRAPH_MIX, budget_s=60)
+    assert d is not None and d.kind == "g_read_table", str(d)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["indep", "kvkernels"])
+def test_clean_sets_run_clean_on_cuda(name, variant_dir):
+    assert _clean_for(_tier("cuda", name, variant_dir), 10.0) > 3
+
+
+# ---- the memory oracles, with hand-made torch kernel sets that misbehave ------------------------------
+
+
+def _torch_set(**overrides):
+    import types
+
+    from kvkernels import torch_path
+
+    mod = types.ModuleType("misbehaving")
+    for fn in ("alloc_bind_inplace", "bind_inplace", "free_unbind_inplace", "build_kv_read_table"):
+        setattr(mod, fn, overrides.get(fn, getattr(torch_path, fn)))
+    from fuzz.engine.tiers import Tier
+
+    return Tier("torch", "misbehaving", mod, "cpu")
+
+
+def _before(t):
+    """The element just before a 1-D view, inside its red zone."""
+    import torch
+
+    return torch.as_strided(t, (1,), (1,), t.storage_offset() - 1)
+
+
+def test_a_store_into_the_red_zone_is_a_memory_finding():
+    from kvkernels import torch_path
+
+    def alloc_bind(v, v2p, p2v, start):
+        _before(v2p).fill_(5)
+        return torch_path.alloc_bind_inplace(v, v2p, p2v, start)
+
+    d, _ = scale.replay(PoolConfig(num_pages=300), [PAllocBind(5, (1, 299, 1, 0, 0), 7)],
+                        _torch_set(alloc_bind_inplace=alloc_bind))
+    assert d is not None and (d.oracle, d.field) == ("memory", "raw_v2p"), str(d)
+
+
+def test_a_write_past_the_live_prefix_is_a_memory_finding_inside_it_a_result():
+    from kvkernels import torch_path
+
+    def read_table(**kw):
+        torch_path.build_kv_read_table(**kw)
+        kw["out"][0, kw["max_pages"] - 1] = 3  # row 0 is short here: past its live prefix
+
+    ops = [PRows(1, 2, 64, (0, 301, 1, 0, 0, 301, 5, 1), 0),
+           PReadTable(seed=0, bs=3, max_pages=40, req=(1, 0, 2), long_len=0, n_long=1, legacy=False)]
+    d, _ = scale.replay(PoolConfig(num_pages=300), ops, _torch_set(build_kv_read_table=read_table))
+    assert d is not None and (d.oracle, d.field) == ("memory", "out"), str(d)
+    assert "past the live prefix" in d.message
+    long_row = [ops[0], dataclasses.replace(ops[1], long_len=40, n_long=3)]
+    d, _ = scale.replay(PoolConfig(num_pages=300), long_row, _torch_set(build_kv_read_table=read_table))
+    assert d is not None and (d.oracle, d.field) == ("result", "out"), str(d)
