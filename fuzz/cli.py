@@ -70,7 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="kvfuzz-out", help="directory for case files")
     run.add_argument("--workers", type=_positive(int), default=1, help="worker processes (one GPU each on CUDA)")
     run.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N", help="this machine's share of the seeds")
-    run.add_argument("--ops-per-sequence", type=_positive(int), default=200)
+    run.add_argument("--ops-per-sequence", type=_positive(int), default=None,
+                     help="ops per generated sequence (default: 200; 24 at --scale production)")
+    run.add_argument("--scale", choices=("small", "production"), default="small",
+                     help="small pools through the allocator (small), or kernel-level ops at production shapes "
+                          "drawn at the kernel set's own block boundaries, CUDA-graph replay included (production)")
+    run.add_argument("--check-every", type=_positive(int), default=1,
+                     help="compare the whole state every N ops (results are compared after every op)")
     run.add_argument("--hostile", choices=HOSTILE, default="spec",
                      help="contract-breaking inputs: only where SPEC promises memory safety (spec), none (off), "
                           "or every one, run unchecked (all)")
@@ -139,7 +145,8 @@ def _cmd_run(args) -> int:
     opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
-                           progress_s=args.progress_s, minimize=not args.no_minimize)
+                           progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
+                           check_every=args.check_every)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     for case, path in zip(s.cases, s.paths):
@@ -151,7 +158,7 @@ def _cmd_run(args) -> int:
         print(f"kvfuzz run: not clean: {problem}", file=sys.stderr)
     probed = ", ".join(f"{k} {v}" for k, v in sorted(s.hostile.items())) or "none"
     print(f"kvfuzz run: backend={args.backend} kernels={kernels} shard={args.shard[0]}/{args.shard[1]} "
-          f"workers={args.workers} sequences={s.sequences} ops={s.ops} ops/s={s.ops_per_s:.0f} "
+          f"workers={args.workers} scale={args.scale} sequences={s.sequences} ops={s.ops} ops/s={s.ops_per_s:.0f} "
           f"contract_ops={s.contract_ops} hostile={args.hostile} (probed: {probed}) faults={s.faults} "
           f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s" + (f" interrupted={s.interrupted}"
                                                                     if s.interrupted else ""))
@@ -159,6 +166,7 @@ def _cmd_run(args) -> int:
         print(reports.stats_table(s))
     data = reports.summary_json(s, backend=args.backend, kernels=kernels, kernels_sha256=source_hash(kernels),
                                 options={"seed": args.seed, "budget_s": args.budget_s, "workers": args.workers,
+                                         "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
                                          "op_timeout": args.op_timeout})
     if args.summary:

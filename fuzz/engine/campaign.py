@@ -50,6 +50,7 @@ from .supervise import (
     SEED,
     SEQ,
     SEQS,
+    Cancelled,
     Child,
     Executor,
     Finding,
@@ -59,6 +60,7 @@ from .supervise import (
 from .tiers import SetupError, TierSpec
 
 OPS_PER_SEQUENCE = 200
+PRODUCTION_OPS = 24  # production ops are big: a sequence of a few dozen fills seconds of GPU time
 MAX_RESTARTS_WITHOUT_PROGRESS = 5
 HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
 
@@ -72,8 +74,10 @@ class CampaignOptions:
     out: str = "kvfuzz-out"
     workers: int = 1
     shard: tuple[int, int] = (0, 1)
-    ops_per_sequence: int = OPS_PER_SEQUENCE
+    ops_per_sequence: int | None = None  # default: 200 at small scale, 24 at production scale
     max_sequences: int | None = None
+    scale: str = "small"  # or "production": kernel-level ops at production shapes (scale.py)
+    check_every: int = 1  # full state checks every N ops (results are still diffed every op)
     hostile: str = "spec"
     op_timeout: float = 60.0
     progress_s: float = 30.0
@@ -82,6 +86,9 @@ class CampaignOptions:
     stop_after: int | None = None  # stop fuzzing after this many distinct failures (mutant hunts)
     factory: str | None = None  # a tier factory instead of a kernel set (TierSpec)
     factory_arg: str | None = None
+
+    def n_ops(self) -> int:
+        return self.ops_per_sequence or (PRODUCTION_OPS if self.scale == "production" else OPS_PER_SEQUENCE)
 
     def tier_spec(self) -> TierSpec:
         return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg)
@@ -98,7 +105,7 @@ def contract_rate(hostile: str) -> float:
 
 
 def run_sequence(tier, seed: int, n_ops: int, deadline: float | None = None, *, hostile: str = "spec", beat=None,
-                 knobs=None):
+                 knobs=None, full_every: int = 1):
     """Generate and diff one sequence in this process; (config, scenario, ops, divergence
     or None, run). ``knobs``: the launch knobs (default: the seed's choice)."""
     from .knobs import choose
@@ -107,7 +114,7 @@ def run_sequence(tier, seed: int, n_ops: int, deadline: float | None = None, *, 
     config, scenario, rng = sequence_params(seed)
     gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile))
     run = PoolRun(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
-                  beat=beat)
+                  beat=beat, full_every=full_every)
     ops = []
     try:
         for _ in range(n_ops):
@@ -174,6 +181,7 @@ class _Slot:
         self.done = False
         self.restarts = 0
         self.stuck = 0  # restarts in a row that ran no op
+        self.reported_harness = False  # the current child sent its harness error itself
         self.counted = {"ops": 0, "sequences": 0, "contract_ops": 0}  # exact, from earlier children's heartbeats
         self.stats: dict = {}  # the current child's last stats report
         self.kept: list[dict] = []  # the last stats reports of earlier children
@@ -302,13 +310,14 @@ class Campaign:
         elif kind == "finding":
             p = msg[2]
             self._record(Finding.of_divergence(p["divergence"]), kvref.PoolConfig.from_json(p["config"]),
-                         parse_ops(p["ops"]), p["seed"], p["scenario"], p["knobs"])
+                         parse_ops(p["ops"]), p["seed"], p["scenario"], p["knobs"], p.get("extra"))
         elif kind == "setup":
             if slot.hello is None and slot.restarts == 0:
                 raise SetupError(msg[2])
             slot.done = True  # a restarted worker that can no longer set up
         elif kind == "harness":
             self.summary.harness_errors.append(msg[2])
+            slot.reported_harness = True
         elif kind == "done":
             slot.done = True
 
@@ -328,6 +337,8 @@ class Campaign:
         if slot.done:
             return
         code = child.proc.exitcode
+        if code == EXIT_HARNESS and not slot.reported_harness:
+            self.summary.harness_errors.append("\n".join(child.fault().stderr))
         if code in (EXIT_RESTART, EXIT_HARNESS):
             self._restart(slot)
         elif slot.hello is None:
@@ -345,16 +356,24 @@ class Campaign:
         child = slot.child
         self.summary.faults += 1
         k, seed = child.slots[SEQ], child.slots[SEED]
-        has = slot.hello.get("has", ()) if slot.hello else ()
-        config, scenario, ops = regenerate(seed, step + 1, has=has, hostile=self.opts.hostile)
+        hello = slot.hello or {}
+        extra = None
+        if self.opts.scale == "production":
+            from . import scale
+
+            config, ops = scale.regenerate(seed, step + 1, hello["scale"])
+            scenario, extra = "production", {"scale": "production"}
+        else:
+            config, scenario, ops = regenerate(seed, step + 1, has=hello.get("has", ()), hostile=self.opts.hostile)
         finding = Finding.of_fault(fault, ops, step)
-        self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs.get(k))
+        self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs.get(k), extra)
         self._restart(slot)
 
     def _restart(self, slot: _Slot) -> None:
         child = slot.child
         next_k = child.slots[SEQ] + 1 if child.slots[OP] >= 0 or child.slots[OPS] else child.slots[SEQ]
         ran = slot.retire()
+        slot.reported_harness = False
         slot.stuck = 0 if ran else slot.stuck + 1
         if self.stop or time.monotonic() >= self.deadline or slot.stuck >= MAX_RESTARTS_WITHOUT_PROGRESS:
             slot.done = True
@@ -364,14 +383,15 @@ class Campaign:
         self._spawn(slot, next_k)
 
     # ---- cases ---------------------------------------------------------------------------------
-    def _record(self, finding, config, ops, seed, scenario, knobs) -> None:
+    def _record(self, finding, config, ops, seed, scenario, knobs, extra=None) -> None:
         sig = finding.signature
         with self.lock:
             self.summary.occurrences[sig] = self.summary.occurrences.get(sig, 0) + 1
             if sig in self.cases:
                 return
             case = Case.found(config=config, ops=ops, divergence=finding, original_len=len(ops), seed=seed,
-                              scenario=scenario, tier=self.opts.backend, kernels=self.spec.name, knobs=knobs)
+                              scenario=scenario, tier=self.opts.backend, kernels=self.spec.name, knobs=knobs,
+                              extra=extra)
             self.cases[sig] = case
             self.paths[sig] = write_atomically(case, Path(self.opts.out))
             self.summary.found_after[sig] = time.monotonic() - self.start
@@ -394,15 +414,16 @@ class Campaign:
             self.executors.append(executor)
 
         def judge(config, ops):
-            return executor.run(config, ops, case.knobs, self.opts.hostile, deadline=deadline + 5)
+            return executor.run(config, ops, case.knobs, self.opts.hostile, deadline=deadline + 5,
+                                full_every=self.opts.check_every)
 
         m = Minimizer(None, case.signature, deadline=deadline, judge=judge)
         try:
             config, ops, failure = m.run(case.config, case.ops)
         except NotReproducible:
             return  # flaky, or the fault needs the worker's history: keep the case as found
-        except (SetupFailed, HarnessFailed, TimeoutError) as exc:
-            if isinstance(exc, HarnessFailed):
+        except (SetupFailed, HarnessFailed, TimeoutError, Cancelled) as exc:
+            if isinstance(exc, HarnessFailed) and not self.stop:
                 self.summary.harness_errors.append(str(exc))
             return
         finally:
@@ -448,7 +469,7 @@ class Campaign:
                 slot.retire()
         if self.stop and self.stop not in ("enough failures",):
             for executor in list(self.executors):
-                executor.close()
+                executor.shutdown()
         for t in self.threads:
             t.join(timeout=max(1.0, self.deadline + self.opts.minimize_s + 10 - time.monotonic()))
         if self.progress is not None and self.progress.isatty():
@@ -484,9 +505,12 @@ class Campaign:
         if s.ops < HEALTHY_OPS or s.sequences < 10:
             return []  # too short a run for a missing kind to mean anything (each is >= 1% of ops)
         has = {fn for slot in self.slots if slot.hello for fn in slot.hello.get("has", ())}
-        expected = {"alloc", "free", "read_table", "k_bind", "k_alloc_bind", "k_free_unbind"}
-        if "build_kv_read_table_packed" in has:
-            expected.add("read_table_packed")
+        if self.opts.scale == "production":
+            expected = {"p_read_table", "p_alloc_bind", "p_free_unbind"}
+        else:
+            expected = {"alloc", "free", "read_table", "k_bind", "k_alloc_bind", "k_free_unbind"}
+            if "build_kv_read_table_packed" in has:
+                expected.add("read_table_packed")
         missing = sorted(expected - set(s.by_kind))
         if missing:
             return [f"no {', '.join(missing)} op ran although the kernel set provides it (a longer budget?)"]

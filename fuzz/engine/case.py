@@ -110,7 +110,7 @@ class Case:
 
     @classmethod
     def found(cls, *, config, ops, divergence, original_len: int, seed=None, scenario=None, tier=None,
-              kernels=None, knobs=None) -> Case:
+              kernels=None, knobs=None, extra: dict | None = None) -> Case:
         """A new case from a divergence the fuzzer found (and minimized)."""
         fault = _fault_of(divergence)
         env = environment()
@@ -118,7 +118,7 @@ class Case:
         return cls(config=config, ops=list(ops), signature=divergence.signature, seed=seed, scenario=scenario,
                    tier=tier, kernels=kernels, knobs=knobs, divergence=divergence.to_json(), fault=fault,
                    lengths={"original": original_len, "minimized": len(ops)}, environment=env,
-                   omitted=tuple(k for k, v in (("fault", fault), ("kernels_file", None)) if v is None))
+                   extra=dict(extra or {}), omitted=tuple(k for k, v in (("fault", fault), ("kernels_file", None)) if v is None))
 
     def with_minimized(self, config, ops, divergence) -> Case:
         lengths = dict(self.lengths, minimized=len(ops))

@@ -116,6 +116,10 @@ class Op:
     @staticmethod
     def from_json(obj) -> Op:
         kind = obj.get("op") if isinstance(obj, dict) else None
+        if isinstance(kind, str) and kind not in Op.registry and kind.startswith(("p_", "g_")):
+            import importlib
+
+            importlib.import_module(f"{__package__}.scale")  # registers the production-scale kinds
         cls = Op.registry.get(kind) if isinstance(kind, str) else None
         if cls is None:
             raise OpError(f"not an op: {obj!r} (kinds: {', '.join(Op.registry)})")

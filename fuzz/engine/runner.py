@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 import torch
 
 import kvref
-from kvkernels.allocator import DeviceAllocator
 from kvref import ContractViolation, InvariantViolation
 
 from .case import Signature
@@ -221,6 +220,8 @@ class PoolRun:
         self.beat = beat  # a worker's heartbeat: told the index of each op before it runs
         self.dropped_knobs = apply_knobs(tier.kernels, knobs, strict=strict_knobs)
         self.side = SpecSide(config)
+        if tier.allocator_cls is None:
+            from kvkernels.allocator import DeviceAllocator  # here: importing kvkernels imports Triton
         cls = tier.allocator_cls or DeviceAllocator
         self.guard_rows = guard_rows
         self.zones = RedZones(guard_rows, tier.device)
@@ -313,7 +314,7 @@ class PoolRun:
         self._memory(i, op, t)
         if i % self.full_every == 0 or op.full_check:
             self.check_state(i, op)
-        else:
+        elif self.full_every == 1:
             self._check_tables(i, op)
         return spec_out
 
@@ -406,9 +407,15 @@ class PoolRun:
 
 
 def replay(config: kvref.PoolConfig, ops, tier: Tier, **kw) -> tuple[Divergence | None, PoolRun]:
-    """Run ``ops`` (records, or their JSON form) from a fresh pool; the first divergence."""
-    run = PoolRun(config, tier, **kw)
+    """Run ``ops`` (records, or their JSON form) from a fresh pool; the first divergence.
+    Production-scale ops (``scale``) replay on their own runner."""
     ops = parse_ops(ops)
+    if ops and not all(isinstance(op, (PoolOp, KernelOp)) for op in ops):
+        from . import scale
+
+        return scale.replay(config, ops, tier, beat=kw.get("beat"), knobs=kw.get("knobs"),
+                            check_every=kw.get("full_every", 1))
+    run = PoolRun(config, tier, **kw)
     try:
         for op in ops:
             run.step(op)

@@ -787,12 +787,15 @@ class ScaleRun:
         raise Divergence(i, op, "result", cmp.field, e, g, f"{kind}: {cmp.field}[{at}] differs")
 
 
-def replay(config: kvref.PoolConfig, ops, tier: Tier, **kw) -> tuple[Divergence | None, ScaleRun]:
-    """Run ``ops`` (records or their JSON) from fresh tables; the first divergence, or None."""
+def replay(config: kvref.PoolConfig, ops, tier: Tier, *, beat=None, **kw) -> tuple[Divergence | None, ScaleRun]:
+    """Run ``ops`` (records or their JSON) from fresh tables; the first divergence, or None.
+    ``beat``: a supervisor's heartbeat, told each op's index before it runs."""
     run = ScaleRun(config, tier, **kw)
     ops = parse_ops(ops)
     try:
-        for op in ops:
+        for i, op in enumerate(ops):
+            if beat is not None:
+                beat.op(i)
             run.step(op)
         run.finish()
     except Divergence as d:
@@ -1093,21 +1096,43 @@ def kernel_features(tier: Tier) -> set:
             if tier.has(fn)}
 
 
-def sequence(tier: Tier, seed: int, *, limits: ScaleLimits | None = None, mix: dict | None = None,
-             knobs: dict | None = None, big: float | None = None) -> tuple[kvref.PoolConfig, ScaleGenerator]:
-    """What a seed decides: the geometry and the op stream (constants read at the given knobs).
-    ``big``: the share of full-size read tables (default 0.1 on a GPU, 0.02 on the interpreter)."""
-    if big is None:
-        big = 0.1 if str(tier.device).startswith("cuda") else 0.02
+def scale_info(tier: Tier, knobs: dict | None = None) -> dict:
+    """What a production op stream depends on besides its seed, as JSON: the kernel set's
+    constants (at ``knobs``), its optional functions and whether it runs on a GPU. A
+    supervisor rebuilds a dead worker's ops from this and the seed (``regenerate``)."""
     apply_knobs(tier.kernels, knobs)
-    constants = kernel_constants(tier.kernels)
-    limits = limits or ScaleLimits.for_tier(tier)
+    return {"constants": kernel_constants(tier.kernels).to_json(), "features": sorted(kernel_features(tier)),
+            "gpu": str(tier.device).startswith("cuda")}
+
+
+def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: dict | None = None,
+              big: float | None = None) -> tuple[kvref.PoolConfig, ScaleGenerator]:
+    """What a seed decides, given ``scale_info``: the geometry and the op stream.
+    ``big``: the share of full-size read tables (default 0.1 on a GPU, 0.02 on the interpreter)."""
+    gpu = info["gpu"]
+    big = (0.1 if gpu else 0.02) if big is None else big
+    c = info["constants"]
+    constants = Constants(dict(c["blocks"]), dict(c["targets"]), c["source"])
+    limits = limits or (ScaleLimits.production() if gpu else ScaleLimits.interpreter())
     rng = random.Random(seed * 1_000_003 + 11)
     config = scale_config(rng, constants, limits)
-    features = kernel_features(tier)
+    features = set(info["features"])
     gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
                          legacy="build_kv_read_table_legacy" in features, big=big)
     return config, gen
+
+
+def regenerate(seed: int, n_ops: int, info: dict, **kw) -> tuple[kvref.PoolConfig, list[Op]]:
+    """The first ``n_ops`` ops of ``seed``'s sequence (the stream depends on nothing the
+    target does)."""
+    config, gen = generator(seed, info, **kw)
+    return config, [gen.next_op() for _ in range(n_ops)]
+
+
+def sequence(tier: Tier, seed: int, *, limits: ScaleLimits | None = None, mix: dict | None = None,
+             knobs: dict | None = None, big: float | None = None) -> tuple[kvref.PoolConfig, ScaleGenerator]:
+    """What a seed decides on this tier (constants read at the given knobs)."""
+    return generator(seed, scale_info(tier, knobs), limits=limits, mix=mix, big=big)
 
 
 def run_sequence(tier: Tier, seed: int, n_ops: int, deadline: float | None = None, beat=None, *,
@@ -1115,8 +1140,8 @@ def run_sequence(tier: Tier, seed: int, n_ops: int, deadline: float | None = Non
                  knobs: dict | None = None, big: float | None = None):
     """Generate and diff one production-scale sequence: (config, ops, divergence or None, run).
 
-    Mirrors ``campaign.run_sequence``; ``beat`` (if given) is called after every op (a
-    supervisor's heartbeat). ``run.shapes`` holds the generator's summary for the case."""
+    Mirrors ``campaign.run_sequence``; ``beat`` (a supervisor's heartbeat) is told each op's
+    index before it runs. ``run.shapes`` holds the generator's summary for the case."""
     config, gen = sequence(tier, seed, limits=limits, mix=mix, knobs=knobs, big=big)
     run = ScaleRun(config, tier, check_every=check_every, knobs=knobs)
     run.shapes = gen.summary()
@@ -1127,9 +1152,9 @@ def run_sequence(tier: Tier, seed: int, n_ops: int, deadline: float | None = Non
                 break
             op = gen.next_op()
             ops.append(op)
-            run.step(op)
             if beat is not None:
-                beat()
+                beat.op(len(ops) - 1)
+            run.step(op)
         run.finish()
     except Divergence as d:
         run.shapes = gen.summary()

@@ -202,7 +202,16 @@ def _child_entry(entry: str, args: tuple, slots, log: str, gpu: str | None, env:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
     faulthandler.enable(sys.stderr)
     module, name = entry.split(":")
-    getattr(importlib.import_module(module), name)(Beat(slots), *args)
+    try:
+        getattr(importlib.import_module(module), name)(Beat(slots), *args)
+    except SystemExit:
+        raise
+    except BaseException:  # noqa: BLE001 - the engine's own bug: say where, exit 3 (never taken for a fault)
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.exit(EXIT_HARNESS)
 
 
 class Executor:
@@ -217,6 +226,7 @@ class Executor:
         self.child: Child | None = None
         self.conn = None
         self.faults = 0
+        self.closed = False  # for good (shutdown): a job in flight ends with Cancelled
         self.notes: dict = {}  # what the child said besides the verdict (e.g. knobs it dropped)
 
     def _start(self) -> None:
@@ -227,19 +237,26 @@ class Executor:
         self.conn = parent_end
 
     def run(self, config, ops: list[Op], knobs: dict | None = None, hostile: str = "spec",
-            deadline: float | None = None, strict_knobs: bool = True) -> Finding | None:
+            deadline: float | None = None, strict_knobs: bool = True, full_every: int = 1) -> Finding | None:
         """The failure of ``ops`` from a fresh pool, or None. Raises ``SetupFailed`` when the
         child cannot build its tier, ``TimeoutError`` past ``deadline`` (monotonic)."""
+        if self.closed:
+            raise Cancelled("the executor was closed")
         if self.child is None or not self.child.alive():
             self._start()
         self.conn.send({"config": config.to_json(), "ops": [op.to_json() for op in ops], "knobs": knobs,
-                        "hostile": hostile, "strict_knobs": strict_knobs})
+                        "hostile": hostile, "strict_knobs": strict_knobs, "full_every": full_every})
         while True:
-            if self.conn.poll(0.05):
+            conn, child = self.conn, self.child
+            if conn is None or child is None:
+                raise Cancelled("the executor was closed while it ran a job")
+            if conn.poll(0.05):
                 try:
-                    kind, payload = self.conn.recv()
+                    kind, payload = conn.recv()
                 except (EOFError, OSError):
-                    return self._fault(ops, False)
+                    if self.closed:
+                        raise Cancelled("the executor was closed while it ran a job") from None
+                    return self._fault(child, ops, False)
                 if kind == "setup":
                     self.close()
                     raise SetupFailed(payload)
@@ -248,30 +265,45 @@ class Executor:
                     raise HarnessFailed(payload)
                 verdict, self.notes = payload
                 return None if verdict is None else Finding.of_divergence(verdict)
-            if not self.child.alive():
-                return self._fault(ops, False)
-            if self.child.stalled(self.op_timeout):
-                return self._fault(ops, True)
+            if not child.alive():
+                if self.closed:
+                    raise Cancelled("the executor was closed while it ran a job")
+                return self._fault(child, ops, False)
+            if child.stalled(self.op_timeout):
+                return self._fault(child, ops, True)
             if deadline is not None and time.monotonic() > deadline:
                 self.close()
                 raise TimeoutError("the replay outlived its deadline")
 
-    def _fault(self, ops: list[Op], timed_out: bool) -> Finding:
-        step = self.child.slots[OP]
+    def _fault(self, child: Child, ops: list[Op], timed_out: bool) -> Finding:
+        step = child.slots[OP]
         if timed_out:
-            self.child.kill()
-        fault = self.child.fault(timed_out, self.op_timeout)
+            child.kill()
+        fault = child.fault(timed_out, self.op_timeout)
+        if fault.exitcode == EXIT_HARNESS:
+            self.close()
+            raise HarnessFailed("\n".join(fault.stderr))
         self.faults += 1
         self.close()
         return Finding.of_fault(fault, ops, step)
 
     def close(self) -> None:
-        if self.child is not None:
-            self.child.close()
-        self.child = None
-        if self.conn is not None:
-            self.conn.close()
-        self.conn = None
+        """Stop the current child (the next job starts a fresh one)."""
+        child, conn = self.child, self.conn
+        self.child = self.conn = None
+        if child is not None:
+            child.close()
+        if conn is not None:
+            conn.close()
+
+    def shutdown(self) -> None:
+        """Close for good, from another thread too: a job in flight raises Cancelled."""
+        self.closed = True
+        self.close()
+
+
+class Cancelled(RuntimeError):
+    """The executor was shut down while a job ran (the campaign is ending)."""
 
 
 class SetupFailed(RuntimeError):

@@ -41,7 +41,13 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .runner import RunStats
     from .tiers import OPTIONAL, count_launches
 
-    queue.put(("hello", worker, {"has": [fn for fn in OPTIONAL if tier.has(fn)], "kernels": tier.kernels_name}))
+    hello = {"has": [fn for fn in OPTIONAL if tier.has(fn)], "kernels": tier.kernels_name}
+    production = opts.scale == "production"
+    if production:
+        from . import scale
+
+        hello["scale"] = scale.scale_info(tier)  # what the parent needs to rebuild a dead worker's ops
+    queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
     deadline = time.monotonic() + max(0.0, deadline_wall - time.time())
 
@@ -55,11 +61,19 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         while time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences):
             seed = sequence_seed(opts, worker, k)
             beat.sequence(k, seed)
-            knobs = choose_knobs(tier.kernels, seed)
-            if knobs is not None:
-                queue.put(("knobs", worker, k, knobs))
-            config, scenario, ops, d, run = run_sequence(tier, seed, opts.ops_per_sequence, deadline,
-                                                         hostile=opts.hostile, beat=beat, knobs=knobs)
+            extra = {}
+            if production:  # the kernel set's own launch constants: no knobs
+                knobs, scenario = None, "production"
+                config, ops, d, run = scale.run_sequence(tier, seed, opts.n_ops(), deadline, beat=beat,
+                                                         check_every=opts.check_every)
+                extra = {"scale": "production", "shapes": run.shapes}
+            else:
+                knobs = choose_knobs(tier.kernels, seed)
+                if knobs is not None:
+                    queue.put(("knobs", worker, k, knobs))
+                config, scenario, ops, d, run = run_sequence(tier, seed, opts.n_ops(), deadline,
+                                                             hostile=opts.hostile, beat=beat, knobs=knobs,
+                                                             full_every=opts.check_every)
             sequences += 1
             scenarios[scenario] = scenarios.get(scenario, 0) + 1
             stats.merge(run.stats)
@@ -68,7 +82,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             if d is not None:
                 queue.put(("finding", worker, {"seed": seed, "scenario": scenario, "config": config.to_json(),
                                                "ops": [op.to_json() for op in ops[: d.step + 1]],
-                                               "divergence": d.to_json(), "knobs": knobs}))
+                                               "divergence": d.to_json(), "knobs": knobs, "extra": extra}))
                 if poisoned(d):
                     report()
                     sys.exit(EXIT_RESTART)
@@ -104,7 +118,7 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
         try:
             d, run = replay(kvref.PoolConfig.from_json(job["config"]), parse_ops(job["ops"]), tier,
                             knobs=job["knobs"], hostile=job["hostile"], beat=beat,
-                            strict_knobs=job.get("strict_knobs", True))
+                            strict_knobs=job.get("strict_knobs", True), full_every=job.get("full_every", 1))
         except SetupError as exc:
             conn.send(("setup", str(exc)))
             return
@@ -112,6 +126,10 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
             conn.send(("harness", traceback.format_exc()))
             return
         beat.phase(IDLE)
-        conn.send(("result", (None if d is None else d.to_json(), {"dropped_knobs": run.dropped_knobs})))
+        try:
+            conn.send(("result", (None if d is None else d.to_json(),
+                                  {"dropped_knobs": getattr(run, "dropped_knobs", [])})))
+        except (BrokenPipeError, EOFError, OSError):
+            return  # the parent went away (it is shutting down): nobody to answer
         if poisoned(d):
             return
