@@ -1,35 +1,61 @@
 #!/usr/bin/env bash
-# The batched GPU session, in two parts that each fit one device call (10 minutes):
-#   part 1: environment, the whole test suite on CUDA, a GPU fuzz campaign, kvfuzz bench
-#   part 2: the no-sync GPU ground truth (calibration) and the mutant hunt on compiled kernels
-# Logs go to $OUT/session-PART.log; JSON results beside it (few files: the device tool
-# brings back at most 8).
+# The batched GPU session: each PART fits one device call (10 minutes). Logs and JSON go
+# to $OUT (the device tool brings back at most 8 files, 2 folders deep).
+#   part 1: environment; a CUDA campaign and a profile of the CUDA tier's small-scale op
+#           rate; the CUDA-marked tests; the read-table launch sweep; the vectorized oracle
+#   part 2: kvfuzz bench (fuzz rates + read-table grid after tuning); production-scale
+#           fuzzing (elements checked/s, the planted production-only bugs, graph replay)
+#   part 3: the crash-proofing fixtures on CUDA (1 and 2 workers) and --sanitizer memcheck
 set -u
 PART=${1:-1}
 OUT=${OUT:-benchmarks/results/gpu-run}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONPATH=.
 unset TRITON_INTERPRET
 PY=${PY:-python3}
 LOG="$OUT/session-$PART.log"
+FOREIGN=tests/fixtures/kernels/foreign
+step() { echo; echo "== $*  ($(date -u +%T))"; }
 {
-  echo "== environment"; date -u
+  step environment
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
+  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0), "gpus", torch.cuda.device_count())'
   if [ "$PART" = 1 ]; then
-    echo "== pytest (whole suite; interpreter-tier tests skip where CUDA exists)"
-    timeout "${TEST_S:-240}" $PY -m pytest -q -p no:cacheprovider -n 8 tests 2>&1 | tail -30
-    echo "== kvfuzz run --backend cuda"
-    timeout "${FUZZ_S:-200}" $PY -m fuzz run --backend cuda --budget-s "${CAMPAIGN_S:-120}" --workers 4 --seed 7 --out "$OUT/cases"
+    step "kvfuzz run --backend cuda (small scale, 1 worker, 25 s)"
+    timeout 70 $PY -m fuzz run --backend cuda --hostile all --budget-s 25 --seed 3 --out "$OUT/cases" --progress-s 5 --stats
     echo "exit $?"
-    echo "== kvfuzz bench"
-    timeout "${BENCH_S:-200}" $PY -m fuzz bench --seconds 15 --out "$OUT/bench-gpu.json"
+    step "profile of the CUDA tier (small scale, in process)"
+    timeout 60 $PY benchmarks/profile_tier.py --backend cuda --seconds 15 --top 25
+    step "pytest -m cuda"
+    timeout 170 $PY -m pytest -q -p no:cacheprovider -n 8 -m cuda tests 2>&1 | tail -25
+    step "read-table launch sweep"
+    timeout 235 $PY benchmarks/sweep_read_table.py --budget-s 200 --out "$OUT/sweep-read-table.json"
+    step "vectorized oracle"
+    timeout 70 $PY benchmarks/vector_oracle_gpu.py --out "$OUT/vector-oracle.json"
+  elif [ "$PART" = 2 ]; then
+    step "kvfuzz bench"
+    timeout 200 $PY -m fuzz bench --seconds 20 --out "$OUT/bench-gpu.json"
+    step "production scale"
+    timeout 330 $PY benchmarks/scale_gpu.py --seconds 30 --find-seconds 60 --out "$OUT/scale-gpu.json"
   else
-    echo "== no-sync GPU ground truth"
-    timeout "${SYNC_S:-330}" $PY -m fuzz.sync.calibrate --gpu --out "$OUT" --timeout-s 300
-    echo "exit $?"
-    echo "== kvfuzz mutants --backend cuda"
-    timeout "${MUT_S:-220}" $PY -m fuzz mutants --backend cuda --budget-s "${MUT_BUDGET_S:-10}"
-    echo "exit $?"
+    for name in segfault hang raises indep; do
+      for w in 1 2; do
+        step "fixture $name, $w worker(s), 25 s"
+        timeout 80 $PY -m fuzz run --backend cuda --kernels "$FOREIGN/$name.py" --budget-s 25 --workers "$w" \
+          --op-timeout 10 --out "$OUT/fixtures/$name-$w" --progress-s 10
+        echo "exit $?"
+      done
+      for c in "$OUT/fixtures/$name-1"/*.json; do
+        [ -f "$c" ] || continue
+        step "replay $c"
+        timeout 60 $PY -m fuzz replay "$c" --op-timeout 10; echo "exit $?"
+      done
+    done
+    c=$(ls "$OUT/fixtures/segfault-1"/*.json 2>/dev/null | head -1)
+    if [ -n "$c" ]; then
+      step "replay --sanitizer memcheck $c"
+      timeout 150 $PY -m fuzz replay "$c" --sanitizer memcheck; echo "exit $?"
+      $PY -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get('sanitizer'), indent=1))" "$c"
+    fi
   fi
 } 2>&1 | tee "$LOG"

@@ -24,6 +24,13 @@ def _bound(cfg: PoolConfig, snap: Mapping) -> dict[int, int]:
     return {v: v2p[v] for v in range(cfg.min_page, cfg.num_pages) if v2p[v] != -1}
 
 
+def _twice(items: list[int]) -> list[int]:
+    """The values that occur more than once, sorted (the common case, none, costs one set)."""
+    if len(set(items)) == len(items):
+        return []
+    return sorted(v for v, n in Counter(items).items() if n > 1)
+
+
 def check_sentinels(cfg: PoolConfig, snap: Mapping, written=None) -> None:
     for name in ("v2p", "p2v"):
         t = snap[name]
@@ -72,8 +79,8 @@ def check_partition(cfg: PoolConfig, snap: Mapping, written=None) -> None:
     pending = [p for _, pages in snap["pending"] for p in pages]
     if not cfg.lazy and (snap["holes"] or pending):
         raise InvariantViolation("partition", f"eager pool has holes {snap['holes']} / pending {pending}")
-    everything = Counter(bound) + Counter(snap["holes"]) + Counter(pending)
-    dups = sorted(p for p, n in everything.items() if n > 1)
+    everything = bound + list(snap["holes"]) + pending
+    dups = _twice(everything)
     if dups:
         raise InvariantViolation("partition", f"pages counted twice among bound/holes/pending: {dups}")
     if set(everything) != set(span):
@@ -85,9 +92,8 @@ def check_partition(cfg: PoolConfig, snap: Mapping, written=None) -> None:
 
 
 def check_free_virtual(cfg: PoolConfig, snap: Mapping, written=None) -> None:
-    fv = snap["free_virtual"]
-    counts = Counter(fv) + Counter(list(_bound(cfg, snap)))
-    dups = sorted(v for v, n in counts.items() if n > 1)
+    counts = list(snap["free_virtual"]) + list(_bound(cfg, snap))
+    dups = _twice(counts)
     if dups:
         raise InvariantViolation("free_virtual", f"virtual pages both free and bound, or listed twice: {dups}")
     if set(counts) != set(range(cfg.min_page, cfg.num_pages)):

@@ -46,6 +46,7 @@ class RedZones:
         self.guard = max(guard, MIN_GUARD)
         self.device = torch.device(device)
         self.buffers: dict[str, tuple[torch.Tensor, int, int]] = {}
+        self._ends: dict[str, tuple[torch.Tensor, torch.Tensor, int]] = {}  # the two zones of each, as views
 
     def __call__(self, name: str, rows: int, fill: int, row_len: int = 1) -> torch.Tensor:
         view = self._alloc(name, rows * row_len, self.guard * row_len, index_canary(rows, self.guard, row_len),
@@ -69,15 +70,25 @@ class RedZones:
     def _alloc(self, name: str, n: int, zone: int, canary: int, dtype) -> torch.Tensor:
         buf = torch.full((n + 2 * zone,), canary, dtype=dtype, device=self.device)
         self.buffers[name] = (buf, zone, canary)
+        if zone:
+            self._ends[name] = (buf[:zone], buf[n + zone:], torch.full((2 * zone,), canary, dtype=torch.int64,
+                                                                        device=self.device))
         return buf[zone:zone + n]
 
+    def forget(self, name: str) -> None:
+        del self.buffers[name]
+        self._ends.pop(name, None)
+
     def damage(self) -> list[str]:
-        checks = [(name, torch.cat((buf[:zone], buf[buf.numel() - zone:])) == canary)
-                  for name, (buf, zone, canary) in self.buffers.items() if zone]
-        if not checks:
+        names = [name for name in self._ends if name in self.buffers]
+        if not names:
             return []
-        intact = torch.stack([ok.all() for _, ok in checks]).tolist()
-        return [name for (name, _), ok in zip(checks, intact) if not ok]
+        ends = [self._ends[name] for name in names]
+        got = torch.cat([z.long() for front, back, _ in ends for z in (front, back)])
+        if bool((got == torch.cat([expect for _, _, expect in ends])).all()):  # the common case: one read
+            return []
+        return [name for name, (front, back, expect) in zip(names, ends)
+                if not bool((torch.cat((front.long(), back.long())) == expect).all())]
 
 
 class RawTables:

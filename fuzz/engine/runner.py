@@ -194,7 +194,7 @@ class TargetSide:
 
     def forget_inputs(self) -> None:
         for name in [n for n in self.zones.buffers if n.startswith(INPUT)]:
-            del self.zones.buffers[name]
+            self.zones.forget(name)
 
 
 def _attempt(fn) -> Outcome:
