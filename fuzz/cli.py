@@ -160,8 +160,9 @@ def _cmd_run(args) -> int:
     print(f"kvfuzz run: backend={args.backend} kernels={kernels} shard={args.shard[0]}/{args.shard[1]} "
           f"workers={args.workers} scale={args.scale} sequences={s.sequences} ops={s.ops} ops/s={s.ops_per_s:.0f} "
           f"contract_ops={s.contract_ops} hostile={args.hostile} (probed: {probed}) faults={s.faults} "
-          f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s" + (f" interrupted={s.interrupted}"
-                                                                    if s.interrupted else ""))
+          f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
+          + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
+          + (f" interrupted={s.interrupted}" if s.interrupted else ""))
     if args.stats:
         print(reports.stats_table(s))
     data = reports.summary_json(s, backend=args.backend, kernels=kernels, kernels_sha256=source_hash(kernels),

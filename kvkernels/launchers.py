@@ -54,7 +54,23 @@ READ_TABLE_WARPS = 4  # Triton's default: what every read-table launch used befo
 # num_warps), first match wins; shapes no rule covers keep (BLOCK_COLS, READ_TABLE_WARPS).
 # Filled from one GPU run of benchmarks/sweep_read_table.py (it prints rules in this form).
 # Each BLOCK_COLS must be a power of two.
-READ_TABLE_RULES: tuple[tuple[int, int, bool, int, int], ...] = ()
+READ_TABLE_RULES: tuple[tuple[int, int, bool, int, int], ...] = (
+    # (max bs, max max_pages, legacy, BLOCK_COLS, num_warps): from one H200 sweep of the
+    # strided grid, graph-replayed at live lengths 1k/8k/128k tokens, the config with the best
+    # geometric mean per (bs, max_pages) (benchmarks/sweep_read_table.py,
+    # benchmarks/results/h200-2026-11-30/sweep-read-table.json). The legacy grid keeps its
+    # historical (512, 4): it is the reference the strided grid is measured against.
+    (1, 8192, False, 128, 8),
+    (16, 8192, False, 512, 4),
+    (64, 8192, False, 128, 2),
+    (256, 8192, False, 128, 4),
+    (512, 8192, False, 128, 4),
+    (1, 131072, False, 128, 4),
+    (16, 131072, False, 512, 8),
+    (64, 131072, False, 512, 8),
+    (256, 131072, False, 512, 8),
+    (512, 131072, False, 512, 8),
+)
 
 __all__ = [
     "alloc_bind_inplace",

@@ -4,6 +4,12 @@ They run compiled on CUDA and, with ``TRITON_INTERPRET=1`` set before this modul
 imported, under Triton's interpreter on CPU tensors. Only long-standing ``tl`` APIs are
 used so that the same source runs on Triton 3.6 and 3.9.
 
+Scalar arguments that vary with the data (sizes, counts, the multiplier) are not
+specialized (``do_not_specialize``): Triton would otherwise compile a variant per value
+class (== 1, divisible by 16) of each, which a fuzzer drawing pools and batches of every
+size pays for in compile time on every new combination. Strides stay specialized: a unit
+or 16-aligned stride is what lets Triton vectorize the loads.
+
 Memory safety is the first rule here: "a kernel must never write outside the tables,
 whatever the input". Every kernel receives the row count of each table it touches and
 masks every gather and every scatter to ``[0, rows)``; the read-table kernels also
@@ -32,7 +38,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["start_phys", "N", "v2p_rows", "p2v_rows"])
 def alloc_bind_kernel(
     v_pages_ptr,  # in: [N] int64, virtual pages to bind
     v2p_ptr,  # in/out: [v2p_rows] int64, virtual -> physical page
@@ -53,7 +59,7 @@ def alloc_bind_kernel(
     tl.store(p2v_ptr + p, v, mask=lane & (p >= 0) & (p < p2v_rows))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "v2p_rows", "p2v_rows"])
 def bind_kernel(
     v_pages_ptr,  # in: [N] int64, virtual pages to bind
     p_pages_ptr,  # in: [N] int64, physical page of each virtual page
@@ -72,7 +78,7 @@ def bind_kernel(
     tl.store(p2v_ptr + p, v, mask=lane & (p >= 0) & (p < p2v_rows))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "v2p_rows", "p2v_rows"])
 def free_unbind_kernel(
     v_pages_ptr,  # in: [N] int64, virtual pages to free
     v2p_ptr,  # in/out: [v2p_rows] int64, virtual -> physical page; freed rows become -1
@@ -95,7 +101,7 @@ def free_unbind_kernel(
     tl.store(p2v_ptr + p, tombstone, mask=v_ok & (p >= 0) & (p < p2v_rows))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "v2p_rows"])
 def translate_kernel(
     loc_ptr,  # in: [N] int64, token ids
     v2p_ptr,  # in: [v2p_rows] int64, virtual -> physical page
@@ -171,7 +177,7 @@ def _live_pages(
     return tl.where(row_ok, req, 0), tl.where(row_ok, n_pages, 0)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["req_rows", "req_width", "v2p_rows", "multiplier", "max_pages", "col_stride"])
 def read_table_kernel(
     req_to_token_ptr,  # in: [req_rows, req_width] int32/int64 (strides req_stride0, req_stride1), token ids
     req_pool_indices_ptr,  # in: [bs] int, row of req_to_token per batch row
@@ -205,7 +211,7 @@ def read_table_kernel(
         start += col_stride
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["req_rows", "req_width", "v2p_rows", "multiplier", "max_pages"])
 def read_table_legacy_kernel(
     req_to_token_ptr,  # in: [req_rows, req_width] int32/int64 (strides req_stride0, req_stride1), token ids
     req_pool_indices_ptr,  # in: [bs] int, row of req_to_token per batch row
@@ -231,7 +237,7 @@ def read_table_legacy_kernel(
                      v2p_ptr, v2p_rows, out_ptr + b * out_stride, multiplier, PAGE_SIZE)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["req_rows", "req_width", "v2p_rows", "out_numel", "multiplier", "max_tokens", "col_stride"])
 def read_table_packed_kernel(
     req_to_token_ptr,  # in: [req_rows, req_width] int32/int64 (strides req_stride0, req_stride1), token ids
     req_pool_indices_ptr,  # in: [bs] int, row of req_to_token per batch row

@@ -147,6 +147,7 @@ class Summary:
     harness_errors: list = field(default_factory=list)
     interrupted: str | None = None
     health: list = field(default_factory=list)  # why a run without failures is still not clean
+    steady_ops_per_s: float | None = None  # after the workers' warm-up (GPU: no Triton compile in it)
     found_after: dict = field(default_factory=dict)  # signature -> seconds into the run
 
     @property
@@ -493,7 +494,19 @@ class Campaign:
         s.cases = list(self.cases.values())
         s.paths = [self.paths[c.signature] for c in s.cases]
         s.health = self._health()
+        s.steady_ops_per_s = self._steady_rate()
         return s
+
+    def _steady_rate(self) -> float | None:
+        """Ops per second of the workers' timed part: from each worker's end of warm-up to
+        its last report (None when no worker got that far)."""
+        spans = [(st["steady"], st["now"]) for slot in self.slots for st in slot.kept if st.get("steady")]
+        if not spans:
+            return None
+        start = min(t for (t, _), _ in spans)
+        end = max(t for _, (t, _) in spans)
+        ops = sum(now_ops - ops0 for (_, ops0), (_, now_ops) in spans)
+        return ops / (end - start) if end > start else None
 
     def _health(self) -> list[str]:
         """A run without failures is clean only if it exercised what the kernel set has."""

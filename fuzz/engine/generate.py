@@ -145,11 +145,27 @@ class OpGenerator:
         return [r for r in self.dead if r and all(spec.v2p[t // ps] == -1 for t in r[::ps])]
 
 
+WARMUP_BASE = 1 << 62  # seeds from here on are warm-up sequences (``warmup_seed``)
+WARMUP_SEQUENCES = 8
+
+
+def warmup_seed(i: int) -> int:
+    """The seed of warm-up sequence ``i``: every page size, with the read-table-heavy and
+    the kernel-level mixes, so a GPU worker compiles its kernels' variants before it is
+    timed. A warm-up sequence is an ordinary one (its failures are cases like any other)."""
+    return WARMUP_BASE + i
+
+
 def sequence_params(seed: int) -> tuple[kvref.PoolConfig, str, random.Random]:
     """Everything a seed decides: the pool config, the scenario, the op stream's RNG."""
     rng = random.Random(seed)
     config = random_config(rng)
     scenario = rng.choice(sorted(SCENARIOS))
+    if seed >= WARMUP_BASE:
+        i = seed - WARMUP_BASE
+        config = kvref.PoolConfig(num_pages=48 + 16 * (i % 3), min_page=1 + i % 2, page_size=(1, 2, 4, 16)[i % 4],
+                                  grow=("up", "down")[i % 2], lazy=True, multiplier=1 + 2 * (i % 2))
+        scenario = ("long", "kernels")[(i // 4) % 2]
     return config, scenario, rng
 
 

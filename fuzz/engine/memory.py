@@ -64,7 +64,7 @@ class RedZones:
             view = flat.view(values.shape)
         else:
             view = self._alloc(name, values.numel(), self.guard if zone is None else zone, canary, values.dtype)
-        view.copy_(values.reshape(view.shape))
+        view.copy_(values.reshape(view.shape), non_blocking=values.is_pinned())
         return view
 
     def _alloc(self, name: str, n: int, zone: int, canary: int, dtype) -> torch.Tensor:
@@ -74,6 +74,11 @@ class RedZones:
             self._ends[name] = (buf[:zone], buf[n + zone:], torch.full((2 * zone,), canary, dtype=torch.int64,
                                                                         device=self.device))
         return buf[zone:zone + n]
+
+    def rename(self, old: str, new: str) -> None:
+        self.buffers[new] = self.buffers.pop(old)
+        if old in self._ends:
+            self._ends[new] = self._ends.pop(old)
 
     def forget(self, name: str) -> None:
         del self.buffers[name]

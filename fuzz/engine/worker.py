@@ -37,6 +37,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     if tier is None:
         return
     from .campaign import run_sequence, sequence_seed
+    from .generate import WARMUP_BASE, WARMUP_SEQUENCES, warmup_seed
     from .knobs import choose as choose_knobs
     from .runner import RunStats
     from .tiers import OPTIONAL, count_launches
@@ -50,16 +51,29 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
     deadline = time.monotonic() + max(0.0, deadline_wall - time.time())
+    # On a GPU, a new launch shape is a Triton compile (seconds): each worker keeps one knob
+    # set for its life and warms up on every page size before its fuzzing is timed.
+    gpu = str(tier.device).startswith("cuda")
+    worker_knobs = choose_knobs(tier.kernels, opts.seed * 7919 + worker) if gpu else None
+    warm_left = WARMUP_SEQUENCES if gpu and not production and start_k == 0 else 0
+    steady = None  # (wall time, ops) when the timed part began
 
     def report(final: bool = False):
         queue.put(("stats", worker, {"ops": stats.ops, "contract_ops": stats.contract_ops, "by_kind": stats.by_kind,
                                      "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
-                                     "launches": count_launches(), "final": final}))
+                                     "launches": count_launches(), "final": final, "steady": steady,
+                                     "now": (time.time(), stats.ops)}))
 
     k = start_k
     try:
         while time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences):
-            seed = sequence_seed(opts, worker, k)
+            if warm_left:
+                warm_left -= 1
+                seed = warmup_seed(WARMUP_SEQUENCES - 1 - warm_left)
+            else:
+                if steady is None:
+                    steady = (time.time(), stats.ops)
+                seed = sequence_seed(opts, worker, k)
             beat.sequence(k, seed)
             extra = {}
             if production:  # the kernel set's own launch constants: no knobs
@@ -68,7 +82,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                                                          check_every=opts.check_every)
                 extra = {"scale": "production", "shapes": run.shapes}
             else:
-                knobs = choose_knobs(tier.kernels, seed)
+                knobs = worker_knobs if gpu else choose_knobs(tier.kernels, seed)
                 if knobs is not None:
                     queue.put(("knobs", worker, k, knobs))
                 config, scenario, ops, d, run = run_sequence(tier, seed, opts.n_ops(), deadline,
@@ -76,6 +90,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                                                              full_every=opts.check_every)
             sequences += 1
             scenarios[scenario] = scenarios.get(scenario, 0) + 1
+            if seed >= WARMUP_BASE:
+                k -= 1  # a warm-up sequence takes no sequence number
             stats.merge(run.stats)
             beat.slots[CONTRACT] = stats.contract_ops
             k += 1

@@ -27,7 +27,8 @@ def _tier_rate(backend: str, seconds: float) -> dict:
     except json.JSONDecodeError:
         return {"backend": backend, "error": (proc.stderr or proc.stdout)[-400:], "exit": proc.returncode}
     return {"backend": backend, "ops": data["ops"], "ops_per_s": round(data["ops_per_s"], 1),
-            "sequences": data["sequences"], "failures": len(data["failures"]), "seconds": seconds}
+            "steady_ops_per_s": data.get("steady_ops_per_s"), "sequences": data["sequences"],
+            "failures": len(data["failures"]), "seconds": seconds}
 
 
 def environment() -> dict:
@@ -58,7 +59,8 @@ def main(seconds: float = 10.0, tiers: list[str] | None = None, out: str | None 
         if "error" in row:
             print(f"{backend:>10}: failed (exit {row['exit']}): {row['error']}")
         else:
-            print(f"{backend:>10}: {row['ops_per_s']:>9.1f} diffed ops/s  ({row['ops']} ops, "
+            steady = f", {row['steady_ops_per_s']:.0f} after warm-up" if row.get("steady_ops_per_s") else ""
+            print(f"{backend:>10}: {row['ops_per_s']:>9.1f} diffed ops/s{steady}  ({row['ops']} ops, "
                   f"{row['sequences']} sequences, {row['failures']} failures, {seconds:.0f} s)")
     if has_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         from .bench_kernels import run_all

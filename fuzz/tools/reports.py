@@ -36,6 +36,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "ops": summary.ops,
         "sequences": summary.sequences,
         "ops_per_s": round(summary.ops_per_s, 1),
+        "steady_ops_per_s": None if summary.steady_ops_per_s is None else round(summary.steady_ops_per_s, 1),
         "elapsed_s": round(summary.elapsed_s, 3),
         "by_kind": dict(sorted(summary.by_kind.items())),
         "by_scenario": dict(sorted(summary.by_scenario.items())),

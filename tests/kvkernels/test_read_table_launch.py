@@ -6,9 +6,12 @@ import kvkernels
 from kvkernels import launchers
 
 
-def test_today_values_until_rules_are_filled():
-    assert launchers.read_table_launch(256, 131072) == (512, 4)
-    assert launchers.read_table_launch(1, 1, legacy=True) == (512, 4)
+def test_the_tuned_rules_cover_the_strided_grid_and_leave_legacy_alone():
+    assert launchers.read_table_launch(256, 131072) == (512, 8)  # the H200 sweep's choice at bs 256, 128k
+    assert launchers.read_table_launch(4096, 1 << 20) == (512, 4)  # past every rule: the defaults
+    assert launchers.read_table_launch(1, 1, legacy=True) == (512, 4)  # legacy is the reference, untuned
+    for _bs, _pages, legacy, block_cols, warps in launchers.READ_TABLE_RULES:
+        assert not legacy and block_cols & (block_cols - 1) == 0 and warps in (1, 2, 4, 8)
 
 
 def test_the_first_matching_rule_wins(monkeypatch):
