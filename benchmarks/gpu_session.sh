@@ -3,9 +3,11 @@
 # to $OUT (the device tool brings back at most 8 files, 2 folders deep).
 #   part 1: environment; a CUDA campaign and a profile of the CUDA tier's small-scale op
 #           rate; the CUDA-marked tests; the read-table launch sweep; the vectorized oracle
-#   part 2: kvfuzz bench (fuzz rates + read-table grid after tuning); production-scale
-#           fuzzing (elements checked/s, the planted production-only bugs, graph replay)
-#   part 3: the crash-proofing fixtures on CUDA (1 and 2 workers) and --sanitizer memcheck
+#   part 2: small-scale CUDA throughput (1/4/8 workers), kvfuzz bench (fuzz rates and the
+#           read-table grid after tuning)
+#   part 3: production-scale fuzzing (elements checked/s, the planted production-only bugs,
+#           graph replay)
+#   part 4: the crash-proofing fixtures on CUDA (1 and 2 workers) and --sanitizer memcheck
 set -u
 PART=${1:-1}
 OUT=${OUT:-benchmarks/results/gpu-run}
@@ -33,10 +35,18 @@ step() { echo; echo "== $*  ($(date -u +%T))"; }
     step "vectorized oracle"
     timeout 70 $PY benchmarks/vector_oracle_gpu.py --out "$OUT/vector-oracle.json"
   elif [ "$PART" = 2 ]; then
-    step "kvfuzz bench"
-    timeout 200 $PY -m fuzz bench --seconds 20 --out "$OUT/bench-gpu.json"
+    for spec in "16 1" "16 4" "16 8" "1 4"; do
+      set -- $spec
+      step "small-scale CUDA throughput: --check-every $1 --workers $2, 45 s"
+      timeout 100 $PY -m fuzz run --backend cuda --check-every "$1" --workers "$2" --budget-s 45 --seed 11 \
+        --out "$OUT/cases-throughput" --progress-s 15 --summary "$OUT/throughput-$1-$2.json"
+      echo "exit $?"
+    done
+    step "kvfuzz bench (fuzz rates and the read-table grid after tuning)"
+    timeout 260 $PY -m fuzz bench --seconds 30 --out "$OUT/bench-gpu.json"
+  elif [ "$PART" = 3 ]; then
     step "production scale"
-    timeout 330 $PY benchmarks/scale_gpu.py --seconds 30 --find-seconds 60 --out "$OUT/scale-gpu.json"
+    timeout 280 $PY benchmarks/scale_gpu.py --seconds 20 --find-seconds 60 --out "$OUT/scale-gpu.json"
   else
     for name in segfault hang raises indep; do
       for w in 1 2; do
