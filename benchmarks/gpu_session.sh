@@ -45,9 +45,18 @@ step() { echo; echo "== $*  ($(date -u +%T))"; }
     step "kvfuzz bench (fuzz rates and the read-table grid after tuning)"
     timeout 260 $PY -m fuzz bench --seconds 30 --out "$OUT/bench-gpu.json"
   elif [ "$PART" = 3 ]; then
+    step "strided loop: one or two column blocks per trip"
+    timeout 120 $PY benchmarks/ab_unroll.py --out "$OUT/ab-unroll.json"
     step "production scale"
-    timeout 280 $PY benchmarks/scale_gpu.py --seconds 20 --find-seconds 60 --out "$OUT/scale-gpu.json"
+    timeout 300 $PY benchmarks/scale_gpu.py --seconds 20 --find-seconds 60 --out "$OUT/scale-gpu.json"
   else
+    step "workers pinned to GPUs: 4 workers, what each process sees"
+    $PY -m fuzz run --backend cuda --check-every 16 --workers 4 --budget-s 40 --out "$OUT/cases-pinning" \
+      --progress-s 20 --summary "$OUT/pinning-summary.json" &
+    sleep 30
+    nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv
+    nvidia-smi --query-gpu=index,uuid --format=csv
+    wait
     for name in segfault hang raises indep; do
       for w in 1 2; do
         step "fixture $name, $w worker(s), 25 s"

@@ -48,6 +48,7 @@ BLOCK_IDS = 1024  # ids per program for bind / alloc_bind / free_unbind / transl
 # sizes a small fuzzing pool never takes a second loop iteration or a second program.
 FUZZ_KNOBS = {"BLOCK_COLS": (4, 512), "TARGET_BLOCKS": (2, 1024), "BLOCK_IDS": (4, 1024)}
 _BLOCK_COLS_DEFAULT = BLOCK_COLS
+READ_TABLE_UNROLL = 1  # column blocks per trip of the strided loop (1 or 2)
 READ_TABLE_WARPS = 4  # Triton's default: what every read-table launch used before the tuned choice
 
 # The tuned read-table launch, per shape: (bs at most, max_pages at most, legacy, BLOCK_COLS,
@@ -215,7 +216,8 @@ def build_kv_read_table_legacy(*, req_to_token, req_pool_indices, seq_lens, v2p,
 
 
 def _launch_read_table(*, req_to_token, req_pool_indices, seq_lens, v2p, multiplier, page_size, max_pages, out,
-                       legacy: bool, block_cols: int | None, target_blocks: int, num_warps: int | None = None):
+                       legacy: bool, block_cols: int | None, target_blocks: int, num_warps: int | None = None,
+                       unroll: int | None = None):
     """``block_cols`` None: the tuned choice for this shape (``read_table_launch``)."""
     bs = check_batch(req_to_token, req_pool_indices, seq_lens, v2p, multiplier, page_size)
     if block_cols is None:
@@ -236,7 +238,7 @@ def _launch_read_table(*, req_to_token, req_pool_indices, seq_lens, v2p, multipl
     else:
         grid = read_table_grid(bs, max_pages, block_cols=block_cols, target_blocks=target_blocks)
         _k.read_table_kernel[grid](*common, grid[1] * block_cols, PAGE_SIZE=page_size, BLOCK=block_cols,
-                                   num_warps=num_warps)
+                                   UNROLL=unroll or READ_TABLE_UNROLL, num_warps=num_warps)
     return out
 
 

@@ -140,6 +140,26 @@ def _scaled_page(
 
 
 @triton.jit
+def _read_table_entries(
+    cols,
+    n_pages,
+    req_row_ptr,  # in: one row of req_to_token (stride req_stride1), int32/int64 token ids
+    req_width,
+    req_stride1,
+    v2p_ptr,  # in: [v2p_rows] int64, virtual -> physical page
+    v2p_rows,
+    multiplier,
+    PAGE_SIZE: tl.constexpr,
+):
+    """(entries as int32, lanes to store) for the columns ``cols`` of one row."""
+    tok_col = cols * PAGE_SIZE
+    ok = (cols < n_pages) & (tok_col < req_width)
+    tok = tl.load(req_row_ptr + tok_col * req_stride1, mask=ok, other=-1).to(tl.int64)
+    entry = _scaled_page(tok, v2p_ptr, v2p_rows, multiplier, ok, PAGE_SIZE)
+    return entry.to(tl.int32), ok
+
+
+@triton.jit
 def _read_table_cols(
     cols,
     n_pages,
@@ -152,11 +172,9 @@ def _read_table_cols(
     multiplier,
     PAGE_SIZE: tl.constexpr,
 ):
-    tok_col = cols * PAGE_SIZE
-    ok = (cols < n_pages) & (tok_col < req_width)
-    tok = tl.load(req_row_ptr + tok_col * req_stride1, mask=ok, other=-1).to(tl.int64)
-    entry = _scaled_page(tok, v2p_ptr, v2p_rows, multiplier, ok, PAGE_SIZE)
-    tl.store(out_row_ptr + cols, entry.to(tl.int32), mask=ok)
+    entry, ok = _read_table_entries(cols, n_pages, req_row_ptr, req_width, req_stride1, v2p_ptr, v2p_rows,
+                                    multiplier, PAGE_SIZE)
+    tl.store(out_row_ptr + cols, entry, mask=ok)
 
 
 @triton.jit
@@ -195,6 +213,7 @@ def read_table_kernel(
     col_stride,
     PAGE_SIZE: tl.constexpr,
     BLOCK: tl.constexpr,
+    UNROLL: tl.constexpr = 1,
 ):
     """bs-sized grid (bs, col_programs): each program strides over its row's live columns."""
     b = tl.program_id(0).to(tl.int64)
@@ -206,9 +225,20 @@ def read_table_kernel(
     start = tl.program_id(1).to(tl.int64) * BLOCK
     while start < n_pages:
         cols = start + tl.arange(0, BLOCK)
-        _read_table_cols(cols, n_pages, req_row_ptr, req_width, req_stride1, v2p_ptr, v2p_rows,
-                         out_row_ptr, multiplier, PAGE_SIZE)
-        start += col_stride
+        if UNROLL == 2:
+            # Two column blocks per trip, both gathered before either is stored: their loads
+            # are in flight together (a store between them would order the next loads after
+            # it, since out might alias the inputs as far as the compiler knows).
+            e0, ok0 = _read_table_entries(cols, n_pages, req_row_ptr, req_width, req_stride1, v2p_ptr, v2p_rows,
+                                          multiplier, PAGE_SIZE)
+            e1, ok1 = _read_table_entries(cols + col_stride, n_pages, req_row_ptr, req_width, req_stride1, v2p_ptr,
+                                          v2p_rows, multiplier, PAGE_SIZE)
+            tl.store(out_row_ptr + cols, e0, mask=ok0)
+            tl.store(out_row_ptr + cols + col_stride, e1, mask=ok1)
+        else:
+            _read_table_cols(cols, n_pages, req_row_ptr, req_width, req_stride1, v2p_ptr, v2p_rows,
+                             out_row_ptr, multiplier, PAGE_SIZE)
+        start += col_stride * UNROLL
 
 
 @triton.jit(do_not_specialize=["req_rows", "req_width", "v2p_rows", "multiplier", "max_pages"])

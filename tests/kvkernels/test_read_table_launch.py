@@ -39,3 +39,21 @@ def test_a_rule_changes_the_launch_not_the_result(triton_tier, monkeypatch):
             outs.append(fn(**args, out=out).tolist())
     assert all(o == outs[0] for o in outs)
     assert outs[0][0] == [2 * c for c in range(300)] and outs[0][2] == [-7] * 300
+
+
+def test_two_column_blocks_per_trip_write_the_same_table(triton_tier, monkeypatch):
+    """UNROLL=2 gathers two column blocks before storing either; rows of every live length
+    (none, one block, an odd number of blocks, past max_pages) come out the same."""
+    monkeypatch.setattr(launchers, "BLOCK_COLS", 4)  # many blocks, several trips
+    monkeypatch.setattr(launchers, "TARGET_BLOCKS", 2)
+    r2t = triton_tier.t([[(c * 7 + r) % 50 for c in range(41)] for r in range(4)])
+    args = dict(req_to_token=r2t, req_pool_indices=triton_tier.t([0, 1, 2, 3, 1]),
+                seq_lens=triton_tier.t([41, 0, 3, 13, 99]), v2p=triton_tier.t(list(range(60))), multiplier=3,
+                page_size=1, max_pages=41)
+    outs = []
+    for unroll in (1, 2):
+        monkeypatch.setattr(launchers, "READ_TABLE_UNROLL", unroll)
+        out = torch.full((5, 41), -7, dtype=torch.int32, device=triton_tier.device)
+        outs.append(kvkernels.build_kv_read_table(**args, out=out).tolist())
+    assert outs[0] == outs[1]
+    assert outs[0][1] == [-7] * 41 and outs[0][2][3:] == [-7] * 38 and -7 not in outs[0][4]
