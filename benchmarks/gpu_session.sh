@@ -51,30 +51,34 @@ step() { echo; echo "== $*  ($(date -u +%T))"; }
     timeout 300 $PY benchmarks/scale_gpu.py --seconds 20 --find-seconds 60 --out "$OUT/scale-gpu.json"
   else
     step "workers pinned to GPUs: 4 workers, what each process sees"
-    $PY -m fuzz run --backend cuda --check-every 16 --workers 4 --budget-s 40 --out "$OUT/cases-pinning" \
+    $PY -m fuzz run --backend cuda --check-every 16 --workers 4 --budget-s 40 --out /tmp/cases-pinning \
       --progress-s 20 --summary "$OUT/pinning-summary.json" &
     sleep 30
     nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv
     nvidia-smi --query-gpu=index,uuid --format=csv
     wait
+    step "where production-scale time goes (read-heavy, 24 and 96 ops per sequence)"
+    timeout 60 $PY benchmarks/profile_scale.py --seconds 20 --ops 24 --top 25
+    timeout 35 $PY benchmarks/profile_scale.py --seconds 15 --ops 96 --top 5
     for name in segfault hang raises indep; do
       for w in 1 2; do
-        step "fixture $name, $w worker(s), 25 s"
-        timeout 80 $PY -m fuzz run --backend cuda --kernels "$FOREIGN/$name.py" --budget-s 25 --workers "$w" \
-          --op-timeout 10 --out "$OUT/fixtures/$name-$w" --progress-s 10
+        step "fixture $name, $w worker(s), 20 s"
+        timeout 80 $PY -m fuzz run --backend cuda --kernels "$FOREIGN/$name.py" --budget-s 20 --workers "$w" \
+          --op-timeout 10 --out "/tmp/fixtures/$name-$w" --progress-s 10
         echo "exit $?"
       done
-      for c in "$OUT/fixtures/$name-1"/*.json; do
+      for c in "/tmp/fixtures/$name-1"/*.json; do
         [ -f "$c" ] || continue
         step "replay $c"
         timeout 60 $PY -m fuzz replay "$c" --op-timeout 10; echo "exit $?"
       done
     done
-    c=$(ls "$OUT/fixtures/segfault-1"/*.json 2>/dev/null | head -1)
+    c=$(ls /tmp/fixtures/segfault-1/*.json 2>/dev/null | head -1)
     if [ -n "$c" ]; then
       step "replay --sanitizer memcheck $c"
-      timeout 150 $PY -m fuzz replay "$c" --sanitizer memcheck; echo "exit $?"
+      timeout 110 $PY -m fuzz replay "$c" --sanitizer memcheck; echo "exit $?"
       $PY -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get('sanitizer'), indent=1))" "$c"
+      cp "$c" "$OUT/sanitized-case.json"
     fi
   fi
 } 2>&1 | tee "$LOG"
