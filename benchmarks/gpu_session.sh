@@ -7,7 +7,10 @@
 #           read-table grid after tuning)
 #   part 3: production-scale fuzzing (elements checked/s, the planted production-only bugs,
 #           graph replay)
-#   part 4: the crash-proofing fixtures on CUDA (1 and 2 workers) and --sanitizer memcheck
+#   part 4 (2 GPUs): workers pinned one GPU each; the crash-proofing fixtures on CUDA (1 and
+#           2 workers); --sanitizer memcheck; a profile of production-scale fuzzing
+#   part 5: the read-table grid with the final rules; production scale again; the segfault
+#           fixture found, minimized and replayed as one CUDA fault
 set -u
 PART=${1:-1}
 OUT=${OUT:-benchmarks/results/gpu-run}
@@ -49,7 +52,20 @@ step() { echo; echo "== $*  ($(date -u +%T))"; }
     timeout 120 $PY benchmarks/ab_unroll.py --out "$OUT/ab-unroll.json"
     step "production scale"
     timeout 300 $PY benchmarks/scale_gpu.py --seconds 20 --find-seconds 60 --out "$OUT/scale-gpu.json"
-  else
+  elif [ "$PART" = 5 ]; then
+    step "read-table grid with the final launch rules"
+    timeout 120 $PY -c "import json; from fuzz.tools.bench_kernels import run_all; json.dump(run_all(print_fn=print), open('$OUT/bench-kernels-final.json', 'w'), indent=1)"
+    step "production scale"
+    timeout 240 $PY benchmarks/scale_gpu.py --seconds 20 --find-seconds 60 --out "$OUT/scale-gpu.json"
+    step "segfault fixture on CUDA: found, minimized, replayed as one fault"
+    timeout 70 $PY -m fuzz run --backend cuda --kernels "$FOREIGN/segfault.py" --budget-s 30 --op-timeout 10 \
+      --out /tmp/seg --progress-s 10
+    echo "exit $?"
+    for c in /tmp/seg/*.json; do
+      timeout 60 $PY -m fuzz replay "$c" --op-timeout 10; echo "exit $?"
+      cp "$c" "$OUT/"
+    done
+  else  # part 4
     step "workers pinned to GPUs: 4 workers, what each process sees"
     $PY -m fuzz run --backend cuda --check-every 16 --workers 4 --budget-s 40 --out /tmp/cases-pinning \
       --progress-s 20 --summary "$OUT/pinning-summary.json" &

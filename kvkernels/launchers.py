@@ -48,7 +48,7 @@ BLOCK_IDS = 1024  # ids per program for bind / alloc_bind / free_unbind / transl
 # sizes a small fuzzing pool never takes a second loop iteration or a second program.
 FUZZ_KNOBS = {"BLOCK_COLS": (4, 512), "TARGET_BLOCKS": (2, 1024), "BLOCK_IDS": (4, 1024)}
 _BLOCK_COLS_DEFAULT = BLOCK_COLS
-READ_TABLE_UNROLL = 1  # column blocks per trip of the strided loop (1 or 2)
+READ_TABLE_UNROLL: int | None = None  # column blocks per trip of the strided loop (1, 2; None: by shape)
 READ_TABLE_WARPS = 4  # Triton's default: what every read-table launch used before the tuned choice
 
 # The tuned read-table launch, per shape: (bs at most, max_pages at most, legacy, BLOCK_COLS,
@@ -115,6 +115,16 @@ def read_table_launch(bs: int, max_pages: int, *, legacy: bool = False) -> tuple
         if bs <= max_bs and max_pages <= most_pages and legacy == rule_legacy:
             return block_cols, num_warps
     return BLOCK_COLS, READ_TABLE_WARPS
+
+
+def read_table_unroll(bs: int, max_pages: int) -> int:
+    """Column blocks per trip of the strided loop: two where rows are long and many (each
+    program makes many trips, and two blocks' loads in flight together hide latency: on an
+    H200, bs 64/256/512 at 128k pages ran 1-4% faster, benchmarks/results/h200-2026-11-30/
+    ab-unroll.json), one elsewhere (where it measured no better). Host ints only."""
+    if READ_TABLE_UNROLL is not None:
+        return READ_TABLE_UNROLL
+    return 2 if bs >= 64 and max_pages > 8192 else 1
 
 
 def legacy_read_table_grid(bs: int, max_pages: int, *, block_cols: int) -> tuple[int, int]:
@@ -238,7 +248,7 @@ def _launch_read_table(*, req_to_token, req_pool_indices, seq_lens, v2p, multipl
     else:
         grid = read_table_grid(bs, max_pages, block_cols=block_cols, target_blocks=target_blocks)
         _k.read_table_kernel[grid](*common, grid[1] * block_cols, PAGE_SIZE=page_size, BLOCK=block_cols,
-                                   UNROLL=unroll or READ_TABLE_UNROLL, num_warps=num_warps)
+                                   UNROLL=unroll or read_table_unroll(bs, max_pages), num_warps=num_warps)
     return out
 
 

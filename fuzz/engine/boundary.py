@@ -96,9 +96,20 @@ class Boundaries:
         self.c = constants
         self.rng = rng
         self.aim = aim  # probability that a draw aims at a boundary rather than uniform
+        self._cands: dict[tuple[int, int], tuple[list, list]] = {}  # (lo, hi) -> (all, small multiples)
+        self._small_cap = 4 * max(constants.block_values() or [1]) + 1
 
     # ---- plain sizes ---------------------------------------------------------------
-    def _candidates(self, lo: int, hi: int) -> list[tuple[int, str]]:
+    def _candidates(self, lo: int, hi: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """(every block multiple +-1 in [lo, hi], those that are small multiples), memoized:
+        a generator asks for the same ranges over and over."""
+        key = (lo, hi)
+        if key not in self._cands:
+            cands = self._list_candidates(lo, hi)
+            self._cands[key] = (cands, [c for c in cands if c[0] <= self._small_cap])
+        return self._cands[key]
+
+    def _list_candidates(self, lo: int, hi: int) -> list[tuple[int, str]]:
         cands = []
         for name, b in sorted(self.c.blocks.items()):
             for k in range(1, hi // b + 2):
@@ -117,10 +128,9 @@ class Boundaries:
         rng = self.rng
         if rng.random() < self.aim:
             if self.c.source == "module" and rng.random() < 0.75:
-                cands = self._candidates(lo, hi)
+                cands, small = self._candidates(lo, hi)
                 if cands:
                     # Small multiples are where a second program/trip first appears: weight them up.
-                    small = [c for c in cands if c[0] <= 4 * max(self.c.block_values() or [1]) + 1]
                     return rng.choice(small if small and rng.random() < 0.6 else cands)
             j = rng.randint(0, max(0, hi.bit_length()))
             k = rng.choice((1, 1, 1, 3, 5))

@@ -114,8 +114,11 @@ CUDA_ERRORS = (  # the sticky CUDA errors by the words of their message
 
 
 def is_cuda_error(exc: BaseException) -> bool:
+    """A sticky CUDA error, however it surfaced: torch's (``CUDA error: ...``), the driver's
+    name for it, or Triton's launcher (``Triton Error [CUDA]: ...``, with CUDA_LAUNCH_BLOCKING)."""
     text = str(exc)
-    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "cudaError" in text
+    return (type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "cudaError" in text
+            or "Error [CUDA]" in text)
 
 
 def crash_field(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ _PREFIX = re.compile(r"^=+\s?")
 _INVALID = re.compile(r"(Invalid .*|.*(?:out of bounds|misaligned|race|uninitialized).*)", re.IGNORECASE)
 _AT = re.compile(r"^\s*at (?:0x[0-9a-f]+ in )?([^\s+(]+)(?:\+0x[0-9a-f]+)?", re.IGNORECASE)
 _THREAD = re.compile(r"by thread \(([\d,\s]+)\) in block \(([\d,\s]+)\)")
-_ADDRESS = re.compile(r"Address (0x[0-9a-f]+)(.*)", re.IGNORECASE)
+_ADDRESS = re.compile(r"(?:Address|Access at) (0x[0-9a-f]+)(.*)", re.IGNORECASE)
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*([\d,]+) error", re.IGNORECASE)
 
 
@@ -33,7 +33,8 @@ def parse_report(text: str) -> dict | None:
                 line and _INVALID.fullmatch(line.strip()) and "ERROR SUMMARY" not in line and i < len(lines) - 1
                 and _AT.match(lines[i + 1])):
             continue
-        report = {"error": line.strip(), "kernel": None, "thread": None, "block": None, "address": None}
+        report = {"error": line.strip(), "kernel": None, "thread": None, "block": None, "address": None,
+                  "lines": [x.rstrip() for x in lines[i:i + 8]]}
         for follow in lines[i + 1:i + 8]:
             if report["kernel"] is None and (m := _AT.match(follow)):
                 report["kernel"] = m.group(1)

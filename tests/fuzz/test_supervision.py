@@ -234,3 +234,15 @@ def test_executor_answers_a_crash_and_then_works_again(tmp_path):
         assert again is None
     finally:
         ex.close()
+
+
+def test_a_cuda_fault_has_one_name_however_it_surfaced():
+    from fuzz.engine.runner import crash_field, is_cuda_error
+
+    forms = [RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be ..."),
+             RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"),
+             type("AcceleratorError", (RuntimeError,), {})("an illegal memory access was encountered")]
+    assert all(is_cuda_error(e) for e in forms)
+    assert {crash_field(e) for e in forms} == {"cuda-illegal-address"}
+    assert crash_field(RuntimeError("CUDA error: device-side assert triggered")) == "cuda-device-assert"
+    assert not is_cuda_error(IndexError("index 7 is out of bounds")) and crash_field(IndexError()) == "IndexError"

@@ -57,3 +57,10 @@ def test_two_column_blocks_per_trip_write_the_same_table(triton_tier, monkeypatc
         outs.append(kvkernels.build_kv_read_table(**args, out=out).tolist())
     assert outs[0] == outs[1]
     assert outs[0][1] == [-7] * 41 and outs[0][2][3:] == [-7] * 38 and -7 not in outs[0][4]
+
+
+def test_long_many_row_tables_take_two_blocks_per_trip(monkeypatch):
+    assert launchers.read_table_unroll(256, 131072) == 2
+    assert launchers.read_table_unroll(16, 131072) == 1 and launchers.read_table_unroll(256, 8192) == 1
+    monkeypatch.setattr(launchers, "READ_TABLE_UNROLL", 1)
+    assert launchers.read_table_unroll(256, 131072) == 1
