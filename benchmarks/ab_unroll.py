@@ -7,6 +7,7 @@ both gathered before either is stored), against the legacy grid, graph-replayed 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 
 import torch
@@ -34,11 +35,10 @@ def main() -> None:
                 configs[f"strided {tuned} x{unroll}"] = dict(legacy=False, block_cols=tuned[0], num_warps=tuned[1],
                                                              unroll=unroll)
             graphs, results = {}, {}
+            shared = dict(req_to_token=r2t, req_pool_indices=req, seq_lens=seq, v2p=v2p, multiplier=1, page_size=ps,
+                          max_pages=max_pages, out=out, target_blocks=launchers.TARGET_BLOCKS)
             for name, cfg in configs.items():
-                def build(cfg=cfg):
-                    launchers._launch_read_table(req_to_token=r2t, req_pool_indices=req, seq_lens=seq, v2p=v2p,
-                                                 multiplier=1, page_size=ps, max_pages=max_pages, out=out,
-                                                 target_blocks=launchers.TARGET_BLOCKS, **cfg)
+                build = functools.partial(launchers._launch_read_table, **shared, **cfg)
                 s = torch.cuda.Stream()
                 s.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(s):
