@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Nightly job (GPU where present, else CPU): the test suite, a long fuzz campaign
-# (sharded with KVFUZZ_SHARD=I/N across a CI matrix or a Slurm/Kubernetes array), the
-# mutant catalogue (kill rate), and kvfuzz bench. Results land in KVFUZZ_OUT (default
-# nightly-out/): case files, mutants.txt, bench.json. Exit 1 if any step failed.
+# Nightly job (GPU where present, else CPU): the test suite, a long small-scale campaign
+# (sharded with KVFUZZ_SHARD=I/N across a CI matrix or a Slurm/Kubernetes array), a
+# production-scale campaign (kernel-level ops at the kernel set's own block boundaries, and
+# CUDA-graph replay), the mutant catalogue (kill rate), and kvfuzz bench. Results land in
+# KVFUZZ_OUT (default nightly-out/): cases/ and production/ (case files, summary.json,
+# junit.xml), mutants.txt, bench.json. Exit 1 if any step failed (3 if kvfuzz itself did).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash ci/setup.sh) || exit 2
@@ -10,9 +12,19 @@ OUT=${KVFUZZ_OUT:-nightly-out}
 mkdir -p "$OUT"
 status=0
 "$PY" -m pytest -q -n "${KVFUZZ_TEST_WORKERS:-2}" || status=1
-KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" PATH="$(dirname "$PY"):$PATH" \
-  bash ci/fuzz.sh || status=1
-if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then BACKEND=cuda; else BACKEND=interpret; fi
+if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  BACKEND=cuda; GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+  WORKERS=${KVFUZZ_WORKERS:-$((4 * GPUS))}; CHECK_EVERY=16  # GPU throughput mode: several workers per GPU
+else
+  BACKEND=interpret; GPUS=0; WORKERS=${KVFUZZ_WORKERS:-$(nproc)}; CHECK_EVERY=1
+fi
+KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
+  PATH="$(dirname "$PY"):$PATH" bash ci/fuzz.sh || status=1
+"$PY" -m fuzz run --backend "$BACKEND" --scale production --kernels "${KVFUZZ_KERNELS:-kvkernels}" \
+  --budget-s "${KVFUZZ_PRODUCTION_S:-1800}" --workers "$([ "$GPUS" -gt 0 ] && echo "$GPUS" || nproc)" \
+  --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" --check-every "$CHECK_EVERY" \
+  --out "$OUT/production" --summary "$OUT/production/summary.json" --junit-xml "$OUT/production/junit.xml" \
+  || status=1
 "$PY" -m fuzz mutants --backend "$BACKEND" --budget-s "${KVFUZZ_MUTANT_S:-60}" | tee "$OUT/mutants.txt" || status=1
 "$PY" -m fuzz bench --seconds 30 --out "$OUT/bench.json" || status=1
 exit $status
