@@ -162,6 +162,7 @@ def _cmd_run(args) -> int:
           f"contract_ops={s.contract_ops} hostile={args.hostile} (probed: {probed}) faults={s.faults} "
           f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
           + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
+          + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
           + (f" interrupted={s.interrupted}" if s.interrupted else ""))
     if args.stats:
         print(reports.stats_table(s))
@@ -192,7 +193,7 @@ def _case_spec(args, case):
     backend = args.backend or case.tier or "torch"
     select_backend(backend)
     own = not args.kernels
-    kernels = args.kernels or resolve_kernels(case.kernels, case.path, case.extra.get("kernels_file"))
+    kernels = args.kernels or resolve_kernels(case.kernels, case.path, case.kernels_file)
     return TierSpec(backend, kernels), kernels, own
 
 

@@ -141,6 +141,7 @@ class Summary:
     by_scenario: dict = field(default_factory=dict)
     hostile: dict = field(default_factory=dict)
     launches: int = 0
+    elements: int = 0  # production scale: result elements diffed against the vectorized oracle
     faults: int = 0  # worker deaths and hangs (crash and timeout cases included)
     restarts: int = 0
     occurrences: dict = field(default_factory=dict)  # signature -> times seen
@@ -217,7 +218,7 @@ def write_atomically(case: Case, directory: Path) -> Path:
         except CaseError:
             pass
     tmp = directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(case.dumps())
+    tmp.write_text(case.dumps_for(path))
     os.replace(tmp, path)
     return path
 
@@ -487,6 +488,7 @@ class Campaign:
             s.contract_ops += slot.counted["contract_ops"]
             for stats in slot.kept:
                 s.launches += stats.get("launches", 0)
+                s.elements += stats.get("elements", 0)
                 for key in ("by_kind", "by_scenario", "hostile"):
                     mine = getattr(s, key)
                     for k, v in stats.get(key, {}).items():

@@ -181,13 +181,17 @@ class Case:
                 lines.append(f" {json.dumps(key)}: {json.dumps(value)}")
         return "{\n" + ",\n".join(lines) + "\n}\n"
 
-    def write(self, path: Path) -> Path:
-        """Write this case to ``path``; a kernel-set file is also recorded relative to it."""
-        path = Path(path)
+    def dumps_for(self, path: Path) -> str:
+        """The file's text for a case that will live at ``path``: a kernel-set file is also
+        recorded relative to it (``kernels_file``), so the case finds it from anywhere."""
         if self.kernels and self.kernels.endswith(".py") and Path(self.kernels).is_file():
-            self.kernels_file = os.path.relpath(Path(self.kernels).resolve(), path.resolve().parent)
+            self.kernels_file = os.path.relpath(Path(self.kernels).resolve(), Path(path).resolve().parent)
             self.omitted = tuple(k for k in self.omitted if k != "kernels_file")
-        path.write_text(self.dumps())
+        return self.dumps()
+
+    def write(self, path: Path) -> Path:
+        path = Path(path)
+        path.write_text(self.dumps_for(path))
         return path
 
 

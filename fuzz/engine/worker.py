@@ -50,6 +50,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         hello["scale"] = scale.scale_info(tier)  # what the parent needs to rebuild a dead worker's ops
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
+    elements = 0  # result elements diffed against the oracle (production scale)
     deadline = time.monotonic() + max(0.0, deadline_wall - time.time())
     # On a GPU, a new launch shape is a Triton compile (seconds): each worker keeps one knob
     # set for its life and warms up on every page size before its fuzzing is timed.
@@ -62,6 +63,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         queue.put(("stats", worker, {"ops": stats.ops, "contract_ops": stats.contract_ops, "by_kind": stats.by_kind,
                                      "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
                                      "launches": count_launches(), "final": final, "steady": steady,
+                                     "elements": elements,
                                      "now": (time.time(), stats.ops)}))
 
     k = start_k
@@ -81,6 +83,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                 config, ops, d, run = scale.run_sequence(tier, seed, opts.n_ops(), deadline, beat=beat,
                                                          check_every=opts.check_every)
                 extra = {"scale": "production", "shapes": run.shapes}
+                elements += run.elements_checked
             else:
                 knobs = worker_knobs if gpu else choose_knobs(tier.kernels, seed)
                 if knobs is not None:

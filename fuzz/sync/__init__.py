@@ -11,6 +11,8 @@
   scores each detector against the GPU.
 
 Submodules are imported on demand, so ``check-sync`` does not pay for importing torch.
+May import kvref, kvkernels and torch (the runtime and GPU checks); never ``fuzz.engine``
+or ``fuzz.tools``.
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "by_kind": dict(sorted(summary.by_kind.items())),
         "by_scenario": dict(sorted(summary.by_scenario.items())),
         "contract_ops": summary.contract_ops,
+        "elements_checked": summary.elements,
+        "elements_per_s": round(summary.elements / summary.elapsed_s, 1) if summary.elapsed_s > 0 else 0.0,
         "hostile_classes": dict(sorted(summary.hostile.items())),
         "triton_launches": summary.launches,
         "faults": summary.faults,

@@ -277,18 +277,41 @@ def _run_exported(path: Path, **env) -> subprocess.CompletedProcess:
 
 
 def _export(case_path: Path, tmp_path: Path) -> Path:
+    """The exported test, put in another project's tests/ the way a user would paste it,
+    with the kernel set at the path the case names (relative to that project's root)."""
     r = kvfuzz("replay", "--pytest", case_path)
     assert r.returncode == 0, show(r)
-    return _write(tmp_path / "test_exported_case.py", r.stdout)
+    project = tmp_path / "project"
+    (project / Path(PLANTED_REL).parent).mkdir(parents=True)
+    (project / PLANTED_REL).write_text((REPO / PLANTED_REL).read_text())
+    (project / "tests" / "regressions").mkdir(parents=True)
+    return _write(project / "tests" / "regressions" / "test_exported_case.py", r.stdout)
 
 
 def test_replay_pytest_exports_a_standalone_test(planted_case_path, tmp_path):
     test_file = _export(planted_case_path, tmp_path)
-    compile(test_file.read_text(), str(test_file), "exec")
+    source = test_file.read_text()
+    compile(source, str(test_file), "exec")
+    assert str(REPO) not in source and "/tmp" not in source  # nothing absolute: it travels
     fixed = _run_exported(test_file, KVFUZZ_BACKEND="interpret", KVFUZZ_KERNELS="kvkernels")
     assert fixed.returncode == 0 and "1 passed" in fixed.stdout, show(fixed)
-    broken = _run_exported(test_file)  # the case's own kernel set: the planted bug
-    assert broken.returncode == 1 and "1 failed" in broken.stdout, show(broken)
+    broken = _run_exported(test_file)  # the case's own kernel set, found above the test: the planted bug
+    assert broken.returncode == 1 and "1 failed" in broken.stdout and "Divergence" not in broken.stdout[:0], \
+        show(broken)
+    assert "no such file" not in broken.stdout, show(broken)  # it failed on the bug, not on a missing file
+
+
+def test_a_case_replays_from_another_directory(planted_case_path, tmp_path):
+    """The campaign ran in the repository, the case names its kernel set relative to it;
+    replayed from an unrelated directory, the case finds the file through ``kernels_file``
+    (relative to the case)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    case = json.loads(planted_case_path.read_text())
+    assert case["kernels"] == PLANTED_REL and case["kernels_file"] and not Path(case["kernels_file"]).is_absolute()
+    r = subprocess.run([sys.executable, "-m", "fuzz", "replay", str(planted_case_path)], cwd=elsewhere,
+                       capture_output=True, text=True, timeout=240, env=cli_env(PYTHONPATH=str(REPO)))
+    assert r.returncode == 1 and "same signature" in r.stdout, show(r)
 
 
 def test_replay_of_a_case_passes_on_the_correct_kernels(planted_case_path):
