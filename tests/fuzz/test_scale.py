@@ -220,10 +220,12 @@ def _shrink_and_replay(tier, config, ops, d):
     return ops2, d3
 
 
-VARIANTS = {
-    "floor_div_grid": ("p_alloc_bind", "result", "p_pages"),
-    "drops_last_col_block": ("p_read_table", "result", "out"),
-    "stride_skips_trips": ("p_read_table", "result", "out"),
+VARIANTS = {  # (op kind, what the oracles may see first)
+    # The dropped tail block leaves its lanes of the returned pages unwritten (torch.empty):
+    # memory that may happen to hold the right values, and then the tables show it.
+    "floor_div_grid": ("p_alloc_bind", {("result", "p_pages"), ("state", "raw_v2p"), ("state", "raw_p2v")}),
+    "drops_last_col_block": ("p_read_table", {("result", "out")}),
+    "stride_skips_trips": ("p_read_table", {("result", "out")}),
 }
 
 
@@ -236,8 +238,8 @@ def test_a_production_only_variant_is_found_shrunk_and_replayed(name, variant_di
     assert d is not None, f"{name}: not found in {FIND_BUDGET_S:.0f} s"
     print(f"{name}: found at seed {seed} in {took:.1f} s: {d}")
     assert took < FIND_BUDGET_S
-    kind, oracle, field = VARIANTS[name]
-    assert (d.kind, d.oracle) == (kind, oracle) and d.field == field, str(d)
+    kind, seen = VARIANTS[name]
+    assert d.kind == kind and (d.oracle, d.field) in seen, str(d)
     ops2, d2 = _shrink_and_replay(tier, config, ops, d)
     print(f"{name}: minimized to {len(ops2)} ops: {[op.to_json() for op in ops2]}")
 
