@@ -186,6 +186,7 @@ class PoolOp(Op):
     result_field: ClassVar[str] = "result"
     full_check: ClassVar[bool] = False  # a full state comparison after this op, always
     checked_refusal: ClassVar[bool] = True  # a checked target must refuse what the spec refuses
+    calls_kernels: ClassVar[bool] = False  # whether ``probe`` has kernels to run
 
     def spec(self, s: kvref.Allocator):
         raise NotImplementedError
@@ -212,6 +213,8 @@ class KernelOp(Op):
 
     def target(self, t):
         raise NotImplementedError
+
+    calls_kernels: ClassVar[bool] = True
 
     def hostile_class(self, raw: dict, tier) -> str | None:
         return None
@@ -286,6 +289,7 @@ class _TokenOp(PoolOp):
 @dataclass(frozen=True)
 class Free(_TokenOp):
     kind = "free"
+    calls_kernels = True
 
     def spec(self, s):
         return s.free(list(self.tokens))
@@ -344,6 +348,7 @@ class Fire(PoolOp):
 @dataclass(frozen=True)
 class Write(PoolOp):
     kind = "write"
+    calls_kernels = True
     tokens: Ints
     stamps: Ints
 
@@ -377,6 +382,7 @@ class Write(PoolOp):
 @dataclass(frozen=True)
 class Read(_TokenOp):
     kind = "read"
+    calls_kernels = True
 
     def spec(self, s):
         return s.read(list(self.tokens))
@@ -432,6 +438,7 @@ class _TableOp(PoolOp):
     tokens, then -1 up to ``width``)."""
 
     result_field = "out"
+    calls_kernels = True
 
     def req_to_token(self) -> list[list[int]]:
         w = self.width

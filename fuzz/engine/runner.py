@@ -400,7 +400,7 @@ class PoolRun:
 
     def _refused(self, i: int, op: Op, spec_state, v2p, p2v) -> None:
         """Probe a refused op's kernels unchecked, if its hostile class allows it."""
-        if self.hostile == "off":
+        if self.hostile == "off" or not op.calls_kernels:
             return
         cls = op.hostile_class(spec_state, self.tier)
         if cls is None and self.hostile == "spec":
