@@ -69,6 +69,8 @@ def free_unbind(v2p: list[int], p2v: list[int], v_pages: Sequence[int]) -> list[
     for i, v in enumerate(v_pages):
         if v2p[v] == -1:
             raise ContractViolation(f"double free: virtual page {v} (v_pages[{i}]) is not bound")
+        if not 0 <= v2p[v] < rows:  # a table no kernel of the spec could have written: refuse, never wrap
+            raise ContractViolation(f"v2p[{v}] = {v2p[v]} is not a physical page of a {rows}-row p2v")
     p_pages = [v2p[v] for v in v_pages]
     for v, p in zip(v_pages, p_pages):
         v2p[v] = -1

@@ -335,3 +335,16 @@ def test_translate_page_size_2():
 
 def test_translate_empty():
     assert K.translate(V2P, [], 2) == []
+
+
+@pytest.mark.parametrize("corrupt", [-2, 11, 99])
+def test_free_unbind_refuses_a_corrupt_entry_before_writing_anything(corrupt):
+    """A v2p entry that is neither -1 nor a row of p2v: refused with the tables untouched
+    (a negative entry must not wrap to p2v[-2], a large one not fail half-way)."""
+    v2p, p2v = [0] + [-1] * 10, [0] + [-1] * 10
+    K.bind(v2p, p2v, [1], [4])
+    v2p[2] = corrupt
+    before = (list(v2p), list(p2v))
+    with pytest.raises(ContractViolation, match="not a physical page"):
+        K.free_unbind(v2p, p2v, [1, 2])
+    assert (v2p, p2v) == before
