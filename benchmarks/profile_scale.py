@@ -7,10 +7,8 @@
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
-import time
+
+from benchmarks.profiling import profile
 
 
 def main() -> None:
@@ -27,23 +25,14 @@ def main() -> None:
 
     tier = make_tier("cuda")
     scale.run_sequence(tier, 10**6, 8, mix=scale.READ_HEAVY_MIX)  # compile outside the profile
-    prof = cProfile.Profile()
-    elements = ops = seed = 0
-    start = time.monotonic()
-    prof.enable()
-    while time.monotonic() - start < args.seconds:
-        _, _, d, run = scale.run_sequence(tier, seed, args.ops, start + args.seconds, mix=scale.READ_HEAVY_MIX,
+    seeds = iter(range(10**6))
+
+    def one(deadline):
+        _, _, _, run = scale.run_sequence(tier, next(seeds), args.ops, deadline, mix=scale.READ_HEAVY_MIX,
                                           check_every=args.check_every)
-        elements += run.elements_checked
-        ops += run.stats.ops
-        seed += 1
-    torch.cuda.synchronize()
-    prof.disable()
-    wall = time.monotonic() - start
-    print(f"{ops} ops, {seed} sequences, {elements / wall:.3e} elements/s, {ops / wall:.1f} ops/s in {wall:.1f} s")
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
-    print(out.getvalue())
+        return {"ops": run.stats.ops, "elements": run.elements_checked, "sequences": 1}
+
+    profile(one, args.seconds, args.top, sync=torch.cuda.synchronize)
 
 
 if __name__ == "__main__":

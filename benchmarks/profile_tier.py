@@ -7,10 +7,8 @@
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
-import time
+
+from benchmarks.profiling import profile
 
 
 def main() -> None:
@@ -28,20 +26,13 @@ def main() -> None:
 
     tier = make_tier(args.backend)
     run_sequence(tier, 10**6, 50)  # compile and warm up outside the profile
-    prof = cProfile.Profile()
-    ops, seed, start = 0, 0, time.monotonic()
-    deadline = start + args.seconds
-    prof.enable()
-    while time.monotonic() < deadline:
-        _, _, _, d, run = run_sequence(tier, seed, 200, deadline, full_every=args.check_every)
-        ops += run.stats.ops
-        seed += 1
-    prof.disable()
-    elapsed = time.monotonic() - start
-    print(f"{args.backend}: {ops} ops in {elapsed:.1f} s = {ops / elapsed:.0f} ops/s (under the profiler)")
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
-    print(out.getvalue())
+    seeds = iter(range(10**6))
+
+    def one(deadline):
+        run = run_sequence(tier, next(seeds), 200, deadline, full_every=args.check_every)[4]
+        return {"ops": run.stats.ops}
+
+    profile(one, args.seconds, args.top)
 
 
 if __name__ == "__main__":

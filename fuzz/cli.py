@@ -19,11 +19,10 @@ import time
 import traceback
 from pathlib import Path
 
+from .engine.generate import HOSTILE
+from .engine.supervise import EXIT_HARNESS
 from .engine.tiers import BACKENDS, SetupError, select_backend
 from .sync import cli as check_sync_cli
-
-HOSTILE = ("spec", "off", "all")
-EXIT_HARNESS = 3
 
 
 def _shard(text: str) -> tuple[int, int]:

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import kvref
 
-from .case import Case, Signature
-from .generate import OpGenerator, regenerate, sequence_params
+from .case import Case, Signature, write_case
+from .generate import OpGenerator, contract_rate, regenerate, sequence_params
 from .minimize import Minimizer, NotReproducible
 from .ops import parse_ops
 from .supervise import (
@@ -98,10 +98,6 @@ def sequence_seed(opts: CampaignOptions, worker: int, k: int) -> int:
     shard_i, shard_n = opts.shard
     index = (k * opts.workers + worker) * shard_n + shard_i
     return opts.seed * 1_000_003 + index
-
-
-def contract_rate(hostile: str) -> float:
-    return 0.0 if hostile == "off" else 0.03
 
 
 def run_sequence(tier, seed: int, n_ops: int, deadline: float | None = None, *, hostile: str = "spec", beat=None,
@@ -179,7 +175,7 @@ class _Slot:
         self.index = index
         self.child: Child | None = None
         self.hello: dict | None = None
-        self.knobs: dict[int, dict] = {}
+        self.knobs: dict | None = None  # the current child's launch knobs (it says when they change)
         self.done = False
         self.restarts = 0
         self.stuck = 0  # restarts in a row that ran no op
@@ -203,26 +199,6 @@ class _Slot:
         return ran
 
 
-def write_atomically(case: Case, directory: Path) -> Path:
-    """Write ``case`` as its file in ``directory`` (temp file + rename), unless a case with
-    the same signature and fewer ops is already there."""
-    from .case import CaseError, load_case
-
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / case.filename()
-    if path.exists():
-        try:
-            old = load_case(path)
-            if old.signature == case.signature and len(old.ops) <= len(case.ops):
-                return path
-        except CaseError:
-            pass
-    tmp = directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(case.dumps_for(path))
-    os.replace(tmp, path)
-    return path
-
-
 class Campaign:
     def __init__(self, opts: CampaignOptions, progress=None, out=None):
         self.opts = opts
@@ -244,8 +220,9 @@ class Campaign:
 
     def _spawn(self, slot: _Slot, start_k: int) -> None:
         slot.child = Child("fuzz.engine.worker:fuzz_main",
-                           (self.opts, slot.index, start_k, self.deadline_wall, self.queue),
+                           (self.opts, slot.index, start_k, self.deadline_wall, self.queue, slot.restarts == 0),
                            log_dir=self.log_dir, gpu=self._gpu(slot.index))
+        slot.knobs = None
 
     # ---- the run -----------------------------------------------------------------------
     def run(self) -> Summary:
@@ -306,7 +283,7 @@ class Campaign:
         if kind == "hello":
             slot.hello = msg[2]
         elif kind == "knobs":
-            slot.knobs[msg[2]] = msg[3]
+            slot.knobs = msg[2]
         elif kind == "stats":
             slot.stats = msg[2]
         elif kind == "finding":
@@ -357,7 +334,7 @@ class Campaign:
         """A worker died (or hung) running op ``step`` of its current sequence."""
         child = slot.child
         self.summary.faults += 1
-        k, seed = child.slots[SEQ], child.slots[SEED]
+        seed = child.slots[SEED]
         hello = slot.hello or {}
         extra = None
         if self.opts.scale == "production":
@@ -368,12 +345,12 @@ class Campaign:
         else:
             config, scenario, ops = regenerate(seed, step + 1, has=hello.get("has", ()), hostile=self.opts.hostile)
         finding = Finding.of_fault(fault, ops, step)
-        self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs.get(k), extra)
+        self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra)
         self._restart(slot)
 
     def _restart(self, slot: _Slot) -> None:
         child = slot.child
-        next_k = child.slots[SEQ] + 1 if child.slots[OP] >= 0 or child.slots[OPS] else child.slots[SEQ]
+        next_k = child.slots[SEQ] + 1  # past the sequence it died in (a warm-up one says k - 1)
         ran = slot.retire()
         slot.reported_harness = False
         slot.stuck = 0 if ran else slot.stuck + 1
@@ -395,9 +372,10 @@ class Campaign:
                               scenario=scenario, tier=self.opts.backend, kernels=self.spec.name, knobs=knobs,
                               extra=extra)
             self.cases[sig] = case
-            self.paths[sig] = write_atomically(case, Path(self.opts.out))
+            self.paths[sig] = write_case(case, Path(self.opts.out), keep_shorter=True)
             self.summary.found_after[sig] = time.monotonic() - self.start
-        print(f"FAIL {sig}: {finding.divergence.get('message', '')} (seed {seed}, {len(ops)} ops) "
+        message = next(iter((finding.divergence.get("message") or "").splitlines()), "")  # a CUDA error runs on
+        print(f"FAIL {sig}: {message} (seed {seed}, {len(ops)} ops) "
               f"-> {self.paths[sig]}", file=self.out, flush=True)
         if self.opts.stop_after is not None and len(self.cases) >= self.opts.stop_after:
             self.stop = self.stop or "enough failures"
@@ -433,7 +411,7 @@ class Campaign:
         smaller = case.with_minimized(config, ops, failure)
         with self.lock:
             self.cases[case.signature] = smaller
-            self.paths[case.signature] = write_atomically(smaller, Path(self.opts.out))
+            self.paths[case.signature] = write_case(smaller, Path(self.opts.out), keep_shorter=True)
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
     def ops_so_far(self) -> int:

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -190,8 +191,12 @@ class Case:
         return self.dumps()
 
     def write(self, path: Path) -> Path:
+        """Write atomically (a temp file beside it, then a rename): a reader, or a campaign
+        killed mid-write, never sees half a case."""
         path = Path(path)
-        path.write_text(self.dumps_for(path))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(self.dumps_for(path))
+        os.replace(tmp, path)
         return path
 
 
@@ -200,10 +205,20 @@ def _fault_of(failure) -> dict | None:
     return None if fault is None else fault.to_json()
 
 
-def write_case(case: Case, directory: Path) -> Path:
+def write_case(case: Case, directory: Path, *, keep_shorter: bool = False) -> Path:
+    """Write ``case`` as its file in ``directory``; with ``keep_shorter``, not over a case
+    of the same signature with no more ops (a second campaign into the same folder)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    return case.write(directory / case.filename())
+    path = directory / case.filename()
+    if keep_shorter and path.exists():
+        try:
+            old = load_case(path)
+            if old.signature == case.signature and len(old.ops) <= len(case.ops):
+                return path
+        except CaseError:
+            pass
+    return case.write(path)
 
 
 def load_case(path) -> Case:

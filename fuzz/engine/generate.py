@@ -27,6 +27,14 @@ SCENARIOS = {
     "inflight":     (22, 20, 16, 14, 8, 8, 5, 4, 1, 2, 0, 2),
     "kernels":      (10, 8, 2, 1, 1, 2, 2, 10, 4, 6, 0, 54),  # mostly kernel-level ops on raw tables
 }
+HOSTILE = ("spec", "off", "all")  # which contract-breaking inputs a run makes and probes (runner.PoolRun)
+
+
+def contract_rate(hostile: str) -> float:
+    """How often the generator breaks a contract on purpose: never when hostile is off."""
+    return 0.0 if hostile == "off" else 0.03
+
+
 KINDS = ("alloc", "free", "flush", "forward", "fire", "write", "read", "read_table", "read_table_packed",
          "translate", "clear", "raw")
 ALLOC_MODE = {"long": "long", "short": "short", "full": "full"}
@@ -175,8 +183,6 @@ def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec") -> tuple
     The stream depends on nothing the target does: the generator reads the spec, and an
     op the kernel set cannot run (``has``: its optional functions) is skipped exactly as
     the runner skips it. ``hostile`` must be the campaign's (it sets the contract rate)."""
-    from .campaign import contract_rate
-
     config, scenario, rng = sequence_params(seed)
     gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile))
     side, tier = SpecSide(config), Capabilities(has)

@@ -22,6 +22,8 @@ one can neither hide it nor turn it into a wild access:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 MIN_GUARD = 4  # rows; a canary must land strictly inside the back zone: rows + guard // 2 < rows + guard
@@ -31,6 +33,28 @@ def index_canary(rows: int, guard: int, scale: int = 1) -> int:
     """The canary of a buffer whose values index a table of ``rows`` rows guarded by
     ``guard`` rows on each side (times ``scale`` for token ids of pages of that size)."""
     return (rows + guard // 2) * scale
+
+
+class Guarded:
+    """One buffer: ``view`` (of ``shape``) between ``zone`` canary elements on each side."""
+
+    def __init__(self, shape: tuple[int, ...], dtype, device, zone: int, canary: int, fill: int | None = None):
+        n = math.prod(shape)
+        self.zone, self.canary = zone, canary
+        self.buf = torch.full((n + 2 * zone,), canary, dtype=dtype, device=device)
+        self.view = self.buf[zone:zone + n].view(shape)
+        if fill is not None:
+            self.view.fill_(fill)
+        self.ends = (self.buf[:zone], self.buf[n + zone:])
+        self.expect = torch.full((2 * zone,), canary, dtype=torch.int64, device=device)
+
+    def zones(self) -> torch.Tensor:
+        """Both guard zones as one int64 tensor (compare with ``expect``)."""
+        return torch.cat([z.long() for z in self.ends])
+
+    def damaged(self) -> torch.Tensor:
+        """0-dim bool on the device: a guard element changed (no host read)."""
+        return self.zones().ne(self.expect).any()
 
 
 class RedZones:
@@ -45,55 +69,38 @@ class RedZones:
     def __init__(self, guard: int, device):
         self.guard = max(guard, MIN_GUARD)
         self.device = torch.device(device)
-        self.buffers: dict[str, tuple[torch.Tensor, int, int]] = {}
-        self._ends: dict[str, tuple[torch.Tensor, torch.Tensor, int]] = {}  # the two zones of each, as views
+        self.buffers: dict[str, Guarded] = {}
 
     def __call__(self, name: str, rows: int, fill: int, row_len: int = 1) -> torch.Tensor:
-        view = self._alloc(name, rows * row_len, self.guard * row_len, index_canary(rows, self.guard, row_len),
-                           torch.int64)
-        view.fill_(fill)
-        return view
+        g = Guarded((rows * row_len,), torch.int64, self.device, self.guard * row_len,
+                    index_canary(rows, self.guard, row_len), fill)
+        self.buffers[name] = g
+        return g.view
 
     def guarded(self, name: str, values: torch.Tensor, canary: int, zone: int | None = None) -> torch.Tensor:
         """A copy of ``values`` (any shape, its dtype) between ``zone`` canary elements (rows
         of its last dimension for a 2-D tensor) on each side."""
-        if values.dim() == 2:
-            width = values.shape[1]
-            flat = self._alloc(name, values.numel(), (self.guard if zone is None else zone) * width, canary,
-                               values.dtype)
-            view = flat.view(values.shape)
-        else:
-            view = self._alloc(name, values.numel(), self.guard if zone is None else zone, canary, values.dtype)
-        view.copy_(values.reshape(view.shape), non_blocking=values.is_pinned())
-        return view
-
-    def _alloc(self, name: str, n: int, zone: int, canary: int, dtype) -> torch.Tensor:
-        buf = torch.full((n + 2 * zone,), canary, dtype=dtype, device=self.device)
-        self.buffers[name] = (buf, zone, canary)
-        if zone:
-            self._ends[name] = (buf[:zone], buf[n + zone:], torch.full((2 * zone,), canary, dtype=torch.int64,
-                                                                        device=self.device))
-        return buf[zone:zone + n]
+        rows = self.guard if zone is None else zone
+        g = Guarded(tuple(values.shape), values.dtype, self.device,
+                    rows * (values.shape[1] if values.dim() == 2 else 1), canary)
+        g.view.copy_(values, non_blocking=values.is_pinned())
+        self.buffers[name] = g
+        return g.view
 
     def rename(self, old: str, new: str) -> None:
         self.buffers[new] = self.buffers.pop(old)
-        if old in self._ends:
-            self._ends[new] = self._ends.pop(old)
 
     def forget(self, name: str) -> None:
         del self.buffers[name]
-        self._ends.pop(name, None)
 
     def damage(self) -> list[str]:
-        names = [name for name in self._ends if name in self.buffers]
-        if not names:
+        named = [(name, g) for name, g in self.buffers.items() if g.zone]
+        if not named:
             return []
-        ends = [self._ends[name] for name in names]
-        got = torch.cat([z.long() for front, back, _ in ends for z in (front, back)])
-        if bool((got == torch.cat([expect for _, _, expect in ends])).all()):  # the common case: one read
+        got = torch.cat([g.zones() for _, g in named])
+        if bool((got == torch.cat([g.expect for _, g in named])).all()):  # the common case: one read
             return []
-        return [name for name, (front, back, expect) in zip(names, ends)
-                if not bool((torch.cat((front.long(), back.long())) == expect).all())]
+        return [name for name, g in named if bool(g.damaged())]
 
 
 class RawTables:

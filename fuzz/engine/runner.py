@@ -30,6 +30,7 @@ import kvref
 from kvref import ContractViolation, InvariantViolation
 
 from .case import Signature
+from .generate import HOSTILE
 from .knobs import apply as apply_knobs
 from .memory import RawTables, RedZones, index_canary
 from .ops import POISON, TABLE_OPS, KernelOp, Op, PoolOp, parse_ops
@@ -38,7 +39,6 @@ from .tiers import Tier
 
 STATE_FIELDS = ("v2p", "p2v", "free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
 END = "end"  # the signature's op kind for a divergence found by the final check
-HOSTILE = ("spec", "off", "all")
 INPUT = "in:"  # red-zone names of an op's inputs (dropped after the op)
 
 __all__ = ["Divergence", "Outcome", "PoolRun", "RunStats", "TargetSide", "crash_field", "replay"]

@@ -43,6 +43,7 @@ from kvref import ContractViolation
 from . import vector_oracle as vo
 from .boundary import Boundaries, Constants, cdiv, kernel_constants
 from .knobs import apply as apply_knobs
+from .memory import Guarded, index_canary
 from .ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Ints, Op, OpError, parse_ops
 from .runner import Divergence, Outcome, RunStats
 from .tiers import Tier
@@ -109,28 +110,6 @@ def _shrunk_ints(v: int, floor: int = 0) -> list[int]:
         if floor <= c < v and c not in out:
             out.append(c)
     return out
-
-
-# ---- red zones -------------------------------------------------------------------------------
-
-
-class Guarded:
-    """A tensor inside a buffer with ``guard`` canary elements on each side."""
-
-    def __init__(self, shape: tuple[int, ...], dtype, device, guard: int, canary: int, fill: int):
-        numel = math.prod(shape)
-        self.guard, self.canary = guard, canary
-        self.buf = torch.full((numel + 2 * guard,), canary, dtype=dtype, device=device)
-        self.view = self.buf[guard:guard + numel].view(shape)
-        self.view.fill_(fill)
-
-    def damaged(self) -> torch.Tensor:
-        """0-dim bool on the device: a guard element changed (no host read)."""
-        g = self.guard
-        if not g:
-            return torch.zeros((), dtype=torch.bool, device=self.buf.device)
-        ends = torch.cat((self.buf[:g], self.buf[self.buf.numel() - g:]))
-        return ends.ne(self.canary).any()
 
 
 # ---- limits --------------------------------------------------------------------------------------
@@ -664,7 +643,7 @@ class ScaleRun:
         self.knobs = knobs
         apply_knobs(tier.kernels, knobs)
         rows = config.table_rows
-        self.table_canary = rows + TABLE_GUARD // 2  # read as a page id: lands in the trailing red zone
+        self.table_canary = index_canary(rows, TABLE_GUARD)  # read as a page id: lands in the trailing red zone
         self.t_v2p = Guarded((rows,), LONG, self.device, TABLE_GUARD, self.table_canary, -1)
         self.t_p2v = Guarded((rows,), LONG, self.device, TABLE_GUARD, self.table_canary, -1)
         self.t_v2p.view[:1].fill_(0)
@@ -1185,19 +1164,7 @@ def minimize(config: kvref.PoolConfig, ops: list[Op], tier: Tier, divergence: Di
     Returns (config, ops, divergence)."""
     from .minimize import Minimizer
 
-    fails = judge(tier, divergence.signature, knobs)
-
-    class _ScaleMinimizer(Minimizer):
-        def fails(self, config, ops):  # noqa: D401 - the runner-style replay, here at scale
-            key = (config, tuple(ops))
-            if key in self._tried:
-                self.saved += 1
-                return self._tried[key]
-            self.replays += 1
-            self._tried[key] = verdict = fails(config, list(ops))
-            return verdict
-
-    m = _ScaleMinimizer(tier, divergence.signature, deadline=deadline, knobs=knobs)
+    m = Minimizer(None, divergence.signature, deadline=deadline, judge=judge(tier, divergence.signature, knobs))
     ops = list(ops[: divergence.step + 1]) if divergence.op is not None else list(ops)
     last = len(ops) - 1
     keep = {last}

@@ -225,7 +225,6 @@ class Executor:
         self.env = {"CUDA_LAUNCH_BLOCKING": "1"} if launch_blocking else {}
         self.child: Child | None = None
         self.conn = None
-        self.faults = 0
         self.closed = False  # for good (shutdown): a job in flight ends with Cancelled
         self.notes: dict = {}  # what the child said besides the verdict (e.g. knobs it dropped)
 
@@ -283,7 +282,6 @@ class Executor:
         if fault.exitcode == EXIT_HARNESS:
             self.close()
             raise HarnessFailed("\n".join(fault.stderr))
-        self.faults += 1
         self.close()
         return Finding.of_fault(fault, ops, step)
 

@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 
-from .supervise import CONTRACT, EXIT_HARNESS, EXIT_RESTART, IDLE, Beat
+from .supervise import CONTRACT, EXIT_HARNESS, EXIT_RESTART, IDLE, SEQ, Beat
 
 
 def _tier(spec, report) -> object | None:
@@ -32,7 +32,10 @@ def poisoned(d) -> bool:
     return d is not None and d.oracle == "crash" and d.field.startswith("cuda")
 
 
-def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float, queue) -> None:
+def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float, queue, warm: bool = True) -> None:
+    """Fuzz sequences ``start_k, start_k + 1, ...`` of this worker until the deadline. ``warm``:
+    on a GPU, run the warm-up sequences first (a restarted worker does not)."""
+    beat.slots[SEQ] = start_k - 1  # dead before its first sequence: the parent resumes at start_k
     tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
     if tier is None:
         return
@@ -56,7 +59,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     # set for its life and warms up on every page size before its fuzzing is timed.
     gpu = str(tier.device).startswith("cuda")
     worker_knobs = choose_knobs(tier.kernels, opts.seed * 7919 + worker) if gpu else None
-    warm_left = WARMUP_SEQUENCES if gpu and not production and start_k == 0 else 0
+    warm_left = WARMUP_SEQUENCES if gpu and warm and not production else 0
+    sent_knobs: object = ()  # the knobs last told to the parent (they hold until the next message)
     steady = None  # (wall time, ops) when the timed part began
 
     def report(final: bool = False):
@@ -72,11 +76,12 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             if warm_left:
                 warm_left -= 1
                 seed = warmup_seed(WARMUP_SEQUENCES - 1 - warm_left)
+                beat.sequence(k - 1, seed)  # takes no sequence number: a restart after it resumes at k
             else:
                 if steady is None:
                     steady = (time.time(), stats.ops)
                 seed = sequence_seed(opts, worker, k)
-            beat.sequence(k, seed)
+                beat.sequence(k, seed)
             extra = {}
             if production:  # the kernel set's own launch constants: no knobs
                 knobs, scenario = None, "production"
@@ -86,18 +91,18 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                 elements += run.elements_checked
             else:
                 knobs = worker_knobs if gpu else choose_knobs(tier.kernels, seed)
-                if knobs is not None:
-                    queue.put(("knobs", worker, k, knobs))
+                if knobs != sent_knobs:
+                    queue.put(("knobs", worker, knobs))
+                    sent_knobs = knobs
                 config, scenario, ops, d, run = run_sequence(tier, seed, opts.n_ops(), deadline,
                                                              hostile=opts.hostile, beat=beat, knobs=knobs,
                                                              full_every=opts.check_every)
             sequences += 1
             scenarios[scenario] = scenarios.get(scenario, 0) + 1
-            if seed >= WARMUP_BASE:
-                k -= 1  # a warm-up sequence takes no sequence number
             stats.merge(run.stats)
             beat.slots[CONTRACT] = stats.contract_ops
-            k += 1
+            if seed < WARMUP_BASE:
+                k += 1
             if d is not None:
                 queue.put(("finding", worker, {"seed": seed, "scenario": scenario, "config": config.to_json(),
                                                "ops": [op.to_json() for op in ops[: d.step + 1]],

@@ -74,9 +74,7 @@ def replay_under_sanitizer(case, path: Path, spec, tool: str, timeout_s: float =
     report = parse_report(text)
     case.extra["sanitizer"] = {"tool": tool, "report": report,
                                "exit": None if proc is None else proc.returncode}
-    tmp = path.with_name(f".{path.name}.sanitizer.tmp")
-    tmp.write_text(case.dumps())
-    os.replace(tmp, path)
+    case.write(path)
     if report is None:
         print(f"{tool}: no error reported for {path} (replay exit {None if proc is None else proc.returncode})")
         return 0 if proc is not None and proc.returncode == 0 else 1

@@ -106,7 +106,8 @@ def test_red_zone_damage_is_reported(tier):
     zones = RedZones(4, tier.device)
     target = DeviceAllocator(PoolConfig(num_pages=8), tier.kernels, tier.device, buffers=zones)
     assert zones.damage() == []
-    buf, zone, canary = zones.buffers["p2v"]
+    g = zones.buffers["p2v"]
+    buf, zone, canary = g.buf, g.zone, g.canary
     assert zone == 4 and canary == 9 + 4 // 2  # an index that lands in the back zone of a 9-row table
     buf[-1] = 7
     assert zones.damage() == ["p2v"]

@@ -98,11 +98,12 @@ def test_a_canary_read_as_a_page_lands_in_the_red_zone_of_the_table_it_indexes()
     rows = 9
     v2p = zones("v2p", rows, -1)
     p2v = zones("p2v", rows, -1)
-    buf, zone, canary = zones.buffers["v2p"]
+    g = zones.buffers["v2p"]
+    buf, zone, canary = g.buf, g.zone, g.canary
     assert canary == index_canary(rows, 16) and canary >= rows  # larger than any valid page
     # A kernel that reads v2p[-1] (the front red zone) and scatters into p2v at that page:
     page = int(buf[zone - 1])
-    p2v_buf, p2v_zone, _ = zones.buffers["p2v"]
+    p2v_buf, p2v_zone = zones.buffers["p2v"].buf, zones.buffers["p2v"].zone
     flat = p2v_buf.clone()
     flat[p2v_zone + page] = -1  # where p2v + page points
     assert p2v_zone + rows <= p2v_zone + page < p2v_buf.numel()  # inside the back red zone
