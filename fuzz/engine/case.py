@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
-import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import kvref
 
+from ..environment import environment
 from .ops import Op, OpError, parse_ops
 
 SCHEMA = "kvfuzz-case/1"
@@ -58,36 +57,6 @@ class Signature:
                 isinstance(v, str) for v in data.values()):
             raise CaseError(f"a signature is {{op, oracle, field}} strings, got {data!r}")
         return cls(data["op"], data["oracle"], data["field"])
-
-
-def environment() -> dict:
-    from importlib import metadata
-
-    try:
-        version = metadata.version("kvfuzz")
-    except metadata.PackageNotFoundError:
-        version = None
-    env = {"kvfuzz": version, "python": platform.python_version()}
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        env["git_sha"] = sha.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        env["git_sha"] = None
-    try:
-        import torch
-
-        env["torch"] = torch.__version__
-        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except ImportError:
-        env["torch"] = None
-    try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except ImportError:
-        env["triton"] = None
-    return env
 
 
 @dataclass

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -37,6 +36,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+
+from ..environment import environment
 
 __all__ = [
     "ALLOCATOR_PROBES",
@@ -302,25 +303,6 @@ def probe_allocator(tier: str = "triton", names: Sequence[str] | None = None) ->
 
 
 # ------------------------------------------------------------------ the batch run
-
-def environment() -> dict:
-    env = {"python": platform.python_version(), "torch": torch.__version__,
-           "platform": platform.platform(), "cuda": torch.version.cuda}
-    try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except Exception:
-        env["triton"] = None
-    if cuda_available():
-        env["gpu"] = torch.cuda.get_device_name(0)
-    try:
-        env["git_sha"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                        timeout=10).stdout.strip() or None
-    except Exception:
-        env["git_sha"] = None
-    return env
-
 
 CONTROLS = {"control:item": True, "control:synchronize": True, "control:add": False}  # task -> expected syncs
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
+
+from ..environment import environment
 
 
 def _tier_rate(backend: str, seconds: float) -> dict:
@@ -29,15 +30,6 @@ def _tier_rate(backend: str, seconds: float) -> dict:
     return {"backend": backend, "ops": data["ops"], "ops_per_s": round(data["ops_per_s"], 1),
             "steady_ops_per_s": data.get("steady_ops_per_s"), "sequences": data["sequences"],
             "failures": len(data["failures"]), "seconds": seconds}
-
-
-def environment() -> dict:
-    import torch
-    import triton
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-            "cpu_count": os.cpu_count(), "machine": platform.machine(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def main(seconds: float = 10.0, tiers: list[str] | None = None, out: str | None = None,

@@ -25,7 +25,7 @@ def kvfuzz_version() -> str:
 
 
 def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | None, options: dict) -> dict:
-    from ..engine.case import environment
+    from ..environment import environment
 
     return {
         "schema": "kvfuzz-summary/1",
