@@ -20,16 +20,18 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from fuzz.engine import scale
+    from fuzz.engine.production.generator import READ_HEAVY_MIX
     from fuzz.engine.tiers import make_tier
+    from fuzz.engine.tracks import get
 
     tier = make_tier("cuda")
-    scale.run_sequence(tier, 10**6, 8, mix=scale.READ_HEAVY_MIX)  # compile outside the profile
+    production = get("production")
+    production.run_sequence(tier, 10**6, 8, mix=READ_HEAVY_MIX)  # compile outside the profile
     seeds = iter(range(10**6))
 
     def one(deadline):
-        _, _, _, run = scale.run_sequence(tier, next(seeds), args.ops, deadline, mix=scale.READ_HEAVY_MIX,
-                                          check_every=args.check_every)
+        run = production.run_sequence(tier, next(seeds), args.ops, deadline=deadline, mix=READ_HEAVY_MIX,
+                                      check_every=args.check_every).run
         return {"ops": run.stats.ops, "elements": run.elements_checked, "sequences": 1}
 
     profile(one, args.seconds, args.top, sync=torch.cuda.synchronize)

@@ -21,15 +21,16 @@ def main() -> None:
     from fuzz.engine.tiers import select_backend
 
     select_backend(args.backend)
-    from fuzz.engine.campaign import run_sequence
     from fuzz.engine.tiers import make_tier
+    from fuzz.engine.tracks import get
 
     tier = make_tier(args.backend)
-    run_sequence(tier, 10**6, 50)  # compile and warm up outside the profile
+    small = get("small")
+    small.run_sequence(tier, 10**6, 50)  # compile and warm up outside the profile
     seeds = iter(range(10**6))
 
     def one(deadline):
-        run = run_sequence(tier, next(seeds), 200, deadline, full_every=args.check_every)[4]
+        run = small.run_sequence(tier, next(seeds), 200, deadline=deadline, check_every=args.check_every).run
         return {"ops": run.stats.ops}
 
     profile(one, args.seconds, args.top)

@@ -1,7 +1,7 @@
 """Production-scale fuzzing on a GPU: throughput, and what it finds.
 
 Three parts, each timed:
-1. production-scale fuzzing (fuzz/engine/scale.py) of ``kvkernels`` at its default
+1. production-scale fuzzing (fuzz/engine/production/) of ``kvkernels`` at its default
    constants and of the foreign fixture ``indep.py`` for ``--seconds`` each, twice: a
    read-heavy mix at full production sizes (the throughput figure: result elements diffed
    against the vectorized oracle per second; the goal on an H200 is >= 1e10, kernel +
@@ -42,15 +42,16 @@ def fuzz(tier, seconds: float, *, seed0: int, limits, mix=None, big=None, check_
     """Sequences from seed0 on, for ``seconds``; throughput and the divergences found."""
     import torch
 
-    from fuzz.engine import scale
+    from fuzz.engine.tracks import get
 
     start = time.monotonic()
     deadline = start + seconds
     res = {"sequences": 0, "ops": 0, "elements": 0, "graph_replays": 0, "not_applicable": 0, "divergences": []}
     seed = seed0
     while time.monotonic() < deadline:
-        config, ops, d, run = scale.run_sequence(tier, seed, n_ops, deadline, limits=limits, mix=mix, big=big,
-                                                 check_every=check_every)
+        seq = get("production").run_sequence(tier, seed, n_ops, deadline=deadline, limits=limits, mix=mix, big=big,
+                                             check_every=check_every)
+        config, d, run = seq.config, seq.divergence, seq.run
         res["sequences"] += 1
         res["ops"] += run.stats.ops
         res["elements"] += run.elements_checked
@@ -92,7 +93,8 @@ def main(argv=None) -> int:
     import triton
     import variants
 
-    from fuzz.engine import scale
+    from fuzz.engine.production import generator as scale
+    from fuzz.engine.production.limits import ScaleLimits
     from fuzz.engine.tiers import make_tier
 
     backend = "cuda" if args.device == "cuda" else "interpret"
@@ -101,9 +103,9 @@ def main(argv=None) -> int:
     # stride_skips_trips is out of reach there, so the smoke run does not wait for it.
     find_s = min(args.find_seconds, 5.0) if args.small else args.find_seconds
     if args.small:
-        limits = scale.ScaleLimits.small()
+        limits = ScaleLimits.small()
     else:
-        limits = scale.ScaleLimits.production() if args.device == "cuda" else scale.ScaleLimits.interpreter()
+        limits = ScaleLimits.production() if args.device == "cuda" else ScaleLimits.interpreter()
     report = {"env": {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
                       "torch": torch.__version__, "triton": triton.__version__, "backend": backend,
                       "seconds_per_phase": seconds, "limits": "small" if args.small else "default"},

@@ -237,7 +237,7 @@ def _cmd_replay(args) -> int:
         return replay_under_sanitizer(case, Path(args.case), spec, args.sanitizer)
     where = f"backend={spec.backend} kernels={kernels}"
     if args.in_process:
-        from .engine.runner import replay
+        from .engine.dispatch import replay
 
         d, run = replay(case.config, case.ops, spec.make(), knobs=case.knobs, strict_knobs=own)
         dropped = run.dropped_knobs

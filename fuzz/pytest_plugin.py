@@ -181,8 +181,8 @@ class MachineItem(_KvfuzzItem):
         from hypothesis import settings
         from hypothesis.stateful import run_state_machine_as_test
 
-        from .engine.runner import Divergence
         from .engine.strategies import DifferentialMachine
+        from .engine.verdict import Divergence
 
         tier = self.tier
         profile = self.config.option.kvfuzz_profile or DEFAULT_PROFILE
@@ -219,7 +219,7 @@ class CaseItem(_KvfuzzItem):
 
     def runtest(self):
         from .engine.case import load_case
-        from .engine.runner import replay
+        from .engine.dispatch import replay
 
         tier = self.tier
         case = load_case(self.path)

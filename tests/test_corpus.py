@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fuzz.engine.case import load_case
-from fuzz.engine.runner import replay
+from fuzz.engine.dispatch import replay
 from fuzz.engine.tiers import make_tier
 from kvkernels.allocator import DeviceAllocator
 

@@ -14,7 +14,7 @@ The names below are the stable API for scripts and exported regression tests.
 import importlib
 
 _API = {"Case": "case", "CaseError": "case", "Signature": "case", "load_case": "case", "Op": "ops",
-        "OpError": "ops", "parse_ops": "ops", "Divergence": "runner", "replay": "runner", "SetupError": "tiers",
+        "OpError": "ops", "parse_ops": "kinds", "Divergence": "verdict", "replay": "dispatch", "SetupError": "tiers",
         "Tier": "tiers", "make_tier": "tiers", "select_backend": "tiers"}
 __all__ = sorted([*_API, "PoolConfig"])
 

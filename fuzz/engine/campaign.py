@@ -36,10 +36,10 @@ from pathlib import Path
 
 import kvref
 
-from .case import Case, Signature, write_case
-from .generate import OpGenerator, contract_rate, regenerate, sequence_params
+from . import tracks
+from .case import Case, write_case
+from .kinds import parse_ops
 from .minimize import Minimizer, NotReproducible
-from .ops import parse_ops
 from .supervise import (
     CONTRACT,
     CTX,
@@ -53,14 +53,12 @@ from .supervise import (
     Cancelled,
     Child,
     Executor,
-    Finding,
     HarnessFailed,
     SetupFailed,
 )
 from .tiers import SetupError, TierSpec
+from .verdict import Finding, Signature
 
-OPS_PER_SEQUENCE = 200
-PRODUCTION_OPS = 24  # production ops are big: a sequence of a few dozen fills seconds of GPU time
 MAX_RESTARTS_WITHOUT_PROGRESS = 5
 HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
 
@@ -74,9 +72,9 @@ class CampaignOptions:
     out: str = "kvfuzz-out"
     workers: int = 1
     shard: tuple[int, int] = (0, 1)
-    ops_per_sequence: int | None = None  # default: 200 at small scale, 24 at production scale
+    ops_per_sequence: int | None = None  # default: the track's (200 small, 24 production)
     max_sequences: int | None = None
-    scale: str = "small"  # or "production": kernel-level ops at production shapes (scale.py)
+    scale: str = "small"  # the track (``tracks``): "small" or "production"
     check_every: int = 1  # full state checks every N ops (results are still diffed every op)
     hostile: str = "spec"
     op_timeout: float = 60.0
@@ -87,8 +85,12 @@ class CampaignOptions:
     factory: str | None = None  # a tier factory instead of a kernel set (TierSpec)
     factory_arg: str | None = None
 
+    @property
+    def track(self) -> tracks.Track:
+        return tracks.get(self.scale)
+
     def n_ops(self) -> int:
-        return self.ops_per_sequence or (PRODUCTION_OPS if self.scale == "production" else OPS_PER_SEQUENCE)
+        return self.ops_per_sequence or self.track.default_ops
 
     def tier_spec(self) -> TierSpec:
         return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg)
@@ -98,31 +100,6 @@ def sequence_seed(opts: CampaignOptions, worker: int, k: int) -> int:
     shard_i, shard_n = opts.shard
     index = (k * opts.workers + worker) * shard_n + shard_i
     return opts.seed * 1_000_003 + index
-
-
-def run_sequence(tier, seed: int, n_ops: int, deadline: float | None = None, *, hostile: str = "spec", beat=None,
-                 knobs=None, full_every: int = 1):
-    """Generate and diff one sequence in this process; (config, scenario, ops, divergence
-    or None, run). ``knobs``: the launch knobs (default: the seed's choice)."""
-    from .knobs import choose
-    from .runner import Divergence, PoolRun
-
-    config, scenario, rng = sequence_params(seed)
-    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile))
-    run = PoolRun(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
-                  beat=beat, full_every=full_every)
-    ops = []
-    try:
-        for _ in range(n_ops):
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            op = gen.next_op(run.spec)
-            ops.append(op)
-            gen.observe(op, run.step(op))
-        run.finish()
-    except Divergence as d:
-        return config, scenario, ops, d, run
-    return config, scenario, ops, None, run
 
 
 @dataclass
@@ -335,15 +312,9 @@ class Campaign:
         child = slot.child
         self.summary.faults += 1
         seed = child.slots[SEED]
-        hello = slot.hello or {}
-        extra = None
-        if self.opts.scale == "production":
-            from . import scale
-
-            config, ops = scale.regenerate(seed, step + 1, hello["scale"])
-            scenario, extra = "production", {"scale": "production"}
-        else:
-            config, scenario, ops = regenerate(seed, step + 1, has=hello.get("has", ()), hostile=self.opts.hostile)
+        track = self.opts.track
+        config, scenario, ops = track.regenerate(seed, step + 1, slot.hello or {}, hostile=self.opts.hostile)
+        extra = dict(track.case_extra) or None
         finding = Finding.of_fault(fault, ops, step)
         self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra)
         self._restart(slot)
@@ -395,7 +366,7 @@ class Campaign:
 
         def judge(config, ops):
             return executor.run(config, ops, case.knobs, self.opts.hostile, deadline=deadline + 5,
-                                full_every=self.opts.check_every)
+                                check_every=self.opts.check_every)
 
         m = Minimizer(None, case.signature, deadline=deadline, judge=judge)
         try:
@@ -498,12 +469,7 @@ class Campaign:
         if s.ops < HEALTHY_OPS or s.sequences < 10:
             return []  # too short a run for a missing kind to mean anything (each is >= 1% of ops)
         has = {fn for slot in self.slots if slot.hello for fn in slot.hello.get("has", ())}
-        if self.opts.scale == "production":
-            expected = {"p_read_table", "p_alloc_bind", "p_free_unbind"}
-        else:
-            expected = {"alloc", "free", "read_table", "k_bind", "k_alloc_bind", "k_free_unbind"}
-            if "build_kv_read_table_packed" in has:
-                expected.add("read_table_packed")
+        expected = self.opts.track.expected_kinds(has)
         missing = sorted(expected - set(s.by_kind))
         if missing:
             return [f"no {', '.join(missing)} op ran although the kernel set provides it (a longer budget?)"]

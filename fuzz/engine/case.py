@@ -19,44 +19,18 @@ from pathlib import Path
 import kvref
 
 from ..environment import environment
-from .ops import Op, OpError, parse_ops
+from .kinds import parse_ops
+from .ops import Op, OpError
+from .verdict import CaseError, Signature
+
+__all__ = ["SCHEMA", "Case", "CaseError", "Signature", "load_case", "resolve_kernels", "source_hash", "write_case"]
 
 SCHEMA = "kvfuzz-case/1"
 REQUIRED = ("schema", "config", "ops", "signature")
 # Written in this order; keys not listed here follow "schema" in the order they came.
-ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "kernels_file", "knobs", "signature",
-         "divergence", "fault", "lengths", "environment")
-
-
-class CaseError(ValueError):
-    """A case file that cannot be read (CLI exit code 2)."""
-
-
-@dataclass(frozen=True, order=True)
-class Signature:
-    """What a failure is, without values or addresses: the op kind, the oracle that saw
-    it and the field it names. Two failures with one signature are one case."""
-
-    op: str
-    oracle: str
-    field: str
-
-    def __str__(self) -> str:
-        return f"{self.op}/{self.oracle}/{self.field}"
-
-    def slug(self) -> str:
-        """The form used in file names."""
-        return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in f"{self.op}-{self.oracle}-{self.field}")
-
-    def to_json(self) -> dict:
-        return {"op": self.op, "oracle": self.oracle, "field": self.field}
-
-    @classmethod
-    def from_json(cls, data) -> Signature:
-        if not isinstance(data, dict) or set(data) != {"op", "oracle", "field"} or not all(
-                isinstance(v, str) for v in data.values()):
-            raise CaseError(f"a signature is {{op, oracle, field}} strings, got {data!r}")
-        return cls(data["op"], data["oracle"], data["field"])
+ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "kernels_file", "knobs", "mode",
+         "signature", "divergence", "fault", "lengths", "minimize", "reproduced", "flaky", "history", "environment")
+MODE_DEFAULTS = {"hostile": "spec", "check_every": 1}  # a case without ``mode`` was found in these
 
 
 @dataclass
@@ -70,9 +44,14 @@ class Case:
     kernels: str | None = None  # as named on the command line (a module, or a file relative to where it ran)
     kernels_file: str | None = None  # a kernel-set file, relative to the case file's folder
     knobs: dict | None = None
+    mode: dict = field(default_factory=dict)  # every option that changes what runs: hostile, check_every, ...
     divergence: dict | None = None
     fault: dict | None = None  # crash and timeout cases: how the process died, its last stderr lines
     lengths: dict = field(default_factory=dict)
+    minimize: dict | None = None  # per minimizer pass: "tried/kept"
+    reproduced: dict | None = None  # {"k": failures, "n": fresh-child runs} before the case was written
+    flaky: bool | None = None  # 0 < k < n
+    history: dict | None = None  # a fault that needs the worker's earlier sequences: what they were
     environment: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # keys this version does not interpret (e.g. "note")
     omitted: tuple = ()  # known keys the file it was read from did not have: not written back either
@@ -80,20 +59,35 @@ class Case:
 
     @classmethod
     def found(cls, *, config, ops, divergence, original_len: int, seed=None, scenario=None, tier=None,
-              kernels=None, knobs=None, extra: dict | None = None) -> Case:
+              kernels=None, knobs=None, extra: dict | None = None, mode: dict | None = None) -> Case:
         """A new case from a divergence the fuzzer found (and minimized)."""
         fault = _fault_of(divergence)
         env = environment()
         env["kernels_sha256"] = source_hash(kernels)
         return cls(config=config, ops=list(ops), signature=divergence.signature, seed=seed, scenario=scenario,
-                   tier=tier, kernels=kernels, knobs=knobs, divergence=divergence.to_json(), fault=fault,
+                   tier=tier, kernels=kernels, knobs=knobs, mode=dict(mode or MODE_DEFAULTS),
+                   divergence=divergence.to_json(), fault=fault,
                    lengths={"original": original_len, "minimized": len(ops)}, environment=env,
-                   extra=dict(extra or {}), omitted=tuple(k for k, v in (("fault", fault), ("kernels_file", None)) if v is None))
+                   extra=dict(extra or {}),
+                   omitted=tuple(k for k, v in (("fault", fault), ("kernels_file", None), ("minimize", None),
+                                                ("reproduced", None), ("flaky", None), ("history", None)) if v is None))
 
-    def with_minimized(self, config, ops, divergence) -> Case:
+    def with_minimized(self, config, ops, divergence, passes: dict | None = None) -> Case:
         lengths = dict(self.lengths, minimized=len(ops))
+        omitted = tuple(k for k in self.omitted if not (k == "minimize" and passes is not None))
         return dataclasses.replace(self, config=config, ops=list(ops), divergence=divergence.to_json(),
-                                   fault=_fault_of(divergence) or self.fault, lengths=lengths)
+                                   fault=_fault_of(divergence) or self.fault, lengths=lengths,
+                                   minimize=passes if passes is not None else self.minimize, omitted=omitted)
+
+    def with_fields(self, **values) -> Case:
+        """A copy with known keys set (and written from now on, even if the file lacked them)."""
+        omitted = tuple(k for k in self.omitted if k not in values)
+        return dataclasses.replace(self, omitted=omitted, **values)
+
+    @property
+    def run_mode(self) -> dict:
+        """The options the case was found in (the defaults for a case that predates ``mode``)."""
+        return {**MODE_DEFAULTS, **(self.mode or {})}
 
     def filename(self) -> str:
         """``KERNELS--OP-ORACLE-FIELD.json``: the kernel set's file stem or module name."""
@@ -104,8 +98,10 @@ class Case:
     def to_json(self) -> dict:
         known = {"schema": SCHEMA, "config": self.config.to_json(), "ops": [op.to_json() for op in self.ops],
                  "seed": self.seed, "scenario": self.scenario, "tier": self.tier, "kernels": self.kernels,
-                 "kernels_file": self.kernels_file, "knobs": self.knobs, "signature": self.signature.to_json(), "divergence": self.divergence, "fault": self.fault,
-                 "lengths": self.lengths, "environment": self.environment}
+                 "kernels_file": self.kernels_file, "knobs": self.knobs, "mode": self.mode,
+                 "signature": self.signature.to_json(), "divergence": self.divergence, "fault": self.fault,
+                 "lengths": self.lengths, "minimize": self.minimize, "reproduced": self.reproduced, "flaky": self.flaky,
+                 "history": self.history, "environment": self.environment}
         out = {"schema": SCHEMA, **self.extra}
         out.update((k, known[k]) for k in ORDER if k not in self.omitted)
         return out
@@ -135,7 +131,9 @@ class Case:
         omitted = tuple(k for k in ORDER if k not in data)
         return cls(omitted=omitted, config=config, ops=ops, signature=signature, seed=data.get("seed"),
                    scenario=data.get("scenario"), tier=data.get("tier"), kernels=data.get("kernels"),
-                   kernels_file=data.get("kernels_file"), knobs=knobs,
+                   kernels_file=data.get("kernels_file"), knobs=knobs, mode=_mode(data.get("mode"), where),
+                   minimize=data.get("minimize"), reproduced=data.get("reproduced"), flaky=data.get("flaky"),
+                   history=data.get("history"),
                    divergence=data.get("divergence"), fault=data.get("fault"), lengths=data.get("lengths") or {},
                    environment=data.get("environment") or {}, extra=extra, path=path)
 
@@ -167,6 +165,17 @@ class Case:
         tmp.write_text(self.dumps_for(path))
         os.replace(tmp, path)
         return path
+
+
+def _mode(data, where: str) -> dict:
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise CaseError(f"{where}'mode' must be an object of run options, got {data!r}")
+    hostile = data.get("hostile", "spec")
+    if hostile not in ("spec", "off", "all"):
+        raise CaseError(f"{where}mode.hostile must be spec, off or all, got {hostile!r}")
+    return dict(data)
 
 
 def _fault_of(failure) -> dict | None:

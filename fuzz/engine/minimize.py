@@ -1,163 +1,256 @@
-"""Shrink a failing op sequence while its signature stays the same.
+"""Shrink a failing op sequence while it keeps failing the same way: one minimizer for all.
 
-One class per strategy, tried in turn by ``Minimizer.run``:
-- ``DropOps``: delta debugging over ops (Zeller's ddmin: drop chunks, halving the
-  chunk size);
-- ``ShrinkOps``: each op's own smaller variants (``Op.shrink``: fewer tokens, smaller
-  allocs, fewer rows and narrower tables);
-- ``MergeOps``: two neighbours as one (``Op.merge``: consecutive allocs hand out the
-  same pages as one alloc of their sum), which ddmin alone cannot do;
-- ``ShrinkConfig``: a simpler, then a smaller pool.
-Every candidate is replayed from scratch, unless it was tried before: the cache of
-tried candidates (``Minimizer.saved`` counts the replays it spared) matters because
-the strategies revisit the same sequences. The search stops at the deadline and keeps
-the best sequence found so far.
+Campaigns, ``kvfuzz minimize``, the mutant hunts and every track use this one. Passes
+are registered with ``@minimize_pass`` (each a function with a docstring saying why it
+exists) and run to a fixed point: after a round, only the passes that made progress in
+it run again, until a round changes nothing or the deadline passes. Per-pass statistics
+(candidates tried / kept) go into the case (``minimize``).
 
-Who replays a candidate is the ``judge``: in this process by default (``local_judge``),
-or a supervised child process (``supervise.Executor``) when a candidate may crash or
-hang, so that a fault is one more answer ("this candidate dies with SIGSEGV") rather
-than the end of the minimizer.
+A candidate counts only if it fails with the **same signature** and, for a failure on
+hostile input, in the same **hostile class** (the spec's kind of refusal: a read table
+past ``max_pages`` must not slide into a token past ``v2p``). A flaky failure is judged by
+"fails at least once in ``tries`` runs".
+
+Who runs a candidate is the ``judge``: in this process (``local_judge``) or a supervised
+child (``supervise.Executor``) when a candidate may crash or hang, so a fault is one more
+answer ("this candidate dies with SIGSEGV") rather than the end of the minimizer. Every
+candidate is replayed from scratch unless it was tried before (a cache: the passes
+revisit the same sequences).
 """
 
 from __future__ import annotations
 
+import re
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import kvref
 
-from .case import Signature
 from .ops import Op
-from .tiers import Tier
+from .verdict import Signature
 
 
 class NotReproducible(Exception):
     """The sequence handed to the minimizer does not fail with its signature."""
 
 
-def local_judge(tier: Tier, knobs: dict | None = None, **kw) -> Callable:
+def local_judge(tier, knobs: dict | None = None, **kw) -> Callable:
     """Replay candidates in this process (fine when nothing can crash it)."""
     def judge(config, ops):
-        from .runner import replay
+        from .dispatch import replay
 
         return replay(config, ops, tier, knobs=knobs, **kw)[0]
     return judge
 
 
-class Minimizer:
-    """``judge(config, ops)`` returns the candidate's failure (anything with a
-    ``signature``) or None; the default replays it here on ``tier``."""
+def hostile_kind(failure) -> str | None:
+    """The class of hostile input a failure was found with: the spec's refusal with its
+    numbers and id lists blanked (None for a failure on valid input)."""
+    data = failure.to_json() if failure is not None and hasattr(failure, "to_json") else None
+    refusal = (data or {}).get("refusal")
+    if not refusal:
+        return None
+    return re.sub(r"-?\d+", "N", re.sub(r"\[[^\]]*\]", "[..]", refusal))
 
-    def __init__(self, tier: Tier | None, signature: Signature, deadline: float | None = None,
-                 knobs: dict | None = None, judge: Callable | None = None):
+
+@dataclass
+class Candidate:
+    config: kvref.PoolConfig
+    ops: list[Op]
+
+
+PASSES: list[tuple[str, Callable]] = []
+
+
+def minimize_pass(name: str):
+    """Register a pass: ``fn(m, cand) -> Candidate | None`` (None: no progress)."""
+    def register(fn):
+        PASSES.append((name, fn))
+        return fn
+    return register
+
+
+class Minimizer:
+    """``judge(config, ops)`` returns the candidate's failure (anything with a ``signature``)
+    or None; the default replays it here on ``tier``."""
+
+    def __init__(self, tier, signature: Signature, deadline: float | None = None, knobs: dict | None = None,
+                 judge: Callable | None = None, *, hostile: str | None = None, tries: int = 1):
         self.judge = judge or local_judge(tier, knobs)
         self.signature = signature
+        self.hostile = hostile  # hostile_kind of the original failure (None: found on valid input)
         self.deadline = deadline
+        self.tries = max(1, tries)
         self.replays = 0
         self.saved = 0
+        self.stats: dict[str, list[int]] = {}  # pass -> [tried, kept]
         self._tried: dict[tuple, object] = {}
+        self._pass: str | None = None
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
+    def same(self, failure) -> bool:
+        return (failure is not None and failure.signature == self.signature
+                and (self.hostile is None or hostile_kind(failure) == self.hostile))
+
     def fails(self, config: kvref.PoolConfig, ops: list[Op]):
-        """The failure if this candidate fails with the signature, else None."""
+        """The failure if this candidate fails alike (in one of ``tries`` runs), else None."""
         key = (config, tuple(ops))
         if key in self._tried:
             self.saved += 1
             return self._tried[key]
-        self.replays += 1
-        d = self.judge(config, ops)
-        verdict = d if d is not None and d.signature == self.signature else None
+        verdict = None
+        for _ in range(self.tries):
+            self.replays += 1
+            if self._pass is not None:
+                self.stats.setdefault(self._pass, [0, 0])[0] += 1
+            d = self.judge(config, ops)
+            if self.same(d):
+                verdict = d
+                break
+            if self.out_of_time():
+                break
         self._tried[key] = verdict
         return verdict
+
+    def keep(self) -> None:
+        if self._pass is not None:
+            self.stats.setdefault(self._pass, [0, 0])[1] += 1
 
     def run(self, config, ops: list[Op]):
         """(config, ops, failure): the smallest candidate found that still fails alike."""
         d = self.fails(config, ops)
         if d is None:
             raise NotReproducible(f"the sequence does not fail with {self.signature}; nothing to minimize")
-        ops = DropOps(self).apply(config, ops)
-        ops = ShrinkOps(self).apply(config, ops)
-        ops = MergeOps(self).apply(config, ops)
-        config = ShrinkConfig(self).apply(config, ops)
-        ops = DropOps(self).apply(config, ops)
-        return config, ops, self.fails(config, ops) or d
+        step = getattr(d, "step", None)
+        if isinstance(step, int) and 0 <= step < len(ops) - 1 and self.fails(config, ops[: step + 1]):
+            ops = ops[: step + 1]  # nothing after the failing op matters
+        cand = Candidate(config, list(ops))
+        active = [name for name, _ in PASSES]
+        while active and not self.out_of_time():
+            progressed = []
+            for name, fn in PASSES:
+                if name not in active or self.out_of_time():
+                    continue
+                self._pass = name
+                better = fn(self, cand)
+                self._pass = None
+                if better is not None and (better.config, better.ops) != (cand.config, cand.ops):
+                    cand = better
+                    progressed.append(name)
+            active = progressed
+        return cand.config, cand.ops, self.fails(cand.config, cand.ops) or d
+
+    def report(self) -> dict:
+        """Per-pass statistics for the case: ``{pass: "tried/kept"}``."""
+        return {name: f"{t}/{k}" for name, (t, k) in self.stats.items()}
 
 
-class _Strategy:
-    def __init__(self, m: Minimizer):
-        self.m = m
+# ---- the passes, in the order a round runs them ---------------------------------------------------
 
 
-class DropOps(_Strategy):
-    def apply(self, config, ops: list[Op]) -> list[Op]:
-        m, n = self.m, 2
-        while len(ops) >= 2 and not m.out_of_time():
-            chunk = -(-len(ops) // n)
-            parts = [ops[i:i + chunk] for i in range(0, len(ops), chunk)]
-            reduced = False
-            for i in range(len(parts)):
-                complement = [op for j, p in enumerate(parts) if j != i for op in p]
-                if m.fails(config, complement):
-                    ops, n, reduced = complement, max(n - 1, 2), True
-                    break
-                if m.out_of_time():
-                    return ops
-            if not reduced:
-                if n >= len(ops):
-                    break
-                n = min(len(ops), 2 * n)
-        return ops
+@minimize_pass("keep-prerequisites")
+def keep_prerequisites(m: Minimizer, c: Candidate) -> Candidate | None:
+    """The failing op alone with the last op of each prerequisite kind before it (a
+    production read table needs only its setup and its rows): one replay that, when it
+    holds, spares most of delta debugging's. Ops mark themselves ``prerequisite``."""
+    last = len(c.ops) - 1
+    keep = {last}
+    seen: set[str] = set()
+    for j in range(last - 1, -1, -1):
+        op = c.ops[j]
+        if getattr(op, "prerequisite", False) and op.kind not in seen:
+            seen.add(op.kind)
+            keep.add(j)
+    if not seen or len(keep) == len(c.ops):
+        return None
+    core = [c.ops[j] for j in sorted(keep)]
+    if m.fails(c.config, core):
+        m.keep()
+        return Candidate(c.config, core)
+    return None
 
 
-class ShrinkOps(_Strategy):
-    def apply(self, config, ops: list[Op]) -> list[Op]:
-        m, changed = self.m, True
-        while changed and not m.out_of_time():
-            changed = False
-            for i in range(len(ops)):
-                for variant in ops[i].shrink():
-                    cand = ops[:i] + [variant] + ops[i + 1:]
-                    if m.fails(config, cand):
-                        ops, changed = cand, True
-                        break
-                    if m.out_of_time():
-                        return ops
-        return ops
-
-
-class MergeOps(_Strategy):
-    def apply(self, config, ops: list[Op]) -> list[Op]:
-        m, i = self.m, 0
-        while i + 1 < len(ops) and not m.out_of_time():
-            merged = ops[i].merge(ops[i + 1])
-            if merged is not None and m.fails(config, cand := ops[:i] + [merged] + ops[i + 2:]):
-                ops = cand
-            else:
-                i += 1
-        return ops
-
-
-class ShrinkConfig(_Strategy):
-    def apply(self, config: kvref.PoolConfig, ops: list[Op]) -> kvref.PoolConfig:
-        m = self.m
-        for change in ({"max_moves": 0}, {"multiplier": 1}, {"min_page": 1}):
+@minimize_pass("drop-ops")
+def drop_ops(m: Minimizer, c: Candidate) -> Candidate | None:
+    """Delta debugging over ops (Zeller's ddmin): drop chunks, halving the chunk size."""
+    ops, n, changed = c.ops, 2, False
+    while len(ops) >= 2 and not m.out_of_time():
+        chunk = -(-len(ops) // n)
+        parts = [ops[i:i + chunk] for i in range(0, len(ops), chunk)]
+        reduced = False
+        for i in range(len(parts)):
+            complement = [op for j, p in enumerate(parts) if j != i for op in p]
+            if m.fails(c.config, complement):
+                m.keep()
+                ops, n, reduced, changed = complement, max(n - 1, 2), True, True
+                break
             if m.out_of_time():
                 break
-            try:
-                cand = replace(config, **change)
-            except kvref.ContractViolation:
-                continue
-            if cand != config and m.fails(cand, ops):
-                config = cand
-        while config.num_pages > config.min_page + 1 and not m.out_of_time():
-            try:
-                cand = replace(config, num_pages=config.num_pages - max(1, (config.num_pages - config.min_page) // 4))
-            except kvref.ContractViolation:
+        if not reduced:
+            if n >= len(ops):
                 break
-            if not m.fails(cand, ops):
-                break
+            n = min(len(ops), 2 * n)
+    return Candidate(c.config, ops) if changed else None
+
+
+@minimize_pass("shrink-ops")
+def shrink_ops(m: Minimizer, c: Candidate) -> Candidate | None:
+    """Each op's own smaller variants (``Op.shrink``: fewer tokens, smaller allocs, fewer
+    rows, narrower tables, smaller production sizes), the boldest first."""
+    ops, changed, again = c.ops, False, True
+    while again and not m.out_of_time():
+        again = False
+        for i in range(len(ops)):
+            for variant in ops[i].shrink():
+                cand = ops[:i] + [variant] + ops[i + 1:]
+                if m.fails(c.config, cand):
+                    m.keep()
+                    ops, changed, again = cand, True, True
+                    break
+                if m.out_of_time():
+                    return Candidate(c.config, ops) if changed else None
+    return Candidate(c.config, ops) if changed else None
+
+
+@minimize_pass("merge-ops")
+def merge_ops(m: Minimizer, c: Candidate) -> Candidate | None:
+    """Two neighbours as one (``Op.merge``: consecutive allocs hand out the same pages as
+    one alloc of their sum), which ddmin alone cannot do."""
+    ops, i, changed = c.ops, 0, False
+    while i + 1 < len(ops) and not m.out_of_time():
+        merged = ops[i].merge(ops[i + 1])
+        if merged is not None and m.fails(c.config, cand := ops[:i] + [merged] + ops[i + 2:]):
+            m.keep()
+            ops, changed = cand, True
+        else:
+            i += 1
+    return Candidate(c.config, ops) if changed else None
+
+
+@minimize_pass("shrink-config")
+def shrink_config(m: Minimizer, c: Candidate) -> Candidate | None:
+    """A simpler pool (no move cap, multiplier 1, one reserved page), then a smaller one."""
+    config = c.config
+    for change in ({"max_moves": 0}, {"multiplier": 1}, {"min_page": 1}):
+        if m.out_of_time():
+            break
+        try:
+            cand = replace(config, **change)
+        except kvref.ContractViolation:
+            continue
+        if cand != config and m.fails(cand, c.ops):
+            m.keep()
             config = cand
-        return config
+    while config.num_pages > config.min_page + 1 and not m.out_of_time():
+        try:
+            cand = replace(config, num_pages=config.num_pages - max(1, (config.num_pages - config.min_page) // 4))
+        except kvref.ContractViolation:
+            break
+        if not m.fails(cand, c.ops):
+            break
+        m.keep()
+        config = cand
+    return Candidate(config, c.ops) if config != c.config else None

@@ -1,4 +1,4 @@
-"""The op language: one frozen record per op kind.
+"""The small track's ops: the allocator state machine and kernel-level ops on raw tables.
 
 An op carries literal ids, so a case file reads on its own and replays identically;
 deleting an earlier op during minimization turns later ops into contract violations,
@@ -22,155 +22,14 @@ class here plus its builder in ``shapes`` and its tests.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 import kvref
 
-Ints = tuple[int, ...]
-Rows = tuple[Ints, ...]
+from .oplang import OUT_SLACK_COLS, OUT_SLACK_ROWS, PACKED_SLACK, POISON, Ints, Op, OpError, Rows
 
-POISON = 0x7A7A7A7A  # int32 canary in read-table buffers: nothing past the live prefix may change
-OUT_SLACK_ROWS = 1
-OUT_SLACK_COLS = 3
-PACKED_SLACK = 4
-
-
-class OpError(Exception):
-    """An op that is not well formed (a case file's or a generator's mistake), as opposed
-    to a well-formed op that breaks a contract (``ContractViolation``)."""
-
-
-# ---- field types ---------------------------------------------------------------------
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _ints(value, what: str) -> Ints:
-    if not isinstance(value, (list, tuple)) or not all(_is_int(x) for x in value):
-        raise OpError(f"{what} must be a list of ints, got {value!r}")
-    return tuple(value)
-
-
-def _coerce(hint, value, what: str):
-    if hint is int:
-        if not _is_int(value):
-            raise OpError(f"{what} must be an int, got {value!r}")
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise OpError(f"{what} must be a bool, got {value!r}")
-        return value
-    if hint == Ints:
-        return _ints(value, what)
-    if hint == Rows:
-        if not isinstance(value, (list, tuple)):
-            raise OpError(f"{what} must be a list of int lists, got {value!r}")
-        return tuple(_ints(r, f"{what}[{i}]") for i, r in enumerate(value))
-    if hint == (Ints | None):
-        if value is not None and not (isinstance(value, (list, tuple)) and all(_is_int(x) for x in value)):
-            raise OpError(f"{what} must be a list of ints or null, got {value!r}")
-        return None if value is None else tuple(value)
-    raise TypeError(f"op field {what}: unsupported annotation {hint!r}")  # a bug in this module
-
-
-def _plain(value):
-    """Tuples back to JSON lists."""
-    if isinstance(value, tuple):
-        return [_plain(x) for x in value]
-    return value
-
-
-# ---- the base records -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Op:
-    kind: ClassVar[str] = ""
-    registry: ClassVar[dict[str, type[Op]]] = {}
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        if cls.kind:
-            Op.registry[cls.kind] = cls
-
-    def __post_init__(self):
-        hints = type(self).__dict__.get("_hints_cache")
-        if hints is None:
-            hints = typing.get_type_hints(type(self))
-            type(self)._hints_cache = hints
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _coerce(hints[f.name], getattr(self, f.name), f"{self.kind} op: field {f.name!r}"))
-
-    # ---- JSON --------------------------------------------------------------------
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    def to_json(self) -> dict:
-        return {"op": self.kind, **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}}
-
-    @staticmethod
-    def from_json(obj) -> Op:
-        kind = obj.get("op") if isinstance(obj, dict) else None
-        if isinstance(kind, str) and kind not in Op.registry and kind.startswith(("p_", "g_")):
-            import importlib
-
-            importlib.import_module(f"{__package__}.scale")  # registers the production-scale kinds
-        cls = Op.registry.get(kind) if isinstance(kind, str) else None
-        if cls is None:
-            raise OpError(f"not an op: {obj!r} (kinds: {', '.join(Op.registry)})")
-        want, have = set(cls.field_names()), set(obj) - {"op"}
-        if want != have:
-            raise OpError(f"{kind} op needs fields {sorted(want)}, got {sorted(have)}")
-        return cls(**{name: obj[name] for name in cls.field_names()})
-
-    def __str__(self) -> str:
-        args = ", ".join(f"{k}={v}" for k, v in self.to_json().items() if k != "op")
-        text = f"{self.kind}({args})"
-        return text if len(text) <= 100 else text[:97] + "..."
-
-    # ---- behaviour shared by both families -----------------------------------------
-    def shrink(self) -> Iterator[Op]:
-        """Smaller variants of this op, the most promising first."""
-        return iter(())
-
-    def merge(self, following: Op) -> Op | None:
-        """One op doing what this op and the one after it do together, if there is one."""
-        return None
-
-    def supported_by(self, tier) -> bool:
-        return True
-
-    def reach(self, config: kvref.PoolConfig) -> int:
-        """How many rows past either end of v2p/p2v an id this op names could touch, so a
-        probe's red zones can be made that wide."""
-        ps, rows = config.page_size, config.table_rows
-        pages = [t // ps for t in self.token_ids()] + list(self.page_ids())
-        return max([0] + [p - rows + 1 for p in pages] + [-p for p in pages])
-
-    def token_ids(self) -> Iterator[int]:
-        return iter(())
-
-    def page_ids(self) -> Iterator[int]:
-        return iter(())
-
-
-def parse_ops(items) -> list[Op]:
-    """A list of ops from JSON (or records, passed through); names the bad index."""
-    out = []
-    for i, item in enumerate(items):
-        if isinstance(item, Op):
-            out.append(item)
-            continue
-        try:
-            out.append(Op.from_json(item))
-        except OpError as exc:
-            raise OpError(f"ops[{i}]: {exc}") from None
-    return out
+__all__ = ["OUT_SLACK_COLS", "OUT_SLACK_ROWS", "PACKED_SLACK", "POISON", "Ints", "Op", "OpError", "Rows"]
 
 
 class PoolOp(Op):

@@ -22,73 +22,22 @@ index torch tensors with whatever a kernel returned for a hostile lane.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 import kvref
 from kvref import ContractViolation, InvariantViolation
 
-from .case import Signature
 from .generate import HOSTILE
 from .knobs import apply as apply_knobs
 from .memory import RawTables, RedZones, index_canary
-from .ops import POISON, TABLE_OPS, KernelOp, Op, PoolOp, parse_ops
-from .spec_side import Outcome, SpecSide, unsupported
-from .tiers import Tier
+from .ops import POISON, TABLE_OPS, KernelOp, Op, PoolOp
+from .spec_side import SpecSide, unsupported
+from .verdict import Divergence, Outcome, RunStats, crash, crash_field, is_cuda_error
 
 STATE_FIELDS = ("v2p", "p2v", "free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
-END = "end"  # the signature's op kind for a divergence found by the final check
 INPUT = "in:"  # red-zone names of an op's inputs (dropped after the op)
 
-__all__ = ["Divergence", "Outcome", "PoolRun", "RunStats", "TargetSide", "crash_field", "replay"]
-
-
-@dataclass
-class Divergence(Exception):
-    step: int
-    op: Op | None  # None: the final state check after the last op
-    oracle: str
-    field: str
-    spec: object = None
-    target: object = None
-    message: str = ""
-    refusal: str | None = None  # the spec's ContractViolation, when it refused this op
-
-    @property
-    def kind(self) -> str:
-        return END if self.op is None else self.op.kind
-
-    @property
-    def signature(self) -> Signature:
-        return Signature(self.kind, self.oracle, self.field)
-
-    def __str__(self) -> str:
-        return (f"step {self.step} {self.kind}: {self.oracle}/{self.field}: {self.message} "
-                f"(spec {_short(self.spec)}, target {_short(self.target)})")
-
-    def to_json(self) -> dict:
-        data = {"step": self.step, "op": {"op": END} if self.op is None else self.op.to_json(),
-                "oracle": self.oracle, "field": self.field, "spec": _jsonable(self.spec),
-                "target": _jsonable(self.target), "message": self.message}
-        if self.refusal is not None:
-            data["refusal"] = self.refusal
-        return data
-
-
-def _short(v, limit=160) -> str:
-    s = repr(v)
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _jsonable(v):
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    return repr(v)
+__all__ = ["Divergence", "Outcome", "PoolRun", "RunStats", "TargetSide"]
 
 
 def first_difference(a, b):
@@ -101,47 +50,6 @@ def first_difference(a, b):
                 return f"[{i}]", x, y
         return f"len {len(a)} vs {len(b)}", len(a), len(b)
     return "", a, b
-
-
-CUDA_ERRORS = (  # the sticky CUDA errors by the words of their message
-    ("illegal memory access", "cuda-illegal-address"),
-    ("device-side assert", "cuda-device-assert"),
-    ("misaligned address", "cuda-misaligned-address"),
-    ("illegal instruction", "cuda-illegal-instruction"),
-    ("unspecified launch failure", "cuda-launch-failure"),
-    ("an illegal", "cuda-illegal"),
-)
-
-
-def is_cuda_error(exc: BaseException) -> bool:
-    """A sticky CUDA error, however it surfaced: torch's (``CUDA error: ...``), the driver's
-    name for it, or Triton's launcher (``Triton Error [CUDA]: ...``, with CUDA_LAUNCH_BLOCKING)."""
-    text = str(exc)
-    return (type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "cudaError" in text
-            or "Error [CUDA]" in text)
-
-
-def crash_field(exc: BaseException) -> str:
-    """The signature field of a crash: the CUDA error's name, else the exception type."""
-    if is_cuda_error(exc):
-        text = str(exc).lower()
-        return next((name for words, name in CUDA_ERRORS if words in text), "cuda-error")
-    return type(exc).__name__
-
-
-@dataclass
-class RunStats:
-    ops: int = 0
-    contract_ops: int = 0
-    by_kind: dict = field(default_factory=dict)
-    hostile: dict = field(default_factory=dict)  # probes run, by hostile class
-
-    def merge(self, other: RunStats) -> None:
-        self.ops += other.ops
-        self.contract_ops += other.contract_ops
-        for mine, theirs in ((self.by_kind, other.by_kind), (self.hostile, other.hostile)):
-            for k, v in theirs.items():
-                mine[k] = mine.get(k, 0) + v
 
 
 class TargetSide:
@@ -221,7 +129,7 @@ def _attempt(fn) -> Outcome:
 class PoolRun:
     """A spec allocator and a target DeviceAllocator fed the same ops."""
 
-    def __init__(self, config: kvref.PoolConfig, tier: Tier, *, guard_rows: int = 16, full_every: int = 1,
+    def __init__(self, config: kvref.PoolConfig, tier, *, guard_rows: int = 16, check_every: int = 1,
                  knobs: dict | None = None, hostile: str = "spec", beat=None, strict_knobs: bool = True):
         if hostile not in HOSTILE:
             raise ValueError(f"hostile must be one of {HOSTILE}, got {hostile!r}")
@@ -237,7 +145,7 @@ class PoolRun:
         cls = tier.allocator_cls or DeviceAllocator
         self.guard_rows = guard_rows
         self.zones = RedZones(guard_rows, tier.device)
-        self.full_every = max(1, full_every)
+        self.full_every = max(1, check_every)
         # Every op is also judged by the checked target (it must accept what the spec
         # accepts) unless checks are spread out (full_every > 1: the GPU throughput mode,
         # where a checked pass would read the tables back on every op); refusals always are.
@@ -285,8 +193,7 @@ class PoolRun:
         self.step_no += 1
         if self.beat is not None:
             self.beat.op(i)
-        self.stats.ops += 1
-        self.stats.by_kind[op.kind] = self.stats.by_kind.get(op.kind, 0) + 1
+        self.stats.count(op.kind)
         if not op.supported_by(self.tier):
             return unsupported(op)
         try:
@@ -297,9 +204,8 @@ class PoolRun:
             # A CUDA error is sticky: once a kernel faulted, the next read of device memory
             # (a result, a table, a red zone) raises it, in the harness's code.
             if is_cuda_error(exc):
-                raise Divergence(i, op, "crash", crash_field(exc), None, repr(exc),
-                                 f"a CUDA error surfaced at this op (launches are asynchronous: the fault may be "
-                                 f"an earlier op's): {exc}") from None
+                raise crash(i, op, exc, f"a CUDA error surfaced at this op (launches are asynchronous: the fault "
+                                        f"may be an earlier op's): {exc}") from None
             raise
 
     def _step(self, i: int, op: Op) -> Outcome:
@@ -429,22 +335,3 @@ class PoolRun:
         t = self._side(self.zones, self.target.v2p, self.target.p2v, self.target)
         self._memory(self.step_no, None, t)  # the inputs still waiting for their check, and the tables
         self.check_state(self.step_no, None)
-
-
-def replay(config: kvref.PoolConfig, ops, tier: Tier, **kw) -> tuple[Divergence | None, PoolRun]:
-    """Run ``ops`` (records, or their JSON form) from a fresh pool; the first divergence.
-    Production-scale ops (``scale``) replay on their own runner."""
-    ops = parse_ops(ops)
-    if ops and not all(isinstance(op, (PoolOp, KernelOp)) for op in ops):
-        from . import scale
-
-        return scale.replay(config, ops, tier, beat=kw.get("beat"), knobs=kw.get("knobs"),
-                            check_every=kw.get("full_every", 1))
-    run = PoolRun(config, tier, **kw)
-    try:
-        for op in ops:
-            run.step(op)
-        run.finish()
-    except Divergence as d:
-        return d, run
-    return None, run

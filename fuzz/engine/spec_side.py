@@ -8,20 +8,13 @@ and the op index, without running (or even importing) the kernel set.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import kvref
 from kvref import ContractViolation
 
 from .ops import KernelOp, Op
+from .verdict import Outcome
 
-
-@dataclass
-class Outcome:
-    """What one op did on one side."""
-    result: object = None
-    error: ContractViolation | None = None
-    crash: BaseException | None = None
+__all__ = ["Capabilities", "Outcome", "SpecSide", "unsupported"]
 
 
 class Capabilities:

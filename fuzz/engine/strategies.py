@@ -26,9 +26,10 @@ import kvref
 from . import shapes
 from .knobs import knob_module
 from .ops import Clear, Fire, Op
-from .runner import Divergence, PoolRun
+from .runner import PoolRun
 from .shapes import HypothesisChooser
 from .tiers import Tier, make_tier
+from .verdict import Divergence
 
 CLEAR_EVERY = 12  # ops between two clears, at least
 

@@ -24,11 +24,12 @@ import os
 import signal
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .case import Signature
 from .ops import Op
+from .verdict import Fault, Finding, describe_exit
+
+__all__ = ["Beat", "Cancelled", "Child", "Executor", "Fault", "Finding", "HarnessFailed", "SetupFailed", "describe_exit"]
 
 CTX = mp.get_context("spawn")
 
@@ -58,63 +59,6 @@ class Beat:
 
     def phase(self, phase: int) -> None:
         self.slots[PHASE] = phase
-
-
-@dataclass
-class Fault:
-    """A child that died or hung: what the parent saw."""
-
-    kind: str  # "crash" or "timeout"
-    reason: str  # SIGSEGV, exit-1, cuda-illegal-address, no-progress, ...
-    message: str
-    exitcode: int | None = None
-    stderr: list = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "reason": self.reason, "message": self.message, "exitcode": self.exitcode,
-                "stderr_tail": list(self.stderr)}
-
-
-def describe_exit(exitcode: int | None) -> tuple[str, str]:
-    """(reason, message) for a child's exit code."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            sig = signal.Signals(-exitcode)
-            return sig.name, f"killed by signal {sig.name} ({signal.strsignal(sig) or sig.name})"
-        except ValueError:
-            return f"signal-{-exitcode}", f"killed by signal {-exitcode}"
-    return f"exit-{exitcode}", f"exited with status {exitcode} without reporting"
-
-
-@dataclass
-class Finding:
-    """A failure reported across a process boundary: a divergence (its JSON) or a fault.
-    Quacks like ``runner.Divergence`` where the minimizer and case files need it."""
-
-    signature: Signature
-    step: int
-    divergence: dict
-    fault: Fault | None = None
-
-    def to_json(self) -> dict:
-        return self.divergence
-
-    @classmethod
-    def of_fault(cls, fault: Fault, ops: list[Op], step: int) -> Finding:
-        """The finding of a child that died while running ``ops[step]`` (``step`` -1: before
-        any op, e.g. while setting up)."""
-        op = ops[step] if 0 <= step < len(ops) else None
-        kind = op.kind if op is not None else "setup"
-        divergence = {"step": step, "op": op.to_json() if op is not None else {"op": kind}, "oracle": fault.kind,
-                      "field": fault.reason, "spec": None, "target": None, "message": fault.message}
-        return cls(Signature(kind, fault.kind, fault.reason), step, divergence, fault)
-
-    @classmethod
-    def of_divergence(cls, data: dict) -> Finding:
-        return cls(Signature(data["op"]["op"], data["oracle"], data["field"]), data["step"], data)
-
-    def __str__(self) -> str:
-        return f"step {self.step} {self.signature}: {self.divergence.get('message', '')}"
 
 
 def tail(path: Path, lines: int = 40) -> list[str]:
@@ -236,7 +180,7 @@ class Executor:
         self.conn = parent_end
 
     def run(self, config, ops: list[Op], knobs: dict | None = None, hostile: str = "spec",
-            deadline: float | None = None, strict_knobs: bool = True, full_every: int = 1) -> Finding | None:
+            deadline: float | None = None, strict_knobs: bool = True, check_every: int = 1) -> Finding | None:
         """The failure of ``ops`` from a fresh pool, or None. Raises ``SetupFailed`` when the
         child cannot build its tier, ``TimeoutError`` past ``deadline`` (monotonic)."""
         if self.closed:
@@ -244,7 +188,7 @@ class Executor:
         if self.child is None or not self.child.alive():
             self._start()
         self.conn.send({"config": config.to_json(), "ops": [op.to_json() for op in ops], "knobs": knobs,
-                        "hostile": hostile, "strict_knobs": strict_knobs, "full_every": full_every})
+                        "hostile": hostile, "strict_knobs": strict_knobs, "check_every": check_every})
         while True:
             conn, child = self.conn, self.child
             if conn is None or child is None:

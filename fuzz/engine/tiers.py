@@ -107,32 +107,13 @@ def make_tier(backend: str, kernels: str | None = None) -> Tier:
     return Tier(backend, name, module, device)
 
 
-_LAUNCHES = [0]
-
-
 def count_launches() -> int:
-    """Triton kernel launches in this process so far (wrappers installed on first use).
+    """Triton kernel launches in this process so far (``launches.count``: one hook for
+    counting, recording and program order)."""
+    from . import launches
 
-    ``JITFunction.run`` (compiled) and ``InterpretedFunction.run`` (interpreter) are the
-    one place every launch passes, ``kernel[grid](...)`` and autotuned ones alike, in
-    Triton 3.6 through 3.9. Warm-up calls (``warmup=True``) compile without launching and
-    are not counted."""
-    if not getattr(count_launches, "installed", False):
-        count_launches.installed = True
-        try:
-            from triton.runtime import interpreter, jit
-        except ImportError:
-            return 0
-        for cls in (jit.JITFunction, interpreter.InterpretedFunction):
-            run = cls.run
-
-            def counted(self, *args, _run=run, **kwargs):
-                if not kwargs.get("warmup", False):
-                    _LAUNCHES[0] += 1
-                return _run(self, *args, **kwargs)
-
-            cls.run = counted
-    return _LAUNCHES[0]
+    launches.install()
+    return launches.count()
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,6 @@ def _tier(spec, report) -> object | None:
     return None
 
 
-def poisoned(d) -> bool:
-    """Whether a divergence left this process's CUDA context unusable."""
-    return d is not None and d.oracle == "crash" and d.field.startswith("cuda")
-
-
 def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float, queue, warm: bool = True) -> None:
     """Fuzz sequences ``start_k, start_k + 1, ...`` of this worker until the deadline. ``warm``:
     on a GPU, run the warm-up sequences first (a restarted worker does not)."""
@@ -39,27 +34,24 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
     if tier is None:
         return
-    from .campaign import run_sequence, sequence_seed
+    from . import tracks
+    from .campaign import sequence_seed
     from .generate import WARMUP_BASE, WARMUP_SEQUENCES, warmup_seed
     from .knobs import choose as choose_knobs
-    from .runner import RunStats
-    from .tiers import OPTIONAL, count_launches
+    from .tiers import count_launches
+    from .verdict import RunStats, poisoned
 
-    hello = {"has": [fn for fn in OPTIONAL if tier.has(fn)], "kernels": tier.kernels_name}
-    production = opts.scale == "production"
-    if production:
-        from . import scale
-
-        hello["scale"] = scale.scale_info(tier)  # what the parent needs to rebuild a dead worker's ops
+    track = tracks.get(opts.scale)
+    hello = {"kernels": tier.kernels_name, **track.worker_info(tier)}  # what the parent rebuilds ops from
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
-    elements = 0  # result elements diffed against the oracle (production scale)
+    elements = 0  # result elements diffed against the oracle
     deadline = time.monotonic() + max(0.0, deadline_wall - time.time())
     # On a GPU, a new launch shape is a Triton compile (seconds): each worker keeps one knob
     # set for its life and warms up on every page size before its fuzzing is timed.
     gpu = str(tier.device).startswith("cuda")
     worker_knobs = choose_knobs(tier.kernels, opts.seed * 7919 + worker) if gpu else None
-    warm_left = WARMUP_SEQUENCES if gpu and warm and not production else 0
+    warm_left = WARMUP_SEQUENCES if gpu and warm and track.gpu_warmup else 0
     sent_knobs: object = ()  # the knobs last told to the parent (they hold until the next message)
     steady = None  # (wall time, ops) when the timed part began
 
@@ -82,31 +74,24 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                     steady = (time.time(), stats.ops)
                 seed = sequence_seed(opts, worker, k)
                 beat.sequence(k, seed)
-            extra = {}
-            if production:  # the kernel set's own launch constants: no knobs
-                knobs, scenario = None, "production"
-                config, ops, d, run = scale.run_sequence(tier, seed, opts.n_ops(), deadline, beat=beat,
-                                                         check_every=opts.check_every)
-                extra = {"scale": "production", "shapes": run.shapes}
-                elements += run.elements_checked
-            else:
-                knobs = worker_knobs if gpu else choose_knobs(tier.kernels, seed)
-                if knobs != sent_knobs:
-                    queue.put(("knobs", worker, knobs))
-                    sent_knobs = knobs
-                config, scenario, ops, d, run = run_sequence(tier, seed, opts.n_ops(), deadline,
-                                                             hostile=opts.hostile, beat=beat, knobs=knobs,
-                                                             full_every=opts.check_every)
+            knobs = track.choose_knobs(tier, seed, worker_knobs)
+            if knobs != sent_knobs:
+                queue.put(("knobs", worker, knobs))
+                sent_knobs = knobs
+            seq = track.run_sequence(tier, seed, opts.n_ops(), deadline=deadline, beat=beat, knobs=knobs,
+                                     hostile=opts.hostile, check_every=opts.check_every)
+            d, scenario = seq.divergence, seq.scenario
+            elements += seq.elements
             sequences += 1
             scenarios[scenario] = scenarios.get(scenario, 0) + 1
-            stats.merge(run.stats)
+            stats.merge(seq.stats)
             beat.slots[CONTRACT] = stats.contract_ops
             if seed < WARMUP_BASE:
                 k += 1
             if d is not None:
-                queue.put(("finding", worker, {"seed": seed, "scenario": scenario, "config": config.to_json(),
-                                               "ops": [op.to_json() for op in ops[: d.step + 1]],
-                                               "divergence": d.to_json(), "knobs": knobs, "extra": extra}))
+                queue.put(("finding", worker, {"seed": seed, "scenario": scenario, "config": seq.config.to_json(),
+                                               "ops": [op.to_json() for op in seq.ops[: d.step + 1]],
+                                               "divergence": d.to_json(), "knobs": knobs, "extra": seq.extra}))
                 if poisoned(d):
                     report()
                     sys.exit(EXIT_RESTART)
@@ -128,9 +113,10 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
         return
     import kvref
 
-    from .ops import parse_ops
-    from .runner import replay
+    from .dispatch import replay
+    from .kinds import parse_ops
     from .tiers import SetupError
+    from .verdict import poisoned
 
     beat.phase(IDLE)
     while True:
@@ -142,7 +128,7 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
         try:
             d, run = replay(kvref.PoolConfig.from_json(job["config"]), parse_ops(job["ops"]), tier,
                             knobs=job["knobs"], hostile=job["hostile"], beat=beat,
-                            strict_knobs=job.get("strict_knobs", True), full_every=job.get("full_every", 1))
+                            strict_knobs=job.get("strict_knobs", True), check_every=job.get("check_every", 1))
         except SetupError as exc:
             conn.send(("setup", str(exc)))
             return

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import kvkernels
 
-from ..engine.case import Signature
 from ..engine.tiers import Tier, make_tier
+from ..engine.verdict import Signature
 
 SRC = Path(kvkernels.__file__).resolve().parent
 

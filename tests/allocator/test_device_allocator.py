@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import kvref
+from fuzz.engine.dispatch import replay
 from fuzz.engine.memory import RedZones
-from fuzz.engine.runner import replay
 from fuzz.engine.tiers import make_tier
 from kvkernels import DeviceAllocator
 from kvref import ContractViolation, PoolConfig

@@ -21,12 +21,14 @@ import pytest
 
 import kvref
 from fuzz.cli import build_parser
-from fuzz.engine.campaign import CampaignOptions, run_campaign, run_sequence, sequence_seed
+from fuzz.engine.campaign import CampaignOptions, run_campaign, sequence_seed
 from fuzz.engine.case import SCHEMA, CaseError, Signature, load_case
+from fuzz.engine.dispatch import replay
+from fuzz.engine.kinds import parse_ops
 from fuzz.engine.minimize import Minimizer, NotReproducible
-from fuzz.engine.ops import POISON, Op, parse_ops
-from fuzz.engine.runner import replay
+from fuzz.engine.ops import POISON, Op
 from fuzz.engine.tiers import make_tier
+from fuzz.engine.tracks import get as get_track
 from kvkernels import checks
 from kvkernels.allocator import DeviceAllocator
 from kvref import ContractViolation
@@ -169,7 +171,7 @@ def test_same_seed_same_op_sequences(tmp_path):
                            budget_s=300, out=str(tmp_path))
 
     def sequences():
-        return [run_sequence(tier, sequence_seed(opts, 0, k), opts.ops_per_sequence)[2]
+        return [get_track("small").run_sequence(tier, sequence_seed(opts, 0, k), opts.ops_per_sequence).ops
                 for k in range(opts.max_sequences)]
 
     first, second = sequences(), sequences()
@@ -327,7 +329,8 @@ def test_replay_of_a_case_passes_on_the_correct_kernels(planted_case_path):
 def test_minimizer_keeps_the_signature_and_shrinks():
     tier = make_tier("interpret", PLANTED)
     for seed in range(100):  # the first seed whose failure comes late enough to leave room to shrink
-        config, _, ops, d, _ = run_sequence(tier, seed, 200)
+        seq = get_track("small").run_sequence(tier, seed, 200)
+        config, ops, d = seq.config, seq.ops, seq.divergence
         if d is not None and d.step >= 10:
             break
     assert d is not None and d.step >= 10, "no seed in 0..99 failed after 10 ops on the planted bug"

@@ -1,4 +1,4 @@
-"""CUDA-graph replay fuzzing (fuzz/engine/graph.py): the launch-recording emulation on the
+"""CUDA-graph replay fuzzing (fuzz/engine/production/graph.py): the launch-recording emulation on the
 interpreter, and real CUDA graphs on a GPU."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fuzz.engine import scale
-from fuzz.engine.graph import EmulatedCapture, GReadTable, LaunchRecorder
+from fuzz.engine.dispatch import replay
 from fuzz.engine.ops import Op
-from fuzz.engine.scale import PSetup
+from fuzz.engine.production import ops as scale
+from fuzz.engine.production.graph import EmulatedCapture, GReadTable, LaunchRecorder
+from fuzz.engine.production.ops import PSetup
 from fuzz.engine.tiers import make_tier
 from kvref import PoolConfig
 
@@ -70,7 +71,7 @@ def test_a_torch_path_is_not_applicable_rather_than_clean():
     why = cap.capture(lambda: tier.kernels.alloc_bind_inplace(torch.tensor([1]), torch.full((4,), -1),
                                                               torch.full((4,), -1), 2))
     assert why is not None and "no Triton kernel" in why
-    d, run = scale.replay(CONFIG, [SETUP, _graph_op()], tier)
+    d, run = replay(CONFIG, [SETUP, _graph_op()], tier)
     assert d is None and run.graph_not_applicable == 1 and run.graph_replays == 0
     assert "not applicable" in run.notes[0]
 
@@ -92,7 +93,7 @@ def test_a_correct_read_table_stays_clean_under_replay(kernels, packed):
         pytest.skip("no Triton tier here")
     tier = make_tier(_backend(), str(FOREIGN / "indep.py") if kernels == "indep" else "kvkernels")
     op = _graph_op(packed=packed, max_pages=150 if packed else 40)
-    d, run = scale.replay(CONFIG, [SETUP, op], tier)
+    d, run = replay(CONFIG, [SETUP, op], tier)
     assert d is None, str(d)
     assert run.graph_replays == op.steps and run.graph_not_applicable == 0
     assert run.elements_checked >= op.bs * op.max_pages * op.steps
@@ -104,10 +105,10 @@ def test_host_bound_is_clean_eagerly_and_caught_under_replay(host_bound):
     tier = make_tier(_backend(), host_bound)
     eager = scale.PReadTable(seed=5, bs=6, max_pages=40, req=(1, 0, 4), long_len=150, n_long=2, legacy=False)
     rows = scale.PRows(seed=5, rows=4, width=160, src=(0, 3001, 1, 0, 0, 3001, 17, 9), pad_every=0)
-    d, _ = scale.replay(CONFIG, [SETUP, rows, eager], tier)
+    d, _ = replay(CONFIG, [SETUP, rows, eager], tier)
     assert d is None, str(d)
     ops = json.loads(json.dumps([SETUP.to_json(), _graph_op().to_json()]))  # a case file replays it under capture
-    d, _ = scale.replay(CONFIG, ops, tier)
+    d, _ = replay(CONFIG, ops, tier)
     assert d is not None and (d.kind, d.oracle, d.field) == ("g_read_table", "result", "out"), str(d)
     assert "replay" in d.message
     assert Op.from_json(ops[1]) == _graph_op()
@@ -116,5 +117,5 @@ def test_host_bound_is_clean_eagerly_and_caught_under_replay(host_bound):
 @pytest.mark.cuda
 def test_cuda_graph_replay_catches_host_bound(host_bound):
     tier = make_tier("cuda", host_bound)
-    d, _ = scale.replay(CONFIG, [SETUP, _graph_op()], tier)
+    d, _ = replay(CONFIG, [SETUP, _graph_op()], tier)
     assert d is not None and d.kind == "g_read_table"

@@ -11,11 +11,13 @@ import pytest
 import torch
 
 import kvref
-from fuzz.engine.campaign import run_sequence
+from fuzz.engine.kinds import parse_ops
 from fuzz.engine.memory import RedZones, index_canary
-from fuzz.engine.ops import Alloc, Free, KFreeUnbind, ReadTable, parse_ops
-from fuzz.engine.runner import Divergence, PoolRun
+from fuzz.engine.ops import Alloc, Free, KFreeUnbind, ReadTable
+from fuzz.engine.runner import PoolRun
 from fuzz.engine.tiers import make_tier
+from fuzz.engine.tracks import get as get_track
+from fuzz.engine.verdict import Divergence
 
 REPO = Path(__file__).resolve().parents[2]
 TRUSTING = str(REPO / "tests/fixtures/kernels/foreign/trusting.py")
@@ -48,7 +50,8 @@ def _spy_tier():
 def test_off_makes_no_contract_violations_and_probes_nothing():
     tier = make_tier("torch")
     for seed in range(20):
-        _, _, ops, d, run = run_sequence(tier, seed, 150, hostile="off")
+        seq = get_track("small").run_sequence(tier, seed, 150, hostile="off")
+        d, run = seq.divergence, seq.run
         assert d is None and run.stats.contract_ops == 0 and not run.stats.hostile
 
 

@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 import kvref
 from fuzz.engine import shapes, strategies
 from fuzz.engine.case import Case, Signature
+from fuzz.engine.dispatch import replay
 from fuzz.engine.generate import OpGenerator, sequence_params
+from fuzz.engine.kinds import parse_ops
 from fuzz.engine.minimize import Minimizer, NotReproducible
-from fuzz.engine.ops import KERNEL_KINDS, POOL_KINDS, Alloc, Free, Ints, Op, OpError, ReadTablePacked, Rows, parse_ops
-from fuzz.engine.runner import PoolRun, replay
+from fuzz.engine.ops import KERNEL_KINDS, POOL_KINDS, Alloc, Free, Ints, Op, OpError, ReadTablePacked, Rows
+from fuzz.engine.runner import PoolRun
 from fuzz.engine.tiers import make_tier
 
 REPO = Path(__file__).resolve().parents[2]
@@ -213,10 +215,10 @@ def test_the_minimizer_never_replays_a_candidate_twice(monkeypatch):
     d, _ = replay(config, ops, tier)
     assert d is not None
     calls = []
-    import fuzz.engine.runner as runner
+    import fuzz.engine.dispatch as dispatch
 
-    real = runner.replay
-    monkeypatch.setattr(runner, "replay", lambda c, o, t, **kw: calls.append((c, tuple(o))) or real(c, o, t, **kw))
+    real = dispatch.replay
+    monkeypatch.setattr(dispatch, "replay", lambda c, o, t, **kw: calls.append((c, tuple(o))) or real(c, o, t, **kw))
     m = Minimizer(tier, d.signature)
     small_config, small, small_d = m.run(config, ops)
     assert small_d.signature == d.signature and len(small) <= 2

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from fuzz.engine.case import Signature
+from fuzz.engine.dispatch import replay
 from fuzz.engine.ops import Op, OpError
-from fuzz.engine.runner import replay
 from fuzz.engine.tiers import make_tier
 from kvref import PoolConfig
 

@@ -1,4 +1,4 @@
-"""Production-scale fuzzing (fuzz/engine/scale.py) on the interpreter tier, and its CUDA twins.
+"""Production-scale fuzzing (fuzz/engine/production/) on the interpreter tier, and its CUDA twins.
 
 The foreign fixture set ``indep.py`` runs at production constants (BLOCK 128, BLOCK_COLS
 512, TARGET_BLOCKS 1024) with no FUZZ_KNOBS: each planted variant below shows only at a
@@ -19,11 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.engine import scale
 from fuzz.engine.boundary import kernel_constants
-from fuzz.engine.ops import Op
-from fuzz.engine.scale import (
-    EAGER_MIX,
+from fuzz.engine.dispatch import replay
+from fuzz.engine.minimize import Minimizer
+from fuzz.engine.ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Op
+from fuzz.engine.production import generator as scale
+from fuzz.engine.production.arith import hash_int
+from fuzz.engine.production.generator import EAGER_MIX, GRAPH_MIX, ScaleGenerator
+from fuzz.engine.production.limits import ScaleLimits
+from fuzz.engine.production.ops import (
     PAllocBind,
     PBind,
     PFreeUnbind,
@@ -32,11 +36,10 @@ from fuzz.engine.scale import (
     PRows,
     PSetup,
     PTranslate,
-    ScaleGenerator,
-    ScaleLimits,
-    ScaleRun,
 )
+from fuzz.engine.production.run import ScaleRun
 from fuzz.engine.tiers import make_tier
+from fuzz.engine.tracks import get as get_track
 from kvref import PoolConfig
 from kvref import kernels as ref
 
@@ -102,7 +105,7 @@ class KvrefTwin:
             for t in range(w):
                 x = r * ppr + t // ps
                 page = lo + (a * (k0 + (c * x + d) % m) + b) % span
-                if op.pad_every and scale.hash_int(x, op.seed) % op.pad_every == 0:
+                if op.pad_every and hash_int(x, op.seed) % op.pad_every == 0:
                     page = -1
                 row.append(-1 if page < 0 or t >= fill else page * ps + t % ps)
             out.append(row)
@@ -125,7 +128,7 @@ class KvrefTwin:
             self.r2t = self.rows(op)
         elif isinstance(op, PReadTable):
             a, b, rows = op.req
-            buf = [[scale.POISON] * (op.max_pages + scale.OUT_SLACK_COLS) for _ in range(op.bs + 2)]
+            buf = [[POISON] * (op.max_pages + OUT_SLACK_COLS) for _ in range(op.bs + 2)]
             ref.read_table(req_to_token=self.r2t, req_pool_indices=[(a * i + b) % rows for i in range(op.bs)],
                            seq_lens=op.seq_lens(cfg.page_size), v2p=self.v2p, multiplier=cfg.multiplier,
                            page_size=cfg.page_size, max_pages=op.max_pages, out=buf[1:1 + op.bs])
@@ -133,11 +136,11 @@ class KvrefTwin:
         elif isinstance(op, PReadTablePacked):
             a, b, rows = op.req
             seq, indptr, starts = op.layout(len(self.r2t[0]))
-            out = [scale.POISON] * indptr[-1]
+            out = [POISON] * indptr[-1]
             ref.read_table_packed(req_to_token=self.r2t, req_pool_indices=[(a * i + b) % rows for i in range(op.bs)],
                                   seq_lens=seq, v2p=self.v2p, indptr=indptr, multiplier=cfg.multiplier,
                                   page_size=cfg.page_size, max_tokens=op.max_tokens, out=out, kv_start_idx=starts)
-            return [scale.POISON] * scale.PACKED_SLACK + out + [scale.POISON] * scale.PACKED_SLACK
+            return [POISON] * PACKED_SLACK + out + [POISON] * PACKED_SLACK
         elif isinstance(op, PTranslate):
             return ref.translate(self.v2p, op.loc(cfg, "cpu").tolist(), cfg.page_size)
         return None
@@ -202,7 +205,8 @@ def _find(tier, *, mix=None, budget_s=FIND_BUDGET_S, n_ops=16):
     start = time.monotonic()
     seed = 0
     while time.monotonic() - start < budget_s:
-        config, ops, d, _ = scale.run_sequence(tier, seed, n_ops, start + budget_s, mix=mix)
+        seq = get_track("production").run_sequence(tier, seed, n_ops, deadline=start + budget_s, mix=mix)
+        config, ops, d = seq.config, seq.ops, seq.divergence
         if d is not None:
             return seed, time.monotonic() - start, config, ops, d
         seed += 1
@@ -210,12 +214,13 @@ def _find(tier, *, mix=None, budget_s=FIND_BUDGET_S, n_ops=16):
 
 
 def _shrink_and_replay(tier, config, ops, d):
-    config2, ops2, d2 = scale.minimize(config, ops, tier, d, deadline=time.monotonic() + MINIMIZE_S)
+    m = Minimizer(tier, d.signature, deadline=time.monotonic() + MINIMIZE_S)
+    config2, ops2, d2 = m.run(config, ops[: d.step + 1])
     assert d2.signature == d.signature
     assert len(ops2) <= d.step + 1
     assert sum(len(json.dumps(o.to_json())) for o in ops2) <= sum(len(json.dumps(o.to_json())) for o in ops[:d.step + 1])
     case_ops = json.loads(json.dumps([op.to_json() for op in ops2]))  # a case file's op list
-    d3, _ = scale.replay(config2, case_ops, tier)
+    d3, _ = replay(config2, case_ops, tier)
     assert d3 is not None and d3.signature == d.signature, f"the minimized case does not reproduce: {d3}"
     return ops2, d3
 
@@ -257,7 +262,8 @@ def _clean_for(tier, seconds: float, *, mix=None):
     start = time.monotonic()
     seed, ops = 0, 0
     while time.monotonic() - start < seconds:
-        _, seq, d, run = scale.run_sequence(tier, seed, 10, start + seconds, mix=mix)
+        s = get_track("production").run_sequence(tier, seed, 10, deadline=start + seconds, mix=mix)
+        seq, d, run = s.ops, s.divergence, s.run
         assert d is None, f"seed {seed}: {d}\n{[op.to_json() for op in seq]}"
         ops += run.stats.ops
         seed += 1
@@ -279,7 +285,7 @@ def test_our_kernels_run_clean_at_their_default_constants(variant_dir):
     tier = _tier("interpret", "kvkernels", variant_dir)
     apply(tier.kernels, {"BLOCK_COLS": 4, "TARGET_BLOCKS": 2, "BLOCK_IDS": 4})  # a knob left set by someone else
     try:
-        config, gen = scale.sequence(tier, 0)  # knobs=None: back to the defaults
+        config, gen = scale.generator(0, scale.scale_info(tier))  # knobs=None: back to the defaults
         assert (launchers.BLOCK_COLS, launchers.TARGET_BLOCKS, launchers.BLOCK_IDS) == (512, 1024, 1024)
         assert gen.constants.blocks == {"BLOCK_COLS": 512, "BLOCK_IDS": 1024}
         assert _clean_for(tier, 8.0) > 3
@@ -291,7 +297,7 @@ def test_our_kernels_run_clean_at_their_default_constants(variant_dir):
 def test_host_bound_seq_lens_is_clean_eagerly_and_found_under_graph_replay(variant_dir):
     tier = _tier("interpret", "host_bound_seq_lens", variant_dir)
     assert _clean_for(tier, 4.0, mix=EAGER_MIX) > 3
-    seed, took, config, ops, d = _find(tier, mix=scale.GRAPH_MIX, budget_s=60)
+    seed, took, config, ops, d = _find(tier, mix=GRAPH_MIX, budget_s=60)
     assert d is not None and (d.kind, d.oracle, d.field) == ("g_read_table", "result", "out"), str(d)
     print(f"host_bound_seq_lens: found under emulated graph replay at seed {seed} in {took:.1f} s: {d}")
     _shrink_and_replay(tier, config, ops, d)
@@ -301,7 +307,7 @@ def test_host_bound_seq_lens_is_clean_eagerly_and_found_under_graph_replay(varia
 def test_host_bound_seq_lens_is_found_under_cuda_graph_replay(variant_dir):
     tier = _tier("cuda", "host_bound_seq_lens", variant_dir)
     _clean_for(tier, 4.0, mix=EAGER_MIX)
-    seed, took, config, ops, d = _find(tier, mix=scale.GRAPH_MIX, budget_s=60)
+    seed, took, config, ops, d = _find(tier, mix=GRAPH_MIX, budget_s=60)
     assert d is not None and d.kind == "g_read_table", str(d)
 
 
@@ -341,7 +347,7 @@ def test_a_store_into_the_red_zone_is_a_memory_finding():
         _before(v2p).fill_(5)
         return torch_path.alloc_bind_inplace(v, v2p, p2v, start)
 
-    d, _ = scale.replay(PoolConfig(num_pages=300), [PAllocBind(5, (1, 299, 1, 0, 0), 7)],
+    d, _ = replay(PoolConfig(num_pages=300), [PAllocBind(5, (1, 299, 1, 0, 0), 7)],
                         _torch_set(alloc_bind_inplace=alloc_bind))
     assert d is not None and (d.oracle, d.field) == ("memory", "raw_v2p"), str(d)
 
@@ -355,9 +361,9 @@ def test_a_write_past_the_live_prefix_is_a_memory_finding_inside_it_a_result():
 
     ops = [PRows(1, 2, 64, (0, 301, 1, 0, 0, 301, 5, 1), 0),
            PReadTable(seed=0, bs=3, max_pages=40, req=(1, 0, 2), long_len=0, n_long=1, legacy=False)]
-    d, _ = scale.replay(PoolConfig(num_pages=300), ops, _torch_set(build_kv_read_table=read_table))
+    d, _ = replay(PoolConfig(num_pages=300), ops, _torch_set(build_kv_read_table=read_table))
     assert d is not None and (d.oracle, d.field) == ("memory", "out"), str(d)
     assert "past the live prefix" in d.message
     long_row = [ops[0], dataclasses.replace(ops[1], long_len=40, n_long=3)]
-    d, _ = scale.replay(PoolConfig(num_pages=300), long_row, _torch_set(build_kv_read_table=read_table))
+    d, _ = replay(PoolConfig(num_pages=300), long_row, _torch_set(build_kv_read_table=read_table))
     assert d is not None and (d.oracle, d.field) == ("result", "out"), str(d)

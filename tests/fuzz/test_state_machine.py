@@ -16,10 +16,12 @@ from hypothesis.stateful import run_state_machine_as_test
 
 import kvref
 from fuzz.engine.case import Case, load_case, write_case
+from fuzz.engine.dispatch import replay
 from fuzz.engine.ops import Alloc, Free, Op
-from fuzz.engine.runner import Divergence, PoolRun, replay
+from fuzz.engine.runner import PoolRun
 from fuzz.engine.strategies import DifferentialMachine, launch_knobs, pool_configs, pool_ops, violation_ops
 from fuzz.engine.tiers import make_tier
+from fuzz.engine.verdict import Divergence
 
 REPO = Path(__file__).resolve().parents[2]
 PLANTED = str(REPO / "tests/fixtures/kernels/forget_p2v_tombstone.py")

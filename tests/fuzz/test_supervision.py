@@ -20,10 +20,11 @@ import pytest
 
 import kvref
 from fuzz.engine import supervise
-from fuzz.engine.campaign import CampaignOptions, run_sequence, visible_gpus
+from fuzz.engine.campaign import CampaignOptions, visible_gpus
 from fuzz.engine.case import load_case
 from fuzz.engine.generate import regenerate
 from fuzz.engine.tiers import make_tier
+from fuzz.engine.tracks import get as get_track
 from tests.fuzz.test_engine import REPO, cli_env, kvfuzz, show
 
 FOREIGN = REPO / "tests/fixtures/kernels/foreign"
@@ -139,14 +140,15 @@ def test_ops_of_a_dead_worker_are_rebuilt_from_its_seed():
     """The supervisor's reconstruction equals what the worker ran, skipped ops included."""
     full = make_tier("torch")
     for seed in range(12):
-        _, _, ran, d, _ = run_sequence(full, seed, 150)
+        seq = get_track("small").run_sequence(full, seed, 150)
+        ran, d = seq.ops, seq.divergence
         assert d is None
         config, _, rebuilt = regenerate(seed, len(ran), has=[fn for fn in ("build_kv_read_table_packed",
                                                                            "build_kv_read_table_legacy",
                                                                            "translate_tokens")])
         assert rebuilt == ran, seed
     # A kernel set without the optional functions: its skipped ops still advance the stream alike.
-    _, _, ran, _, _ = run_sequence(make_tier("torch", str(FAKES / "past_prefix.py")), 3, 150)
+    ran = get_track("small").run_sequence(make_tier("torch", str(FAKES / "past_prefix.py")), 3, 150).ops
     assert regenerate(3, len(ran), has=["translate_tokens"])[2][: len(ran)] == ran
 
 
@@ -218,7 +220,7 @@ def test_a_case_replayed_on_a_kernel_set_without_its_knobs_drops_them_with_a_war
 
 def test_executor_answers_a_crash_and_then_works_again(tmp_path):
     """A candidate that kills the executor is an answer, and the next one gets a fresh child."""
-    from fuzz.engine.ops import parse_ops
+    from fuzz.engine.kinds import parse_ops
     from fuzz.engine.tiers import TierSpec
 
     ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)

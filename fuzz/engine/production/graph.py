@@ -23,100 +23,44 @@ torch ops during the call (a graph would recompute it on replay; the emulation c
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass
 
 import torch
 
-from . import vector_oracle as vo
-from .ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Ints
-from .runner import Outcome
-from .scale import (
-    LONG,
-    Compare,
-    PRows,
-    ScaleOp,
-    cdiv,
-    hash_int,
-    packed_live,
-    table_live,
-)
+from .. import launches
+from .. import vector_oracle as vo
+from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Ints
+from ..verdict import Outcome
+from .arith import LONG, cdiv, hash_int
+from .compare import Compare, packed_live, table_live
+from .ops import PRows, ScaleOp
 
 # Ops that only allocate: a tensor they made holds no capture-time value a replay would need.
 _ALLOC_ONLY = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
 
 
-# ---- recording Triton launches -------------------------------------------------------------------
+# ---- recording Triton launches (``launches``: the one hook on Triton's launch path) ----------
 
 
-@dataclass
-class Launch:
-    fn: object
-    grid: object
-    args: tuple
-    kwargs: dict
-    run: object  # the unwrapped run method
-
-    def replay(self) -> None:
-        self.run(self.fn, *self.args, grid=self.grid, warmup=False, **self.kwargs)
-
-
-def _launch_classes() -> list[type]:
-    classes = []
-    with contextlib.suppress(ImportError):
-        from triton.runtime.jit import JITFunction
-
-        classes.append(JITFunction)
-    with contextlib.suppress(ImportError):
-        from triton.runtime.interpreter import InterpretedFunction
-
-        classes.append(InterpretedFunction)
-    return [c for c in classes if "run" in vars(c)]
-
-
-class LaunchRecorder:
-    """Context manager: every outermost Triton launch made inside it, in order."""
+class LaunchRecorder(launches.Recorder):
+    """The outermost Triton launches of a capture call (``launches.Recorder``), plus the
+    storages torch ops allocated during the call outside any launch (``made``): a launch
+    argument computed that way holds a capture-time value a replay would not refresh."""
 
     def __init__(self):
-        self.launches: list[Launch] = []
+        super().__init__()
         self.made: dict[int, str] = {}  # storage pointer -> the torch op that allocated it during the call
-        self._local = threading.local()
-        self._saved: list[tuple[type, object]] = []
         self._mode = None
 
-    @property
-    def inside(self) -> bool:
-        return getattr(self._local, "depth", 0) > 0
-
-    def _wrap(self, original):
-        recorder = self
-
-        def run(fn_self, *args, grid, warmup, **kwargs):
-            if warmup or recorder.inside:
-                return original(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
-            recorder.launches.append(Launch(fn_self, grid, args, dict(kwargs), original))
-            recorder._local.depth = 1
-            try:
-                return original(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
-            finally:
-                recorder._local.depth = 0
-
-        return run
-
     def __enter__(self):
-        for cls in _launch_classes():
-            original = vars(cls)["run"]
-            self._saved.append((cls, original))
-            cls.run = self._wrap(original)
+        super().__enter__()
         self._mode = _AllocWatch(self)
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc):
         self._mode.__exit__(*exc)
-        for cls, original in reversed(self._saved):
-            cls.run = original
-        self._saved.clear()
+        super().__exit__(*exc)
         return False
 
     def stale_args(self) -> list[str]:
@@ -208,7 +152,7 @@ class EmulatedCapture:
     emulated = True
 
     def __init__(self):
-        self.launches: list[Launch] = []
+        self.launches: list[launches.Launch] = []
 
     def warmup(self, call) -> None:
         call()
@@ -420,39 +364,3 @@ class GReadTable(ScaleOp):
         yield from self._shrink_fields(("max_pages",), {"max_pages": 1})
         yield from self._shrink_fields(("tombs", "cap_len", "long_len"))
         yield from self._shrink_fields(("rows",), {"rows": 1})
-
-
-def draw_graph_op(gen) -> GReadTable:
-    """A g_read_table for a ScaleGenerator: batch and width at the constants' boundaries,
-    capture-time seq_lens short (a server's dummy capture), a few to ``graph_steps`` replays."""
-    rng, lim, cfg = gen.rng, gen.limits, gen.config
-    ps = cfg.page_size
-    features = gen.features
-    packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
-    cols_cap = lim.max_row_tokens if packed else lim.max_row_tokens // ps
-    budget = lim.graph_programs if lim.graph_programs is not None else lim.max_programs
-    for _ in range(8):
-        bs, bs_tag = gen.bounds.bs(lim.max_bs) if rng.random() < 0.6 else gen.bounds.size(1, min(lim.max_bs, 64))
-        cols, cols_tag = gen.bounds.trip_pages(bs, cols_cap)
-        elems = bs * cols
-        if elems <= (lim.max_packed if packed else lim.max_read_elems) and (
-                budget is None or gen.programs(bs, cols) <= budget):
-            break
-    else:
-        bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
-    maxlen = cols if packed else cols * ps
-    width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
-    rows = max(1, min(bs, lim.max_r2t_elems // width, rng.choice((1, 3, bs, bs + 1))))
-    lo, span, a, b = gen.sigma
-    if gen.bound and rng.random() < 0.7:
-        s, e = rng.choice(gen.bound)
-        src = (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
-    else:
-        src = (0, cfg.table_rows, 1, 0, 0, cfg.table_rows, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
-    cap_len = min(maxlen, rng.choice((0, 1, ps, 2 * ps, 3 * ps)))
-    n_long, long_tag = gen.long_pages(bs, cols)
-    long_len = min(maxlen, n_long if packed else n_long * ps)
-    op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
-                    cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
-                    tombs=rng.choice((0, 1, 8)), packed=packed)
-    return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))

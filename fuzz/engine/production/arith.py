@@ -1,0 +1,74 @@
+"""Integer arithmetic that is exact on the host and on any device (every product stays below
+2^63): the seeded hash behind production ops' data, and affine id slices.
+
+An id batch is an affine slice ``lo + (a * (i0 + i) + b) mod span`` for ``i < n``
+(unique when ``gcd(a, span) == 1`` and ``i0 + n <= span``), so an op of 64k ids is five
+ints in a case file.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..boundary import cdiv  # noqa: F401 - the production modules' one cdiv
+from ..ops import Ints
+
+LONG = torch.int64
+INT32_LIMIT = 1 << 31
+HASH_P = 2_147_483_647  # 2^31 - 1, prime: every hash value stays below 2^31
+HASH_A = 2_654_435_761
+HASH_B = 2_246_822_519
+HASH_C = 3_266_489_917
+
+
+
+def hash_int(x: int, seed: int) -> int:
+    """The host twin of ``hash_tensor``: a value in [0, 2^31 - 1)."""
+    h = (x % HASH_P * HASH_A + seed % HASH_P) % HASH_P
+    return (h * HASH_B + HASH_C) % HASH_P
+
+
+def hash_tensor(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """Elementwise ``hash_int`` of a non-negative int64 tensor (new tensor)."""
+    h = x.remainder(HASH_P).mul_(HASH_A).add_(seed % HASH_P).remainder_(HASH_P)
+    return h.mul_(HASH_B).add_(HASH_C).remainder_(HASH_P)
+
+
+def affine_ids(desc: Ints, n: int, device) -> torch.Tensor:
+    """``lo + (a * (i0 + i) + b) mod span`` for ``i < n``: desc = (lo, span, a, b, i0)."""
+    lo, span, a, b, i0 = desc
+    i = torch.arange(i0, i0 + n, dtype=LONG, device=device)
+    return i.mul_(a).add_(b).remainder_(span).add_(lo)
+
+
+def affine_error(desc: Ints, n: int, lo_min: int, hi: int, what: str) -> str | None:
+    """Why an affine slice is not ``n`` unique ids inside [lo_min, hi), or None."""
+    if len(desc) != 5:
+        return f"{what}: an id slice is (lo, span, a, b, i0), got {desc}"
+    lo, span, a, b, i0 = desc
+    if n < 0 or span < 1 or i0 < 0 or i0 + n > span:
+        return f"{what}: slice [{i0}, {i0 + n}) does not fit span {span}"
+    if math.gcd(a, span) != 1 or a <= 0 or b < 0:
+        return f"{what}: a={a} is not a unit mod span {span} (ids would repeat)"
+    if lo < lo_min or lo + span > hi:
+        return f"{what}: ids [{lo}, {lo + span}) leave [{lo_min}, {hi})"
+    return None
+
+
+def unit_near(x: int, span: int) -> int:
+    """The first ``a >= max(1, x)`` with ``gcd(a, span) == 1`` (a permutation multiplier)."""
+    a = max(1, x) % max(span, 1) or 1
+    while math.gcd(a, span) != 1:
+        a += 1
+    return a
+
+
+def shrunk_ints(v: int, floor: int = 0) -> list[int]:
+    """Smaller values for an int field, the boldest first."""
+    out = []
+    for c in (floor, v // 2, v - v // 4, *(v - (1 << k) for k in range(v.bit_length() - 2, -1, -1))):
+        if floor <= c < v and c not in out:
+            out.append(c)
+    return out

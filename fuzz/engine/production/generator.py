@@ -1,0 +1,382 @@
+"""The production generator: ops for one pool geometry, sizes drawn at the kernel set's boundaries.
+
+Small pools never give a strided read-table program its second trip or a launcher its
+second block at production constants, and a team's kernels expose no knobs to shrink
+those constants; so sizes are drawn where the set's own constants bite
+(``boundary.Boundaries``): pools up to 2^20 pages, bs up to 512 and the cdiv(TARGET, bs)
+steps beyond, rows up to 256k tokens, id batches up to 64k. The stream depends only on
+the seed and ``scale_info`` (the constants, the optional functions, the device), never
+on what the target does, so a supervisor rebuilds a dead worker's ops from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import kvref
+
+from ..boundary import Boundaries, Constants, kernel_constants
+from ..knobs import apply as apply_knobs
+from ..ops import Op
+from .arith import INT32_LIMIT, cdiv, unit_near
+from .graph import GReadTable
+from .limits import ScaleLimits
+from .ops import PAllocBind, PBind, PFreeUnbind, PReadTable, PReadTablePacked, PRows, PSetup, PTranslate
+
+
+def scale_config(rng: random.Random, constants: Constants, limits: ScaleLimits | None = None) -> kvref.PoolConfig:
+    """One production geometry: page size, a pool size at a block boundary (or a power of two
+    +-1), a multiplier that keeps every entry inside int32."""
+    limits = limits or ScaleLimits()
+    ps = rng.choice(limits.page_sizes)
+    top = limits.pool_pages if ps == 1 else limits.pool_pages_paged
+    bounds = Boundaries(constants, rng)
+    lo = max(64, top // 64)
+    num_pages = bounds.size(lo, top)[0] if rng.random() < 0.5 else top - rng.choice((0, 1, 3))
+    num_pages = max(lo, min(top, num_pages))
+    multiplier = rng.choice(limits.multipliers)
+    while (num_pages + 1) * multiplier * ps >= INT32_LIMIT and multiplier > 1:
+        multiplier //= 2
+    return kvref.PoolConfig(num_pages=num_pages, page_size=ps, multiplier=multiplier)
+
+
+DEFAULT_MIX = {"p_read_table": 30, "p_alloc_bind": 12, "p_bind": 8, "p_free_unbind": 14, "p_read_table_packed": 10,
+               "p_translate": 6, "p_rows": 4, "g_read_table": 8}
+READ_HEAVY_MIX = {"p_read_table": 80, "p_read_table_packed": 10, "p_alloc_bind": 3, "p_free_unbind": 3,
+                  "p_rows": 1}
+EAGER_MIX = {k: w for k, w in DEFAULT_MIX.items() if not k.startswith("g_")}
+GRAPH_MIX = {"g_read_table": 1}
+FEATURES = {"p_read_table_packed": "build_kv_read_table_packed", "p_translate": "translate_tokens",
+            "g_read_table": None}
+
+
+class ScaleGenerator:
+    """Production-scale ops for one pool geometry, sizes drawn mostly at the kernel set's
+    boundaries (``boundary.Boundaries``). It tracks which virtual pages are bound (as
+    intervals of indices into one permutation of the pool), so every free names bound
+    pages; ``shapes`` records, per op, the boundary each size was drawn at."""
+
+    def __init__(self, rng: random.Random, config: kvref.PoolConfig, constants: Constants,
+                 limits: ScaleLimits | None = None, *, features: set | None = None, mix: dict | None = None,
+                 legacy: bool = False, big: float = 0.1):
+        self.rng, self.config, self.constants = rng, config, constants
+        self.big = big  # share of read tables at the limits' full size instead of a boundary
+        self.limits = limits or ScaleLimits()
+        self.bounds = Boundaries(constants, rng)
+        self.features = features  # None: every optional function is there
+        self.legacy = legacy
+        mix = dict(DEFAULT_MIX if mix is None else mix)
+        for kind, fn in FEATURES.items():
+            if kind in mix and features is not None and fn is not None and fn not in features:
+                del mix[kind]
+        self.mix = mix
+        self.cap = config.num_pages - config.min_page
+        self.sigma = (config.min_page, self.cap, unit_near(rng.randrange(1, max(2, self.cap)), self.cap),
+                      rng.randrange(self.cap))
+        self.bound: list[list[int]] = []  # sorted disjoint [start, end) intervals of bound permutation indices
+        self.cursor = config.min_page  # next physical page for binds (wraps: p2v rows may then go stale, legally)
+        self.rows: tuple[int, int] | None = None
+        self.pending: list[Op] = []
+        self.emitted = 0
+        self.shapes: list[dict] = []
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def summary(self) -> dict:
+        """JSON-able: the constants the draws aimed at and, per op index, what each size was drawn at."""
+        return {"constants": self.constants.to_json(), "limits": dataclasses.asdict(self.limits),
+                "shapes": list(self.shapes)}
+
+    def _tag(self, op: Op, **tags) -> Op:
+        if tags:
+            self.shapes.append({"op": self.emitted, "kind": op.kind, **tags})
+        self.emitted += 1
+        return op
+
+    def _gaps(self) -> list[tuple[int, int]]:
+        gaps, at = [], 0
+        for s, e in self.bound:
+            if s > at:
+                gaps.append((at, s))
+            at = e
+        if at < self.cap:
+            gaps.append((at, self.cap))
+        return gaps
+
+    def _mark(self, s: int, e: int, bound: bool) -> None:
+        pts = []
+        for a, b in self.bound:
+            if b <= s or a >= e:
+                pts.append([a, b])
+            else:
+                if a < s:
+                    pts.append([a, s])
+                if b > e:
+                    pts.append([e, b])
+        if bound:
+            pts.append([s, e])
+        pts.sort()
+        merged: list[list[int]] = []
+        for a, b in pts:
+            if merged and merged[-1][1] == a:
+                merged[-1][1] = b
+            else:
+                merged.append([a, b])
+        self.bound = merged
+
+    def _v(self, i0: int) -> tuple:
+        lo, span, a, b = self.sigma
+        return (lo, span, a, b, i0)
+
+    def _phys(self, n: int) -> int:
+        c = self.config
+        if self.cursor + n > c.num_pages:
+            self.cursor = c.min_page
+        start = self.cursor
+        self.cursor += n
+        return start
+
+    # ---- ops ---------------------------------------------------------------------------------
+    def next_op(self) -> Op:
+        if self.pending:
+            op = self.pending.pop(0)
+            return op
+        if self.emitted == 0:
+            return self._setup()
+        kinds = list(self.mix)
+        kind = self.rng.choices(kinds, weights=[self.mix[k] for k in kinds])[0]
+        op = getattr(self, "_" + kind)()
+        if self.pending:  # a prerequisite came first (new rows): emit it, then this op
+            self.pending.append(op)
+            return self.pending.pop(0)
+        return op
+
+    def _setup(self) -> Op:
+        rng, cap = self.rng, self.cap
+        n = rng.choice((cap, cap - 1, cap * 3 // 4, cap // 2, cap - min(cap - 1, rng.choice((128, 512, 1024)))))
+        n = max(1, min(cap, n))
+        p = (self.config.min_page, n, unit_near(rng.randrange(1, n + 1), n), rng.randrange(n), 0)
+        self._mark(0, n, True)
+        self.cursor = self.config.min_page + n
+        return self._tag(PSetup(n=n, v=self._v(0), p=p), n=f"{n}/{cap} bound")
+
+    def _ids_budget(self) -> int:
+        return self.limits.max_ids
+
+    def p_bind_like(self, alloc: bool) -> Op:
+        gaps = self._gaps()
+        if not gaps:
+            return self._p_free_unbind()
+        s, e = self.rng.choice(gaps)
+        n, tag = self.bounds.size(1, min(e - s, self._ids_budget()))
+        i0 = s + self.rng.randint(0, e - s - n)
+        self._mark(i0, i0 + n, True)
+        start = self._phys(n)
+        if alloc:
+            return self._tag(PAllocBind(n=n, v=self._v(i0), start=start), n=tag)
+        p = (start, n, unit_near(self.rng.randrange(1, n + 1), n), self.rng.randrange(n), 0)
+        return self._tag(PBind(n=n, v=self._v(i0), p=p), n=tag)
+
+    def _p_bind(self) -> Op:
+        return self.p_bind_like(False)
+
+    def _p_alloc_bind(self) -> Op:
+        return self.p_bind_like(True)
+
+    def _p_free_unbind(self) -> Op:
+        if not self.bound:
+            return self.p_bind_like(True)
+        s, e = self.rng.choice(self.bound)
+        n, tag = self.bounds.size(1, min(e - s, self._ids_budget()))
+        i0 = s + self.rng.randint(0, e - s - n)
+        self._mark(i0, i0 + n, False)
+        return self._tag(PFreeUnbind(n=n, v=self._v(i0)), n=tag)
+
+    def _p_translate(self) -> Op:
+        rng = self.rng
+        n, tag = self.bounds.size(1, self._ids_budget())
+        lo, span, a, b = self.sigma
+        return self._tag(PTranslate(seed=rng.randrange(1 << 30), n=n, src=(lo, span, a, b + rng.randrange(span)),
+                                    bad_every=rng.choice((0, 7, 61))), n=tag)
+
+    def rows_op(self, width: int, rows: int | None = None) -> PRows:
+        """New req_to_token rows at least ``width`` tokens wide; queued, so it is emitted next."""
+        rng, lim = self.rng, self.limits
+        extra = rng.choice((0, 0, 1, self.config.page_size, rng.randrange(64)))
+        width = width + extra
+        cap_rows = max(1, lim.max_r2t_elems // width)
+        if rows is None:
+            rows = max(1, min(cap_rows, rng.choice((1, 7, 64, 257, 512, 1024))))
+        rows = max(1, min(rows, cap_rows))
+        lo, span, a, b = self.sigma
+        if self.bound and rng.random() < 0.7:  # a walk over bound pages: mostly live entries
+            s, e = rng.choice(self.bound)
+            src = (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+        else:
+            src = (0, self.config.table_rows, 1, 0, 0, self.config.table_rows, rng.randrange(1, 1 << 20),
+                   rng.randrange(1 << 20))
+        op = PRows(seed=rng.randrange(1 << 30), rows=rows, width=width, src=src, pad_every=rng.choice((0, 0, 13, 97)))
+        self.rows = (rows, width)
+        self.pending.append(self._tag(op, width=f"{width} tokens", rows=str(rows)))
+        return op
+
+    def _p_rows(self) -> Op:
+        ps = self.config.page_size
+        pages, tag = self.bounds.size(1, self.limits.max_row_tokens // ps)
+        self.rows_op(pages * ps)
+        return self.pending.pop(0)
+
+    def programs(self, bs: int, cols: int) -> int:
+        """The most read-table programs any block/target pair of the constants would launch."""
+        return max((bs * min(cdiv(t, bs), cdiv(cols, b)) for _, b, _, t in self.constants.pairs()), default=bs)
+
+    def table_shape(self, cols_cap: int) -> tuple[int, int, str, str]:
+        """(bs, columns, their tags) for a read table, inside the limits."""
+        rng, lim = self.rng, self.limits
+        if rng.random() < self.big:  # the full production size: a server's largest batch and rows
+            bs = lim.max_bs - rng.choice((0, 0, 1))
+            cols = max(1, min(cols_cap, lim.max_read_elems // bs) - rng.choice((0, 0, 1, 2)))
+            if lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs:
+                return bs, cols, "cap", "cap"
+        for _ in range(8):
+            bs, bs_tag = self.bounds.bs(lim.max_bs) if rng.random() < 0.7 else self.bounds.size(1, lim.max_bs)
+            bs = min(bs, lim.max_step_bs)
+            cols, cols_tag = self.bounds.trip_pages(bs, cols_cap)
+            if rng.random() < 0.3:
+                cols, cols_tag = self.bounds.size(1, cols_cap)
+            if bs * cols <= lim.max_read_elems and (lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs):
+                return bs, cols, bs_tag, cols_tag
+        bs = rng.randint(1, 8)
+        return bs, rng.randint(1, min(cols_cap, 64)), "fallback", "fallback"
+
+    def long_pages(self, bs: int, cols: int) -> tuple[int, str]:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.45:
+            return cols, "max"
+        if r < 0.75:
+            trips = [(n, t) for n, t in self.bounds.min_trip_pages(bs) if n <= cols]
+            if trips:
+                return rng.choice(trips)
+        return self.bounds.size(0, cols)
+
+    def _need_rows(self, width: int) -> None:
+        if self.rows is None or self.rows[1] < width:
+            self.rows_op(width)
+
+    def _p_read_table(self) -> Op:
+        rng, ps = self.rng, self.config.page_size
+        bs, mp, bs_tag, mp_tag = self.table_shape(self.limits.max_row_tokens // ps)
+        self._need_rows((mp - 1) * ps + 1)
+        n_pages, long_tag = self.long_pages(bs, mp)
+        long_len = max(0, n_pages * ps - rng.randrange(ps))
+        n_long = rng.choice((1, 1, 2, bs, rng.randint(1, bs)))
+        R = self.rows[0]
+        req = (rng.randrange(R + 1), rng.randrange(R), R)
+        legacy = self.legacy and rng.random() < 0.2
+        op = PReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=mp, req=req, long_len=long_len,
+                        n_long=min(n_long, bs), legacy=legacy)
+        return self._tag(op, bs=bs_tag, max_pages=mp_tag, long_pages=long_tag)
+
+    def _p_read_table_packed(self) -> Op:
+        rng, lim = self.rng, self.limits
+        for _ in range(8):
+            bs, bs_tag = self.bounds.bs(lim.max_bs)
+            cols, cols_tag = self.bounds.trip_pages(bs, lim.max_row_tokens)
+            if bs * cols <= 4 * lim.max_packed and (lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs):
+                break
+        else:
+            bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
+        self._need_rows(cols)
+        long_len, long_tag = (cols, "max") if rng.random() < 0.5 else self.bounds.size(0, cols)
+        n_long = min(bs, rng.choice((1, 2, bs)))
+        if bs * cols > lim.max_packed:  # most rows short: the total stays inside the budget
+            n_long = max(1, min(n_long, lim.max_packed // max(1, cols) // 2))
+        R = self.rows[0]
+        op = PReadTablePacked(seed=rng.randrange(1 << 30), bs=bs, max_tokens=cols,
+                              req=(rng.randrange(R + 1), rng.randrange(R), R), long_len=long_len, n_long=n_long,
+                              gap=rng.choice((0, 0, 3)), has_start=rng.random() < 0.5)
+        if op.elements() > 2 * lim.max_packed:
+            op = dataclasses.replace(op, n_long=1, max_tokens=min(cols, max(1, lim.max_packed // bs)),
+                                     long_len=min(long_len, max(1, lim.max_packed // bs)))
+        return self._tag(op, bs=bs_tag, max_tokens=cols_tag, long_len=long_tag)
+
+    def _g_read_table(self) -> Op:
+        return draw_graph_op(self)
+
+
+def draw_graph_op(gen) -> GReadTable:
+    """A g_read_table for a ScaleGenerator: batch and width at the constants' boundaries,
+    capture-time seq_lens short (a server's dummy capture), a few to ``graph_steps`` replays."""
+    rng, lim, cfg = gen.rng, gen.limits, gen.config
+    ps = cfg.page_size
+    features = gen.features
+    packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
+    cols_cap = lim.max_row_tokens if packed else lim.max_row_tokens // ps
+    budget = lim.graph_programs if lim.graph_programs is not None else lim.max_programs
+    for _ in range(8):
+        bs, bs_tag = gen.bounds.bs(lim.max_bs) if rng.random() < 0.6 else gen.bounds.size(1, min(lim.max_bs, 64))
+        cols, cols_tag = gen.bounds.trip_pages(bs, cols_cap)
+        elems = bs * cols
+        if elems <= (lim.max_packed if packed else lim.max_read_elems) and (
+                budget is None or gen.programs(bs, cols) <= budget):
+            break
+    else:
+        bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
+    maxlen = cols if packed else cols * ps
+    width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
+    rows = max(1, min(bs, lim.max_r2t_elems // width, rng.choice((1, 3, bs, bs + 1))))
+    lo, span, a, b = gen.sigma
+    if gen.bound and rng.random() < 0.7:
+        s, e = rng.choice(gen.bound)
+        src = (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+    else:
+        src = (0, cfg.table_rows, 1, 0, 0, cfg.table_rows, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+    cap_len = min(maxlen, rng.choice((0, 1, ps, 2 * ps, 3 * ps)))
+    n_long, long_tag = gen.long_pages(bs, cols)
+    long_len = min(maxlen, n_long if packed else n_long * ps)
+    op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
+                    cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
+                    tombs=rng.choice((0, 1, 8)), packed=packed)
+    return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))
+
+
+# ---- what a seed decides ------------------------------------------------------------------------
+
+
+def kernel_features(tier) -> set:
+    return {fn for fn in ("build_kv_read_table_packed", "translate_tokens", "build_kv_read_table_legacy")
+            if tier.has(fn)}
+
+
+def scale_info(tier, knobs: dict | None = None) -> dict:
+    """What a production op stream depends on besides its seed, as JSON: the kernel set's
+    constants (at ``knobs``), its optional functions and whether it runs on a GPU. A
+    supervisor rebuilds a dead worker's ops from this and the seed (``regenerate``)."""
+    apply_knobs(tier.kernels, knobs)
+    return {"constants": kernel_constants(tier.kernels).to_json(), "features": sorted(kernel_features(tier)),
+            "gpu": str(tier.device).startswith("cuda")}
+
+
+def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: dict | None = None,
+              big: float | None = None) -> tuple[kvref.PoolConfig, ScaleGenerator]:
+    """What a seed decides, given ``scale_info``: the geometry and the op stream.
+    ``big``: the share of full-size read tables (default 0.1 on a GPU, 0.02 on the interpreter)."""
+    gpu = info["gpu"]
+    big = (0.1 if gpu else 0.02) if big is None else big
+    c = info["constants"]
+    constants = Constants(dict(c["blocks"]), dict(c["targets"]), c["source"])
+    limits = limits or (ScaleLimits.production() if gpu else ScaleLimits.interpreter())
+    rng = random.Random(seed * 1_000_003 + 11)
+    config = scale_config(rng, constants, limits)
+    features = set(info["features"])
+    gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
+                         legacy="build_kv_read_table_legacy" in features, big=big)
+    return config, gen
+
+
+def regenerate(seed: int, n_ops: int, info: dict, **kw) -> tuple[kvref.PoolConfig, list[Op]]:
+    """The first ``n_ops`` ops of ``seed``'s sequence (the stream depends on nothing the
+    target does)."""
+    config, gen = generator(seed, info, **kw)
+    return config, [gen.next_op() for _ in range(n_ops)]

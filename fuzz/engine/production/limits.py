@@ -1,0 +1,46 @@
+"""How big the production generator goes, per device (the op language itself has no limits)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ScaleLimits:
+    """How big the generator goes (the op language itself has no limits)."""
+
+    pool_pages: int = 1 << 20  # at page size 1
+    pool_pages_paged: int = 1 << 16  # at page size > 1
+    page_sizes: tuple = (1, 1, 16, 64)
+    multipliers: tuple = (1, 2, 8, 64)
+    max_ids: int = 1 << 16
+    max_bs: int = 512
+    max_step_bs: int = 4096  # bs at cdiv(TARGET, bs) steps may exceed max_bs up to this
+    max_row_tokens: int = 1 << 18
+    max_read_elems: int = 1 << 27  # bs * max_pages of one read table
+    max_r2t_elems: int = 1 << 27
+    max_packed: int = 1 << 25
+    max_programs: int | None = None  # read-table programs per launch (the interpreter's cost)
+    graph_steps: int = 32
+    graph_programs: int | None = None
+
+    @classmethod
+    def production(cls) -> ScaleLimits:
+        return cls()
+
+    @classmethod
+    def interpreter(cls) -> ScaleLimits:
+        """Production constants, sizes the interpreter runs in about a second per op."""
+        return cls(pool_pages=1 << 17, pool_pages_paged=1 << 14, max_ids=1 << 14, max_bs=512, max_step_bs=2048,
+                   max_row_tokens=1 << 17, max_read_elems=1 << 21, max_r2t_elems=1 << 22, max_packed=1 << 20,
+                   max_programs=2200, graph_steps=6, graph_programs=300)
+
+    @classmethod
+    def small(cls) -> ScaleLimits:
+        return cls(pool_pages=1 << 12, pool_pages_paged=1 << 9, page_sizes=(1, 2, 4), max_ids=700, max_bs=40,
+                   max_step_bs=40, max_row_tokens=1 << 11, max_read_elems=1 << 14, max_r2t_elems=1 << 16,
+                   max_packed=1 << 14, max_programs=300, graph_steps=4, graph_programs=120)
+
+    @classmethod
+    def for_tier(cls, tier) -> ScaleLimits:
+        return cls.production() if str(tier.device).startswith("cuda") else cls.interpreter()

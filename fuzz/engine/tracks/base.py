@@ -1,0 +1,78 @@
+"""The track protocol: how sequences of one kind are made, run, rebuilt and replayed.
+
+A track owns a family of ops (``Op.track``) and everything that differs between
+families: the generator of a seed's sequence, the runner and its oracle, the info a
+parent needs to rebuild a dead worker's ops, and the op kinds a kernel set must have
+exercised before a long clean run counts as clean. The campaign, the workers, the
+executor, the minimizer and the CLI speak only to this protocol; a new track is a new
+module registered in ``tracks/__init__.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import kvref
+
+from ..ops import Op
+from ..verdict import Divergence, RunStats
+
+
+@dataclass
+class Sequence:
+    """What one generated sequence did in a worker."""
+
+    config: kvref.PoolConfig
+    scenario: str
+    ops: list[Op]
+    divergence: Divergence | None
+    stats: RunStats
+    knobs: dict | None = None
+    extra: dict = field(default_factory=dict)  # written into the case (e.g. the shapes drawn)
+    elements: int = 0  # result elements diffed against the oracle
+    run: object = None  # the runner, for tests and benchmarks
+
+
+class Track:
+    """The protocol; ``small`` and ``production`` implement it."""
+
+    name: str = ""
+    default_ops: int = 200  # ops per generated sequence
+    gpu_warmup: bool = False  # a GPU worker runs warm-up sequences before it is timed
+    case_extra: dict = {}  # keys every case of this track records (read back by nothing: for people)
+
+    def worker_info(self, tier) -> dict:
+        """JSON the parent keeps from a worker's hello: with a seed and an op index, enough to
+        rebuild the ops that worker ran (``regenerate``) without importing the kernel set."""
+        raise NotImplementedError
+
+    def choose_knobs(self, tier, seed: int, worker_knobs: dict | None) -> dict | None:
+        """The launch knobs of a sequence (``worker_knobs``: the GPU worker's fixed choice)."""
+        return None
+
+    def run_sequence(self, tier, seed: int, n_ops: int, *, deadline: float | None = None, beat=None,
+                     knobs: dict | None = None, hostile: str = "spec", check_every: int = 1) -> Sequence:
+        raise NotImplementedError
+
+    def regenerate(self, seed: int, n_ops: int, info: dict, *, hostile: str = "spec") -> tuple[kvref.PoolConfig, str, list[Op]]:
+        """(config, scenario, the first ``n_ops`` ops) of ``seed``'s sequence, from ``info`` alone."""
+        raise NotImplementedError
+
+    def runner(self, config: kvref.PoolConfig, tier, **kw):
+        """A fresh runner: ``step(op)`` raises Divergence, ``finish()`` runs the final checks."""
+        raise NotImplementedError
+
+    def expected_kinds(self, has) -> set[str]:
+        """Op kinds a long clean run must have run (``has``: the set's optional functions)."""
+        return set()
+
+    def replay(self, config: kvref.PoolConfig, ops: list[Op], tier, **kw) -> tuple[Divergence | None, object]:
+        """Run ``ops`` from a fresh state; the first divergence (or None) and the runner."""
+        run = self.runner(config, tier, **kw)
+        try:
+            for op in ops:
+                run.step(op)
+            run.finish()
+        except Divergence as d:
+            return d, run
+        return None, run

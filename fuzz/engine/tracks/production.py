@@ -1,0 +1,55 @@
+"""The production track: kernel-level ops at production shapes (``fuzz.engine.production``).
+
+Sequences are drawn at the kernel set's own block boundaries (its constants, read once
+per worker and handed to the parent as ``scale_info``), so a set with no knobs is covered
+at its real launch constants; they run on ``production.run.ScaleRun`` against the
+vectorized oracle. No knobs: the set's own constants are what is fuzzed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..production.generator import generator, regenerate, scale_info
+from ..production.run import ScaleRun
+from ..tiers import OPTIONAL
+from ..verdict import Divergence
+from .base import Sequence, Track
+
+
+class ProductionTrack(Track):
+    name = "production"
+    default_ops = 24  # production ops are big: a sequence of a few dozen fills seconds of GPU time
+    case_extra = {"scale": "production"}
+
+    def worker_info(self, tier) -> dict:
+        return {"has": [fn for fn in OPTIONAL if tier.has(fn)], "scale": scale_info(tier)}
+
+    def runner(self, config, tier, *, guard_rows=None, **kw):
+        return ScaleRun(config, tier, **kw)
+
+    def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
+                     check_every=1, limits=None, mix=None, big=None) -> Sequence:
+        config, gen = generator(seed, scale_info(tier, knobs), limits=limits, mix=mix, big=big)
+        run = ScaleRun(config, tier, check_every=check_every, knobs=knobs, hostile=hostile, beat=beat)
+        ops, d = [], None
+        try:
+            for _ in range(n_ops):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                op = gen.next_op()
+                ops.append(op)
+                run.step(op)
+            run.finish()
+        except Divergence as exc:
+            d = exc
+        run.shapes = gen.summary()
+        return Sequence(config, "production", ops, d, run.stats, knobs=knobs,
+                        extra={**self.case_extra, "shapes": run.shapes}, elements=run.elements_checked, run=run)
+
+    def regenerate(self, seed, n_ops, info, *, hostile="spec"):
+        config, ops = regenerate(seed, n_ops, info["scale"])
+        return config, "production", ops
+
+    def expected_kinds(self, has) -> set[str]:
+        return {"p_read_table", "p_alloc_bind", "p_free_unbind"}

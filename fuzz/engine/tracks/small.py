@@ -1,0 +1,61 @@
+"""The small track: the allocator state machine and kernel-level ops on pools of tens of pages.
+
+Sequences come from the seeded generator (``generate``), which reads only the spec, and
+run on ``runner.PoolRun`` (spec allocator against the target ``DeviceAllocator``). Small
+pools shrink and replay fast; block sizes reach their boundaries through the kernel
+set's ``FUZZ_KNOBS`` (one choice per sequence, or per GPU worker, recorded in the case).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..generate import OpGenerator, contract_rate, regenerate, sequence_params
+from ..knobs import choose
+from ..runner import PoolRun
+from ..tiers import OPTIONAL
+from ..verdict import Divergence
+from .base import Sequence, Track
+
+
+class SmallTrack(Track):
+    name = "small"
+    default_ops = 200
+    gpu_warmup = True
+
+    def worker_info(self, tier) -> dict:
+        return {"has": [fn for fn in OPTIONAL if tier.has(fn)]}
+
+    def choose_knobs(self, tier, seed, worker_knobs):
+        return worker_knobs if worker_knobs is not None else choose(tier.kernels, seed)
+
+    def runner(self, config, tier, **kw):
+        return PoolRun(config, tier, **kw)
+
+    def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
+                     check_every=1) -> Sequence:
+        config, scenario, rng = sequence_params(seed)
+        gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile))
+        run = PoolRun(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
+                      beat=beat, check_every=check_every)
+        ops, d = [], None
+        try:
+            for _ in range(n_ops):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                op = gen.next_op(run.spec)
+                ops.append(op)
+                gen.observe(op, run.step(op))
+            run.finish()
+        except Divergence as exc:
+            d = exc
+        return Sequence(config, scenario, ops, d, run.stats, knobs=run.knobs, run=run)
+
+    def regenerate(self, seed, n_ops, info, *, hostile="spec"):
+        return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile)
+
+    def expected_kinds(self, has) -> set[str]:
+        kinds = {"alloc", "free", "read_table", "k_bind", "k_alloc_bind", "k_free_unbind"}
+        if "build_kv_read_table_packed" in has:
+            kinds.add("read_table_packed")
+        return kinds
