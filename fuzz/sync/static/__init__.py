@@ -11,7 +11,7 @@ The package, one job per module:
 - ``vocab``: names and torch API facts; the default entry-point patterns.
 - ``model``: parsed modules, imports, classes and their MRO across the checked tree.
 - ``kinds``: what an expression holds (page table, tensor, mask, host tensor, scalar).
-- ``regions``: allowed regions (eager, error path, CPU-only, checked mode, flush, set-up).
+- ``regions``: allowed regions (eager, error path, CPU-only, checked mode, flush).
 - ``checker``: one function in one calling context; hands AST events to the rules.
 - ``rules/``: one module per rule family, each rule a ``registry.Rule`` record.
 - ``reach``: entry points, call following, one finding per line with its chain.
