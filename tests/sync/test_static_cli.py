@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from fuzz import cli as kvfuzz_cli
+from fuzz.sync import cli as sync_cli
 from fuzz.sync import static
 from fuzz.sync.static import registry
 
@@ -21,7 +22,7 @@ MULTI = os.path.relpath(os.path.join(FIXTURES, "multi_ended"))
 
 
 def run(argv, capsys) -> tuple[int, str, str]:
-    rc = static.main(argv)
+    rc = sync_cli.main(argv)
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -440,7 +441,7 @@ def test_the_docs_table_and_help_are_generated_from_the_registry(capsys):
     help_text = capsys.readouterr().out
     for r in registry.all_rules().values():
         assert f"{r.code} {r.name}" in help_text
-    assert static.main(["--list-rules", "json"]) == 0
+    assert sync_cli.main(["--list-rules", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [r["code"] for r in listed] == list(registry.all_rules())
 

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+from fuzz.sync import cli as sync_cli
 from fuzz.sync import static
 from fuzz.sync.runtime import record_host_syncs
 from fuzz.sync.static.regions import KINDS
@@ -65,7 +66,7 @@ def test_fixture_yields_exactly_its_planted_lazy_path_syncs_with_their_chains():
 
 def test_verbose_lists_every_exempted_region_with_its_reason(capsys):
     _, allowed, _ = _markers()
-    assert static.main(["-v", MULTI]) == 1
+    assert sync_cli.main(["-v", MULTI]) == 1
     out = capsys.readouterr().out
     for (path, line), kind in allowed.items():
         assert re.search(rf"^{re.escape(path)}:{line}:\d+: allowed SYNC\d\d \({kind}: ", out, re.M), (path, line)
