@@ -96,17 +96,21 @@ def test_a_relative_import_finds_its_own_sibling_not_a_namesake():
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_the_fixtures_are_real_namespace_packages_and_sync_where_marked(monkeypatch, layout):
     """Imported as Python imports them (no ``__init__.py``), each planted line syncs at run time."""
-    monkeypatch.syspath_prepend(FIXTURES)
-    for name in [m for m in sys.modules if m == layout or m.startswith(layout + ".")]:
-        monkeypatch.delitem(sys.modules, name)
-    modname = f"{layout}.{LAYOUTS[layout][:-3].replace(os.sep, '.')}"
-    mod = importlib.import_module(modname)
-    pool = next(getattr(mod, n) for n in dir(mod) if n.endswith("Pool"))()
     import torch
 
-    pages = torch.tensor([1, 2, 3])
-    with record_host_syncs() as events:
-        pool.free(pages)
+    monkeypatch.syspath_prepend(FIXTURES)
+    ours = lambda: [m for m in sys.modules if m == layout or m.startswith(layout + ".")]  # noqa: E731
+    assert ours() == []
+    try:
+        mod = importlib.import_module(f"{layout}.{LAYOUTS[layout][:-3].replace(os.sep, '.')}")
+        assert getattr(sys.modules[layout], "__file__", None) is None  # a namespace package indeed
+        pool = next(getattr(mod, n) for n in dir(mod) if n.endswith("Pool"))()
+        pages = torch.tensor([1, 2, 3])
+        with record_host_syncs() as events:
+            pool.free(pages)
+    finally:
+        for name in ours():
+            del sys.modules[name]
     top = os.path.join(FIXTURES, layout)
     got = {(os.path.relpath(e.filename, top), e.lineno) for e in events}
     expect, _ = _markers(top)
