@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from fuzz.sync import cli as sync_cli
 from fuzz.sync import static
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -388,7 +389,7 @@ def _expected_line(path: str, code: str) -> int:
 ])
 def test_bad_fixture_allocators_fail_naming_the_line(name, code, form, capsys):
     path = _fixture(name)
-    assert static.main([path]) == 1
+    assert sync_cli.main([path]) == 1
     out = capsys.readouterr().out.splitlines()
     line = _expected_line(path, code)
     hits = [o for o in out if re.match(rf"^{re.escape(path)}:{line}:\d+: {code} ", o)]
@@ -399,13 +400,13 @@ def test_bad_fixture_allocators_fail_naming_the_line(name, code, form, capsys):
 
 
 def test_good_fixture_allocator_passes(capsys):
-    assert static.main([_fixture("good_allocator.py")]) == 0
+    assert sync_cli.main([_fixture("good_allocator.py")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [out[-1]] and out[-1].startswith("check-sync: 0 findings")
 
 
 def test_good_fixture_free_paths_are_discovered(capsys):
-    assert static.main(["-v", _fixture("good_allocator.py")]) == 0
+    assert sync_cli.main(["-v", _fixture("good_allocator.py")]) == 0
     out = capsys.readouterr().out
     for qual in ("GoodPool.free", "GoodPool._tombstone", "GoodPool.release_range", "GoodPool.build_read_table"):
         assert f"free path {qual}" in out
@@ -416,7 +417,7 @@ def test_good_fixture_free_paths_are_discovered(capsys):
 
 def test_a_directory_is_checked_recursively(capsys):
     """Every ``# expect: CODE`` marker under the fixtures, in subpackages too, and nothing else."""
-    assert static.main([os.path.relpath(FIXTURES)]) == 1
+    assert sync_cli.main([os.path.relpath(FIXTURES)]) == 1
     out = capsys.readouterr().out
     reported = {tuple(m.groups()) for m in re.finditer(r"^(\S+?):(\d+):\d+: (SYNC\d\d) ", out, re.M)}
     expected = set()
@@ -432,7 +433,7 @@ def test_a_directory_is_checked_recursively(capsys):
 
 
 def test_our_allocator_passes_by_default(capsys):
-    assert static.main([]) == 0
+    assert sync_cli.main([]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("check-sync: 0 findings in 2 file(s)")
     paths = static.default_paths()
@@ -461,15 +462,15 @@ def test_a_syncing_line_injected_into_our_allocator_is_found(tmp_path):
 
 def test_unreadable_and_unparsable_paths_exit_2(tmp_path, capsys):
     missing = tmp_path / "nope.py"
-    assert static.main([str(missing)]) == 2
+    assert sync_cli.main([str(missing)]) == 2
     assert "cannot read" in capsys.readouterr().err
     broken = tmp_path / "broken.py"
     broken.write_text("def free(:\n")
-    assert static.main([str(broken)]) == 2
+    assert sync_cli.main([str(broken)]) == 2
     err = capsys.readouterr().err
     assert "cannot parse" in err and f"{broken}:1:" in err
     # exit 2 wins over findings in other files
-    assert static.main([_fixture("bad_item.py"), str(broken)]) == 2
+    assert sync_cli.main([_fixture("bad_item.py"), str(broken)]) == 2
 
 
 def test_findings_are_sorted_and_use_one_based_columns():

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from fuzz import cli as kvfuzz_cli
+from fuzz.sync import cli as sync_cli
 from fuzz.sync import static
 from fuzz.sync.static import registry
 
@@ -21,7 +22,7 @@ MULTI = os.path.relpath(os.path.join(FIXTURES, "multi_ended"))
 
 
 def run(argv, capsys) -> tuple[int, str, str]:
-    rc = static.main(argv)
+    rc = sync_cli.main(argv)
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -220,15 +221,87 @@ def test_sarif_output_satisfies_the_schema_and_keeps_chains_and_suppressions(cap
     results = sarif_run["results"]
     live = [r for r in results if "suppressions" not in r]
     assert len(live) == 4 and {r["ruleId"] for r in live} == {"SYNC05", "SYNC08"}
+    srcroot = _base_dir(sarif_run)
     for r in results:
         assert rules[r["ruleIndex"]]["id"] == r["ruleId"]
         loc = r["locations"][0]["physicalLocation"]
-        assert os.path.exists(loc["artifactLocation"]["uri"]) and loc["artifactLocation"]["uriBaseId"] == "%SRCROOT%"
+        assert loc["artifactLocation"]["uriBaseId"] == "%SRCROOT%"
+        assert os.path.exists(os.path.join(srcroot, loc["artifactLocation"]["uri"]))
     cross = next(r for r in live if "base_allocator" in r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"])
     hops = [h["location"]["message"]["text"] for h in cross["codeFlows"][0]["threadFlows"][0]["locations"]]
     assert hops[0] == "MultiEndedAllocator.free_group_end" and hops[-1] == "SYNC08"
     assert {r["suppressions"][0]["justification"].split(":")[0] for r in results if "suppressions" in r} == {
         "eager", "error-path", "cpu-only"}
+
+
+def _base_dir(sarif_run: dict) -> str:
+    from urllib.parse import unquote, urlparse
+
+    base = sarif_run["originalUriBaseIds"]["%SRCROOT%"]["uri"]
+    assert base.startswith("file:///") and base.endswith("/")
+    return unquote(urlparse(base).path)
+
+
+def _artifacts(node):
+    """Every artifactLocation in a SARIF log."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "artifactLocation":
+                yield value
+            else:
+                yield from _artifacts(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _artifacts(value)
+
+
+def _sarif_tree(tmp_path) -> str:
+    pkg = tmp_path / "src" / "my pool"
+    pkg.mkdir(parents=True)
+    (pkg / "helpers.py").write_text("import torch\n\ndef count(pages: torch.Tensor):\n    return pages.max().item()\n")
+    (pkg / "pool.py").write_text("import torch\nfrom helpers import count\n\n"
+                                 "def free(pages: torch.Tensor):\n    return count(pages)\n")
+    return str(pkg)
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative", "from-a-subdirectory"])
+def test_sarif_uris_are_relative_to_the_source_root(tmp_path, monkeypatch, capsys, how):
+    """Absolute or relative on the command line, from the checkout's top or below it: %SRCROOT%-relative URIs."""
+    pkg = _sarif_tree(tmp_path)
+    (tmp_path / ".git").mkdir()  # the top of a checkout
+    if how == "from-a-subdirectory":
+        monkeypatch.chdir(tmp_path / "src")
+        arg = "my pool"
+    else:
+        monkeypatch.chdir(tmp_path)
+        arg = pkg if how == "absolute" else os.path.join("src", "my pool")
+    rc, out, _ = run(["--output-format", "sarif", arg], capsys)
+    log = json.loads(out)
+    assert rc == 1 and schema_errors(log, SARIF_REQUIRED) == []
+    (sarif_run,) = log["runs"]
+    assert os.path.samefile(_base_dir(sarif_run), tmp_path)
+    locations = list(_artifacts(log))
+    assert len(locations) == 4  # the result, and the three hops of its code flow (free, count, the finding)
+    assert {(a["uri"], a["uriBaseId"]) for a in locations} == {
+        ("src/my%20pool/helpers.py", "%SRCROOT%"), ("src/my%20pool/pool.py", "%SRCROOT%")}
+
+
+def test_the_source_root_is_the_top_of_the_checkout_else_the_working_directory(tmp_path):
+    pkg = _sarif_tree(tmp_path)
+    if static.output.source_root(str(tmp_path)) != str(tmp_path):
+        pytest.skip("the temporary directory is inside a git checkout")
+    assert static.output.source_root(pkg) == pkg
+    (tmp_path / ".git").write_text("gitdir: elsewhere\n")  # a worktree's .git is a file
+    assert static.output.source_root(pkg) == str(tmp_path)
+
+
+def test_a_sarif_artifact_outside_the_source_root_gets_an_absolute_uri(tmp_path, capsys):
+    pkg = _sarif_tree(tmp_path)
+    root = tmp_path / "elsewhere"
+    root.mkdir()
+    log = json.loads(static.output.render_sarif(static.check_paths([os.path.join(pkg, "pool.py")]), root=str(root)))
+    for a in _artifacts(log):
+        assert "uriBaseId" not in a and a["uri"].startswith("file:///") and a["uri"].endswith(".py")
 
 
 def test_sarif_marks_a_pragma_as_an_in_source_suppression_and_reports_unreadable_files(tmp_path, capsys):
@@ -368,7 +441,7 @@ def test_the_docs_table_and_help_are_generated_from_the_registry(capsys):
     help_text = capsys.readouterr().out
     for r in registry.all_rules().values():
         assert f"{r.code} {r.name}" in help_text
-    assert static.main(["--list-rules", "json"]) == 0
+    assert sync_cli.main(["--list-rules", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [r["code"] for r in listed] == list(registry.all_rules())
 

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+from fuzz.sync import cli as sync_cli
 from fuzz.sync import static
 from fuzz.sync.runtime import record_host_syncs
 from fuzz.sync.static.regions import KINDS
@@ -65,7 +66,7 @@ def test_fixture_yields_exactly_its_planted_lazy_path_syncs_with_their_chains():
 
 def test_verbose_lists_every_exempted_region_with_its_reason(capsys):
     _, allowed, _ = _markers()
-    assert static.main(["-v", MULTI]) == 1
+    assert sync_cli.main(["-v", MULTI]) == 1
     out = capsys.readouterr().out
     for (path, line), kind in allowed.items():
         assert re.search(rf"^{re.escape(path)}:{line}:\d+: allowed SYNC\d\d \({kind}: ", out, re.M), (path, line)
@@ -319,7 +320,54 @@ def test_checked_mode_follows_the_polarity_of_its_test():
 
 
 def test_strict_all_reports_every_allowed_region():
-    assert len(findings(ERROR_PATH, strict=("eager", "error-path", "cpu-only", "checked", "flush", "setup"))) == 2
+    assert len(findings(ERROR_PATH, strict=("eager", "error-path", "cpu-only", "checked", "flush"))) == 2
+    assert len(findings(ERROR_PATH, strict=tuple(static.config.strict_kinds(["all"])))) == 2
+
+
+SET_UP_NAMED = """
+import torch
+
+class Slots:
+    def __init__(self, pages: torch.Tensor):
+        self.n = pages.numel() + int(pages.max())
+
+class Pool:
+    def free(self, pages: torch.Tensor):
+        self.v2p.index_fill_(0, pages, -1)
+        self.reset_slots(pages)
+        self._clear_holes(pages)
+        self._init_rows(pages)
+        Slots(pages)
+
+    def reset_slots(self, pages: torch.Tensor):
+        self.live -= (self.v2p[pages] >= 0).sum().item()
+
+    def _clear_holes(self, pages: torch.Tensor):
+        self.holes = torch.unique(pages)
+
+    def _init_rows(self, pages: torch.Tensor):
+        for p in pages.tolist():
+            self.p2v[p : p + 1].fill_(-1)
+
+    def reset(self):
+        self.live = int(self.v2p.ge(0).sum())
+"""
+
+
+def test_set_up_names_are_not_exempt_on_the_free_path():
+    """``reset_slots``, ``_clear_holes``, ``_init_rows``, a constructor: called by the lazy free, so run every step."""
+    plan = static.check_source(textwrap.dedent(SET_UP_NAMED), "m.py")
+    got = [(f.code, f.line, f.chain_text) for f in plan.findings]
+    assert got == [("SYNC05", 6, "Pool.free → Slots.__init__"), ("SYNC01", 17, "Pool.free → Pool.reset_slots"),
+                   ("SYNC08", 20, "Pool.free → Pool._clear_holes"), ("SYNC02", 23, "Pool.free → Pool._init_rows")]
+    assert plan.allowed == [] and plan.regions == [] and plan.exempt == {}
+    assert "Pool.reset" in plan.unreached  # set-up that no free path calls is not checked at all
+
+
+def test_setup_is_no_allowed_region_kind():
+    assert "setup" not in KINDS
+    with pytest.raises(static.config.ConfigError, match="'setup' is not an allowed-region kind"):
+        static.config.strict_kinds(["setup"])
 
 
 # ------------------------------------------------------------------ annotations

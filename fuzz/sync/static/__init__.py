@@ -6,14 +6,19 @@ host wait for the GPU. Exit 1 on findings, 2 on a usage error or a path that can
 read or parsed, 0 when clean. ``docs/check-sync.md`` is the user guide; the rules table
 there and in ``--help`` is generated from the registry.
 
+This package is the library (``check_paths``, ``check_file``, ``check_source``); the
+command line, ``fuzz.sync.cli``, sits above it and nothing here imports it
+(``python -m fuzz.sync.static`` runs it through ``__main__``, the one script).
+
 The package, one job per module:
 
 - ``vocab``: names and torch API facts; the default entry-point patterns.
 - ``model``: parsed modules, imports, classes and their MRO across the checked tree.
 - ``kinds``: what an expression holds (page table, tensor, mask, host tensor, scalar).
-- ``regions``: allowed regions (eager, error path, CPU-only, checked mode, flush, set-up).
+- ``regions``: allowed regions (eager, error path, CPU-only, checked mode, flush).
 - ``checker``: one function in one calling context; hands AST events to the rules.
-- ``rules/``: one module per rule family, each rule a ``registry.Rule`` record.
+- ``records``: the ``Rule`` and ``Family`` record types (a leaf).
+- ``rules/``: one module per rule family, each rule a ``records.Rule``; ``registry`` collects them.
 - ``reach``: entry points, call following, one finding per line with its chain.
 - ``config``, ``discover``, ``output``: settings, files to check, the four formats.
 
@@ -43,7 +48,7 @@ from .registry import all_rules, selected_codes
 from .vocab import DEFAULT_ROOTS, matches_root, name_words
 
 __all__ = ["DEFAULT_ROOTS", "FilePlan", "Finding", "ParseError", "Report", "all_rules", "check_file",
-           "check_paths", "check_source", "default_paths", "main", "matches_root", "name_words"]
+           "check_paths", "check_source", "default_paths", "matches_root", "name_words"]
 
 
 def _analysis(project: Project, roots: Sequence[str], strict: Sequence[str], codes: set[str] | None) -> Analysis:
@@ -85,10 +90,3 @@ def check_paths(files: Sequence[str], settings: Settings | None = None) -> Repor
     report.errors = errors
     report.n_files = len(files)
     return report
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fuzz.sync.static [options] [PATH…]``, the same as ``kvfuzz check-sync``."""
-    from ..cli import main as cli_main
-
-    return cli_main(argv)

@@ -2,7 +2,7 @@
 
 The checker owns what every rule needs (the kind evaluator, the current allowed
 region, where a call goes) and no rule of its own: each AST event is handed to the rule
-families' hooks (``registry.Family``), which report through ``report``.
+families' hooks (``records.Family``), which report through ``report``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .regions import Exemption
 
 if TYPE_CHECKING:
     from .reach import Analysis
-    from .registry import Family, Rule
+    from .records import Family, Rule
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,11 @@ class Class:
 
 @dataclass(frozen=True)
 class ImportRef:
-    module: str  # absolute dotted module name
+    module: str  # dotted module name: absolute, or relative to ``anchor``
     symbol: str | None  # None: the name is the module itself
+    # A relative import of a file: the directory it is relative to. Resolved on disk, not
+    # by dotted name, so it holds in a package without ``__init__.py`` files too.
+    anchor: str | None = None
 
 
 _PRAGMA = re.compile(r"#\s*sync-ok\s*(?::\s*(?P<reason>.*))?$")
@@ -113,13 +116,18 @@ def pragmas(source: str) -> dict[int, str]:
 
 
 class Module:
-    def __init__(self, tree: ast.Module, path: str, source: str, modname: str, is_package: bool, target: bool):
+    def __init__(self, tree: ast.Module, path: str, source: str, modname: str, is_package: bool, target: bool,
+                 directory: str | None = None, root: str | None = None):
         self.tree = tree
         self.path = path  # as displayed
         self.realpath = os.path.realpath(path) if not path.startswith("<") else path
         self.modname = modname
         self.is_package = is_package
         self.target = target  # given to check (roots come from targets only)
+        # of a file (None for a source string): where its relative imports start, and the
+        # directory above its top package, where its absolute imports are looked up first
+        self.directory = directory
+        self.root = root
         self.lines = source.splitlines()
         self.functions: dict[str, Func] = {}
         self.classes: dict[str, Class] = {}
@@ -159,6 +167,14 @@ class Module:
                     self.imports[head] = ImportRef(head, None)
             return
         base = stmt.module or ""
+        if stmt.level and self.directory is not None:
+            anchor = self.directory
+            for _ in range(stmt.level - 1):
+                anchor = os.path.dirname(anchor)
+            for alias in stmt.names:
+                if alias.name != "*":
+                    self.imports[alias.asname or alias.name] = ImportRef(base, alias.name, anchor)
+            return
         if stmt.level:
             parts = self.package.split(".") if self.package else []
             parts = parts[: len(parts) - (stmt.level - 1)] if stmt.level > 1 else parts
@@ -216,6 +232,10 @@ def module_name(path: str) -> tuple[str, str | None, bool]:
     return ".".join(parts) or stem, directory, is_package
 
 
+def _dotted(*parts: str) -> str:
+    return ".".join(p for p in parts if p)
+
+
 def read_source(path: str) -> str:
     try:
         with open(path, "rb") as fh:
@@ -252,7 +272,11 @@ class Project:
         self.modules: dict[str, Module] = {}  # realpath -> module
         self.by_name: dict[str, Module] = {}
         self.roots: list[str] = []  # import roots, searched for absolute imports
+        # A directory above a loaded file (no ``__init__.py`` needed) may be a namespace
+        # package: ``pool/`` makes ``pool.x`` importable from the directory above it.
+        self.namespaces: dict[str, list[str]] = {}  # its name -> the directories holding one
         self._missing: set[str] = set()
+        self._found: dict[tuple[str, str], Module | None] = {}  # (directory, dotted name) -> module
         self._mro: dict[tuple, list[Class]] = {}
 
     # loading -------------------------------------------------------------
@@ -273,9 +297,23 @@ class Project:
         modname, root, is_package = module_name(path)
         if root and root not in self.roots:
             self.roots.append(root)
-        mod = Module(parse(source, path), shown or path, source, modname, is_package, target)
+            self._note_namespaces(root)
+            self._missing.clear()  # a name missing so far may be found under the new root
+        mod = Module(parse(source, path), shown or path, source, modname, is_package, target,
+                     directory=os.path.dirname(os.path.abspath(path)), root=root)
         self._register(mod)
         return mod
+
+    def _note_namespaces(self, root: str) -> None:
+        """Every directory from a file's import root up may be a namespace package of the directory above."""
+        here = root
+        while True:
+            parent, name = os.path.split(here)
+            if not name or parent == here:
+                return
+            if name.isidentifier() and parent not in self.namespaces.setdefault(name, []):
+                self.namespaces[name].append(parent)
+            here = parent
 
     def _register(self, mod: Module) -> None:
         self.modules[mod.realpath] = mod
@@ -284,24 +322,54 @@ class Project:
     def targets(self) -> list[Module]:
         return [m for m in self.modules.values() if m.target]
 
-    def module(self, modname: str) -> Module | None:
-        """An importable module of the checked tree, loaded on first use; None outside it."""
+    def module(self, modname: str, anchor: str | None = None, near: Module | None = None) -> Module | None:
+        """An importable module of the checked tree, loaded on first use; None outside it.
+
+        A relative import (``anchor``, its directory) is looked up there only. An absolute
+        one is looked up first under the importing module's own root (``near``: a flat
+        folder imports its neighbours), then by name, under every import root, and under
+        the directories holding a namespace package of its first name (``pool.x`` from a
+        ``pool/`` folder without ``__init__.py``).
+        """
+        if anchor is not None:
+            return self._find(anchor, modname)
+        if not modname:
+            return None
+        if near is not None and near.root is not None:
+            found = self._find(near.root, modname)
+            if found is not None:
+                return found
         if modname in self.by_name:
             return self.by_name[modname]
-        if modname in self._missing or not modname:
+        if modname in self._missing:
             return None
-        rel = modname.replace(".", os.sep)
-        for root in self.roots:
-            for cand in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
-                if os.path.isfile(cand):
-                    try:
-                        mod = self.add_file(cand, target=False, shown=display_path(cand))
-                    except ParseError:
-                        continue
-                    self.by_name[modname] = mod
-                    return mod
+        for root in (*self.roots, *self.namespaces.get(modname.split(".")[0], ())):
+            found = self._find(root, modname)
+            if found is not None:
+                self.by_name[modname] = found
+                return found
         self._missing.add(modname)
         return None
+
+    def _find(self, directory: str, modname: str) -> Module | None:
+        """The module ``modname`` names under ``directory`` (``""``: the package of the directory itself)."""
+        key = (directory, modname)
+        if key not in self._found:
+            rel = os.path.join(directory, *modname.split(".")) if modname else directory
+            found = None
+            for cand in ((rel + ".py") if modname else None, os.path.join(rel, "__init__.py")):
+                if cand is not None and os.path.isfile(cand):
+                    try:
+                        found = self.add_file(cand, target=False, shown=display_path(cand))
+                    except ParseError:
+                        continue
+                    break
+            self._found[key] = found
+        return self._found[key]
+
+    def imported(self, mod: Module, ref: ImportRef) -> Module | None:
+        """The module an import of ``mod`` names (``from M import s``: M, or M.s when s is a module)."""
+        return self.module(ref.module, ref.anchor, mod)
 
     # symbols ---------------------------------------------------------------
     def lookup(self, mod: Module, name: str, depth: int = 0):
@@ -315,14 +383,14 @@ class Project:
         ref = mod.imports.get(name)
         if ref is None:
             return None
+        target = self.imported(mod, ref)
         if ref.symbol is None:
-            return self.module(ref.module)
-        target = self.module(ref.module)
+            return target
         if target is not None and target is not mod:
             found = self.lookup(target, ref.symbol, depth + 1)
             if found is not None:
                 return found
-        return self.module(f"{ref.module}.{ref.symbol}" if ref.module else ref.symbol)
+        return self.module(_dotted(ref.module, ref.symbol), ref.anchor, mod)
 
     def resolve_expr(self, mod: Module, node: ast.expr):
         """A Name or dotted Attribute chain at module level: Func, Class, Module, or None."""
@@ -330,8 +398,11 @@ class Project:
             return self.lookup(mod, node.id)
         if isinstance(node, ast.Attribute):
             base = self.resolve_expr(mod, node.value)
+            if base is None:  # ``pool.helpers`` of ``import pool.helpers``, ``pool`` a namespace package
+                spelled = self._spelled_module(mod, node.value)
+                return self.module(_dotted(spelled[0], node.attr), spelled[1], mod) if spelled else None
             if isinstance(base, Module):
-                return self.lookup(base, node.attr) or self.module(f"{base.modname}.{node.attr}")
+                return self.lookup(base, node.attr) or self.module(f"{base.modname}.{node.attr}", near=base)
             if isinstance(base, Class):
                 meth = self.find_method(base, node.attr)
                 return meth
@@ -344,14 +415,26 @@ class Project:
         ref = mod.imports.get(name)
         if ref is None or ref.symbol is None:
             return False
-        target = self.module(ref.module)
+        target = self.imported(mod, ref)
         return target is not None and target is not mod and self.is_scalar_name(target, ref.symbol)
+
+    def _spelled_module(self, mod: Module, node: ast.expr) -> tuple[str, str | None] | None:
+        """(dotted name, anchor) a chain of names starting at an import spells, whether or not it resolves."""
+        if isinstance(node, ast.Name):
+            ref = mod.imports.get(node.id)
+            if ref is None:
+                return None
+            return (ref.module, None) if ref.symbol is None else (_dotted(ref.module, ref.symbol), ref.anchor)
+        if isinstance(node, ast.Attribute):
+            inner = self._spelled_module(mod, node.value)
+            return (_dotted(inner[0], node.attr), inner[1]) if inner else None
+        return None
 
     def negative_names(self, mod: Module) -> set[str]:
         names = set(mod.negative_names)
         for local, ref in mod.imports.items():
             if ref.symbol is not None:
-                target = self.module(ref.module)
+                target = self.imported(mod, ref)
                 if target is not None and target is not mod and ref.symbol in target.negative_names:
                     names.add(local)
         return names

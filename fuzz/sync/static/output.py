@@ -148,16 +148,42 @@ def render_json(report: Report, settings) -> str:
 # ------------------------------------------------------------------ SARIF 2.1.0
 
 
-def _uri(path: str) -> tuple[str, bool]:
-    """(uri, relative to %SRCROOT%)."""
-    if os.path.isabs(path):
-        return Path(path).as_uri(), False
-    return urllib.parse.quote(path.replace(os.sep, "/")), True
+def source_root(start: str | None = None) -> str:
+    """%SRCROOT%: the top of the git checkout holding the working directory, else the working directory.
+
+    Why the checkout and not the working directory: code-scanning services resolve a
+    result's URI against the repository root, wherever in it the check ran.
+    """
+    here = os.path.abspath(start or os.getcwd())
+    probe = here
+    while True:
+        if os.path.exists(os.path.join(probe, ".git")):
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return here
+        probe = parent
 
 
-def _location(path: str, line: int, col: int | None = None, message: str | None = None) -> dict:
-    uri, relative = _uri(path)
-    artifact = {"uri": uri, **({"uriBaseId": "%SRCROOT%"} if relative else {})}
+def _root_uri(root: str) -> str:
+    uri = Path(root).as_uri()
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def _artifact(path: str, root: str) -> dict:
+    """A path under %SRCROOT% as a relative URI on that base; one outside it as an absolute file URI."""
+    full = os.path.abspath(path)
+    try:
+        rel = os.path.relpath(full, root)
+    except ValueError:  # another drive
+        rel = os.pardir
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        return {"uri": Path(full).as_uri()}
+    return {"uri": urllib.parse.quote(rel.replace(os.sep, "/")), "uriBaseId": "%SRCROOT%"}
+
+
+def _location(path: str, root: str, line: int, col: int | None = None, message: str | None = None) -> dict:
+    artifact = _artifact(path, root)
     region = {"startLine": line, **({"startColumn": col} if col else {})}
     loc = {"physicalLocation": {"artifactLocation": artifact, "region": region}}
     if message:
@@ -165,13 +191,14 @@ def _location(path: str, line: int, col: int | None = None, message: str | None 
     return loc
 
 
-def _result(f: Finding, index: dict[str, int]) -> dict:
+def _result(f: Finding, index: dict[str, int], root: str) -> dict:
     text = f"{f.message}{f.where()}"
     res = {"ruleId": f.code, "ruleIndex": index[f.code], "level": "error", "message": {"text": text},
-           "locations": [_location(f.path, f.line, f.col)]}
+           "locations": [_location(f.path, root, f.line, f.col)]}
     if f.chain:
-        hops = [{"location": _location(h.func.module.path, h.func.node.lineno, None, h.display)} for h in f.chain]
-        hops.append({"location": _location(f.path, f.line, f.col, f.code)})
+        hops = [{"location": _location(h.func.module.path, root, h.func.node.lineno, None, h.display)}
+                for h in f.chain]
+        hops.append({"location": _location(f.path, root, f.line, f.col, f.code)})
         res["codeFlows"] = [{"message": {"text": f"free path from {f.entry}"}, "threadFlows": [{"locations": hops}]}]
     if f.exemption is not None:
         kind = "inSource" if f.exemption.kind == "pragma" else "external"
@@ -179,7 +206,9 @@ def _result(f: Finding, index: dict[str, int]) -> dict:
     return res
 
 
-def render_sarif(report: Report) -> str:
+def render_sarif(report: Report, root: str | None = None) -> str:
+    """The SARIF log; artifact URIs are relative to %SRCROOT% (``root``, by default ``source_root()``)."""
+    root = os.path.abspath(root) if root else source_root()
     rules = list(all_rules().values())
     index = {r.code: i for i, r in enumerate(rules)}
     driver = {
@@ -193,10 +222,11 @@ def render_sarif(report: Report) -> str:
             "defaultConfiguration": {"level": "error"},
         } for r in rules],
     }
-    results = [_result(f, index) for f in report.findings] + [_result(f, index) for f in report.allowed]
+    results = [_result(f, index, root) for f in (*report.findings, *report.allowed)]
     invocation = {"executionSuccessful": not report.errors,
                   "toolExecutionNotifications": [{"level": "error", "message": {"text": e}} for e in report.errors]}
     run = {"tool": {"driver": driver}, "results": results, "invocations": [invocation], "columnKind": "unicodeCodePoints",
-           "originalUriBaseIds": {"%SRCROOT%": {"uri": Path(os.getcwd()).as_uri() + "/"}}}
+           "originalUriBaseIds": {"%SRCROOT%": {"uri": _root_uri(root),
+                                                "description": {"text": "the top of the git checkout, else the working directory"}}}}
     doc = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(doc, indent=1) + "\n"

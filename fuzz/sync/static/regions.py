@@ -19,7 +19,10 @@ Kinds, and how a region is recognised:
 - ``checked``: a checked-mode or debug branch (``if self.checked:``; validation reads the
   tables by design), or a function named debug.
 - ``flush``: a function named flush or compact (SPEC.md §3: flush may synchronise).
-- ``setup``: construction, ``clear``, ``reset``: not the free path.
+
+There is no set-up kind: a function the free path calls (``reset_slots``, a helper's
+``__init__``) runs on every step whatever its name, and set-up that no free path calls
+is never checked.
 
 A call made inside a region carries the region into the callee. Tests compose: ``not``
 flips a test, ``a and b`` is in a region when either implies it, ``a or b`` when both do.
@@ -39,7 +42,6 @@ KINDS = {
     "cpu-only": "a CPU-only branch never runs on a GPU",
     "checked": "checked mode reads the tables to raise ContractViolation, by design",
     "flush": "flush and compaction may synchronise (SPEC.md §3)",
-    "setup": "set-up (construction, clear, reset) is not the free path",
 }
 
 

@@ -5,58 +5,27 @@ table and the if-chains that detect it) and they drifted. Now a rule family modu
 declares its rules next to the hooks that detect them; the message, the docs table
 (``docs/check-sync.md``), ``--help``, ``--list-rules`` and SARIF's rule metadata are
 all generated from the same records.
+
+The families are collected here, by explicit import and in this order (the order of
+the docs table and ``--help``); the record types live in the leaf ``records``, which
+the family modules import, so no family module imports the registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+
+from .records import Family, Hook, Rule
+from .rules import data_dependent, host_reads, pragmas, transfers, waits
+
+__all__ = ["FAMILIES", "Family", "Hook", "Rule", "SelectionError", "all_rules", "expand_codes", "explain",
+           "families", "family_of", "markdown_table", "selected_codes", "text_table"]
 
 
-@dataclass(frozen=True)
-class Rule:
-    code: str  # SYNCnn, stable: users select, ignore and suppress by it
-    name: str  # kebab-case, for SARIF and humans
-    forms: str  # what the rule matches, as a reader would search for it
-    message: str  # the finding's text; ``{form}`` is the offending code
-    why: str  # why the host waits for the device
-    # Lines in the body of ``def free(self, pages: torch.Tensor)`` of a pool with v2p/p2v
-    # tables; tests hold the example to being reported and ``instead`` to being quiet.
-    example: str  # a line that is reported
-    instead: str = ""  # a line that does the same job without waiting, when there is one
-    variants: Mapping[str, str] = field(default_factory=dict)  # other messages for the same code
-
-    def render(self, form: str = "", variant: str | None = None) -> str:
-        template = self.variants[variant] if variant else self.message
-        return template.format(form=form)
-
-
-# A hook receives the function checker and the node it fires on.
-Hook = Callable[..., None]
-
-
-@dataclass(frozen=True)
-class Family:
-    """Rules that share a cause, with the hooks that detect them.
-
-    Hook events, each hook called as ``hook(checker, *args)``:
-    ``call(node, torch_name)`` for an ``ast.Call`` (``torch_name`` is ``"cuda.synchronize"``
-    for ``torch.cuda.synchronize(...)``, None when the callee is not ``torch.*``);
-    ``index(node, parts, store_value)`` for a tensor indexed by ``parts`` (a read, an
-    augmented store, or a store of ``store_value``); ``store(target, value)`` for a
-    subscript store; ``truth(expr, form)`` for an expression tested for truth;
-    ``fstring(node)`` for an ``ast.JoinedStr``.
-    """
-
-    name: str
-    title: str
-    rules: tuple[Rule, ...]
-    hooks: Mapping[str, Hook] = field(default_factory=dict)
+FAMILIES = (host_reads.FAMILY, data_dependent.FAMILY, transfers.FAMILY, waits.FAMILY, pragmas.FAMILY)
 
 
 def families() -> tuple[Family, ...]:
-    from .rules import FAMILIES
-
     return FAMILIES
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from ..registry import Family, Rule
+from ..records import Family, Rule
 from ..vocab import kwarg, segment
 
 READS_COUNT = "has a data-dependent output size: the host reads the count back from the GPU"

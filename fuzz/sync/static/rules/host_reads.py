@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from ..registry import Family, Rule
+from ..records import Family, Rule
 from ..vocab import SIZE_FACTORIES, is_literal_cpu, kwarg, segment
 
 WAITS = "the host waits for the GPU"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..registry import Family, Rule
+from ..records import Family, Rule
 
 PRAGMA_WITHOUT_REASON = Rule(
     "SYNC00", "pragma-without-reason", "a `# sync-ok` pragma without a reason",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from ..registry import Family, Rule
+from ..records import Family, Rule
 from ..vocab import FROM_HOST_DATA, is_dtype, is_literal_cpu, is_true, kwarg, segment
 
 HOST_DATA_TO_DEVICE = Rule(
