@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--summary", metavar="FILE", help="write a JSON summary here")
     run.add_argument("--junit-xml", metavar="FILE", help="write JUnit XML here (a test case per failure and per op kind)")
     run.add_argument("--stats", action="store_true", help="print the statistics table at the end")
+    run.add_argument("--baseline", metavar="B",
+                     help="known failures (a kvfuzz-baseline/1 file or a directory of accepted case files): "
+                          "exit 1 only on a new signature; an empty value means none")
     run.add_argument("--no-minimize", action="store_true", help="write cases as found, without shrinking them")
     run.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
 
@@ -141,6 +144,11 @@ def _cmd_run(args) -> int:
         target = getattr(args, flag)
         if target and Path(target).is_dir():
             raise SetupError(f"--{flag.replace('_', '-')} {target}: is a directory; give a file name")
+    baseline = None
+    if args.baseline:
+        from .tools.baseline import load_baseline
+
+        baseline = load_baseline(args.baseline)  # before the budget is spent: a broken baseline is exit 2
     opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
@@ -148,9 +156,13 @@ def _cmd_run(args) -> int:
                            check_every=args.check_every)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
+    verdict = None if baseline is None else baseline.compare(
+        {str(c.signature): [c.kernels or kernels] for c in s.cases})
     for case, path in zip(s.cases, s.paths):
+        known = "" if verdict is None or not verdict.is_known(case.signature) else \
+            f"  [known: {verdict.reasons.get(str(case.signature)) or 'in the baseline'}]"
         print(f"case: {path}  ({case.signature}, {case.lengths.get('original')} -> "
-              f"{case.lengths.get('minimized')} ops)")
+              f"{case.lengths.get('minimized')} ops){known}")
     for text in s.harness_errors:
         print(f"kvfuzz run: internal harness error (exit 3):\n{text}", file=sys.stderr)
     for problem in s.health:
@@ -163,22 +175,25 @@ def _cmd_run(args) -> int:
           + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
           + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
           + (f" interrupted={s.interrupted}" if s.interrupted else ""))
+    if verdict is not None:
+        print(f"kvfuzz run: {verdict.text()}"
+              + "".join(f"\n  no longer seen (fixed?): {sig}" for sig in verdict.no_longer_seen))
     if args.stats:
         print(reports.stats_table(s))
     data = reports.summary_json(s, backend=args.backend, kernels=kernels, kernels_sha256=source_hash(kernels),
                                 options={"seed": args.seed, "budget_s": args.budget_s, "workers": args.workers,
                                          "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
-                                         "op_timeout": args.op_timeout})
+                                         "op_timeout": args.op_timeout}, baseline=verdict)
     if args.summary:
         reports.write(args.summary, reports.dumps(data))
     if args.junit_xml:
-        reports.write(args.junit_xml, reports.junit_xml(s, backend=args.backend, kernels=kernels))
+        reports.write(args.junit_xml, reports.junit_xml(s, backend=args.backend, kernels=kernels, baseline=verdict))
     if args.json:
         import json
 
         print(json.dumps(data))
-    return s.exit_code
+    return data["exit_code"]
 
 
 # ---- replay and minimize -------------------------------------------------------------------------
