@@ -110,6 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
     mn.add_argument("--op-timeout", type=_positive(float), default=60.0)
     mn.add_argument("--out", help="default: rewrite the case in place")
 
+    mg = command("merge", "merge shards' or nights' outputs: one case per signature, one summary, one JUnit file")
+    mg.add_argument("inputs", nargs="+", metavar="OUT_DIR",
+                    help="kvfuzz run --out directories (or folders of them, or an earlier merge)")
+    mg.add_argument("--out", required=True, help="directory for the merged case files, summary.json and junit.xml")
+    mg.add_argument("--baseline", metavar="B", help="known failures (a kvfuzz-baseline/1 file or a directory of "
+                                                    "accepted case files): exit 1 only on a new signature")
+    mg.add_argument("--summary", metavar="FILE", help="also write the merged summary JSON here")
+    mg.add_argument("--junit-xml", metavar="FILE", help="also write the merged JUnit XML here")
+    mg.add_argument("--write-baseline", metavar="FILE",
+                    help="write a kvfuzz-baseline/1 file accepting every failure merged (and the --baseline's)")
+    mg.add_argument("--json", action="store_true", help="print the merged summary as JSON on the last line")
+
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
     check_sync_cli.add_arguments(cs)
 
@@ -306,6 +318,38 @@ def _cmd_minimize(args) -> int:
     return 0
 
 
+# ---- merge ----------------------------------------------------------------------------------------
+
+
+def _cmd_merge(args) -> int:
+    from .tools import merge, reports
+    from .tools.baseline import load_baseline
+
+    for flag in ("summary", "junit_xml", "write_baseline"):
+        target = getattr(args, flag)
+        if target and Path(target).is_dir():
+            raise SetupError(f"--{flag.replace('_', '-')} {target}: is a directory; give a file name")
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    try:
+        result = merge.merge(args.inputs, args.out, baseline=baseline)
+    except merge.MergeUsageError as exc:
+        raise SetupError(str(exc)) from None
+    print(result.text)
+    if args.summary:
+        reports.write(args.summary, reports.dumps(result.summary))
+    if args.junit_xml:
+        reports.write(args.junit_xml, result.junit)
+    if args.write_baseline:
+        reports.write(args.write_baseline, reports.dumps(merge.accepted_baseline(result.summary, baseline)))
+        print(f"kvfuzz merge: baseline accepting {len(result.summary['failures'])} signature(s) written to "
+              f"{args.write_baseline}")
+    if args.json:
+        import json
+
+        print(json.dumps(result.summary))
+    return result.exit_code
+
+
 # ---- the rest -------------------------------------------------------------------------------------
 
 
@@ -338,7 +382,8 @@ def _cmd_bench(args) -> int:
     return bench(seconds=args.seconds, tiers=tiers, out=args.out, plot=args.plot)
 
 
-COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "check-sync": _cmd_check_sync,
+COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "merge": _cmd_merge,
+            "check-sync": _cmd_check_sync,
             "mutants": _cmd_mutants, "bench": _cmd_bench}
 
 
