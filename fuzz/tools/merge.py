@@ -404,7 +404,7 @@ def junit_xml(summary: dict, out: Path | str) -> str:
     reasons = b.get("reasons", {})
     for f in summary["failures"]:
         tc = ET.SubElement(suite, "testcase", classname="kvfuzz.merge", name=f["signature"], time="0")
-        detail = (f"case file: {Path(out) / f['case'] if f['case'] else '(none readable)'}\n"
+        detail = (f"case file: {f['case'] or '(none readable)'} (in the merge's --out)\n"
                   f"occurrences: {f['occurrences']} in shards {', '.join(f['shards'])}\n"
                   + (f"reproduced: {f['reproduced']['k']}/{f['reproduced']['n']}\n" if f.get("reproduced") else ""))
         n += 1
