@@ -336,3 +336,24 @@ def test_two_real_shards_merge_into_one_signature(real_shards):
     assert tree(tmp / "merged-again") == tree(tmp / "merged")
     replay = kvfuzz("replay", tmp / "merged" / failure(s, READ)["case"])  # the kept case still replays
     assert replay.returncode == 1 and "same signature" in replay.stdout, show(replay)
+
+
+def test_merge_needs_no_torch(two_shards, tmp_path):
+    """The nightly's merge job installs kvfuzz without its dependencies."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from fuzz.cli import main; rc = main(sys.argv[1:]); "
+            "assert not {'torch', 'triton', 'numpy', 'hypothesis'} & set(sys.modules), sorted(sys.modules); "
+            "sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code, "merge", *map(str, two_shards), "--out", str(tmp_path / "m")],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert r.returncode == 1 and "NEW" in r.stdout, show(r)
+
+
+def test_run_refuses_a_broken_baseline_before_fuzzing(tmp_path):
+    broken = tmp_path / "baseline.json"
+    broken.write_text('{"schema": "kvfuzz-baseline/1", "known": [{"signature": "nope"}]}')
+    r = kvfuzz("run", "--budget-s", 60, "--out", tmp_path / "out", "--baseline", broken)
+    assert r.returncode == 2 and "signature" in r.stderr and "Traceback" not in r.stderr, show(r)
+    assert not (tmp_path / "out").exists()
