@@ -1,6 +1,6 @@
 """The ``kvfuzz`` command line (also ``python -m fuzz``).
 
-Exit codes: 0 clean; 1 failures found (or a replayed case still fails, or check-sync
+Exit codes: 0 clean; 1 failures found (with --baseline, new ones only; or a replayed case still fails, or check-sync
 findings); 2 usage or setup error, or a run that did not test what it claims (no ops,
 no Triton launch on a Triton tier); 3 an internal error of the harness itself.
 
