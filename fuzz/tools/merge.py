@@ -32,6 +32,8 @@ SCHEMA = "kvfuzz-merge/1"
 RUN_SUMMARY = "kvfuzz-summary/1"
 # What makes two case files the same case, whatever folder they sit in (for a stable choice).
 _IDENTITY = ("config", "ops", "signature", "seed", "scenario", "tier", "kernels", "knobs")
+# What a merge rewrites in the case it keeps (relative to its new folder, or summed over shards).
+_LOCAL = ("kernels_file", "reproduced", "flaky")
 
 
 class MergeUsageError(ValueError):
@@ -51,7 +53,7 @@ class _Failure:
     by_shard: dict = field(default_factory=dict)  # shard id -> {occurrences, reproduced, flaky}
     candidates: list = field(default_factory=list)
     kernels: set = field(default_factory=set)
-    message: str | None = None
+    messages: set = field(default_factory=set)  # first lines; the kept case's wins
 
 
 @dataclass
@@ -62,6 +64,12 @@ class _Collection:
 
     def failure(self, sig: str) -> _Failure:
         return self.failures.setdefault(sig, _Failure(sig))
+
+    def shard(self, info: dict) -> None:
+        """One shard reached twice (a merge and its own shard, a copy) is one shard."""
+        old = self.shards.get(info["id"])
+        if old is None or str(info.get("path")) < str(old.get("path")):
+            self.shards[info["id"]] = info
 
     def bad(self, path, error: str) -> None:
         entry = {"path": str(Path(path).resolve()), "error": error}
@@ -154,8 +162,11 @@ def _reproduced(value) -> dict | None:
 
 
 def _candidate(f: Path, raw: dict, case: Case) -> _Candidate:
+    """Fewest ops first, then the smallest case; the rest of the file (its environment)
+    breaks ties, so the choice never depends on the order of the inputs."""
     identity = json.dumps({k: raw.get(k) for k in _IDENTITY}, sort_keys=True)
-    return _Candidate((len(case.ops), len(identity), identity), raw, f)
+    rest = json.dumps({k: v for k, v in raw.items() if k not in _LOCAL}, sort_keys=True, default=str)
+    return _Candidate((len(case.ops), len(identity), identity, rest), raw, f)
 
 
 def _add(contrib: dict, occurrences: int, reproduced, flaky) -> None:
@@ -184,7 +195,7 @@ def _read_shard(d: _Dir, c: _Collection) -> None:
                     exit_code=summary.get("exit_code"), interrupted=summary.get("interrupted"),
                     health=[str(h) for h in summary.get("health") or []],
                     harness_errors=len(summary.get("harness_errors") or []))
-    c.shards.setdefault(sid, info)
+    c.shard(info)
     fresh = {}  # signature -> this shard's contribution
     listed = set()
     for entry in summary.get("failures", []) if summary else []:
@@ -198,8 +209,8 @@ def _read_shard(d: _Dir, c: _Collection) -> None:
         f = c.failure(sig)
         if isinstance(summary.get("kernels"), str):
             f.kernels.add(summary["kernels"])
-        if entry.get("message") and not f.message:
-            f.message = str(entry["message"]).splitlines()[0]
+        if entry.get("message"):
+            f.messages.add(str(entry["message"]).splitlines()[0])
     for path, raw, case in d.cases:
         sig = str(case.signature)
         contrib = fresh.setdefault(sig, {"occurrences": 0, "reproduced": None, "flaky": None})
@@ -208,7 +219,7 @@ def _read_shard(d: _Dir, c: _Collection) -> None:
         f.candidates.append(_candidate(path, raw, case))
         if case.kernels:
             f.kernels.add(case.kernels)
-        f.message = f.message or _message(raw)
+        f.messages.update(m for m in [_message(raw)] if m)
     for sig, contrib in fresh.items():
         c.failure(sig).by_shard.setdefault(sid, contrib)
 
@@ -218,7 +229,7 @@ def _read_merge(d: _Dir, c: _Collection) -> None:
     spath, summary = _summary_of(d)
     for info in summary.get("shards") if isinstance(summary.get("shards"), list) else []:
         if isinstance(info, dict) and isinstance(info.get("id"), str):
-            c.shards.setdefault(info["id"], info)
+            c.shard(info)
     for entry in summary.get("unreadable") if isinstance(summary.get("unreadable"), list) else []:
         if isinstance(entry, dict) and "path" in entry:
             c.bad(entry["path"], str(entry.get("error", "")))
@@ -237,7 +248,8 @@ def _read_merge(d: _Dir, c: _Collection) -> None:
                                             "flaky": contrib.get("flaky") if isinstance(contrib.get("flaky"), bool)
                                             else None})
         f.kernels.update(k for k in entry.get("kernels") or [] if isinstance(k, str))
-        f.message = f.message or entry.get("message")
+        if isinstance(entry.get("message"), str) and entry["message"]:
+            f.messages.add(entry["message"])
     stray = [(p, raw, case) for p, raw, case in d.cases if str(case.signature) not in listed]
     for path, raw, case in d.cases:
         if str(case.signature) not in listed:
@@ -246,7 +258,7 @@ def _read_merge(d: _Dir, c: _Collection) -> None:
         f.candidates.append(_candidate(path, raw, case))
         if case.kernels:
             f.kernels.add(case.kernels)
-        f.message = f.message or _message(raw)
+        f.messages.update(m for m in [_message(raw)] if m)
     if stray:  # case files added to a merged folder by hand: each one seen once, by that folder
         _read_shard(_Dir(d.path, stray, [], d.files), c)
 
@@ -318,7 +330,30 @@ def _problems(shards: list[dict]) -> list[str]:
     return out
 
 
+def _one_id_per_shard(c: _Collection) -> None:
+    """A shard's id is ``folder@hash``; the same output under another folder name (a copy,
+    a renamed artifact) is the same shard: keep the smallest id and count it once."""
+    by_hash: dict[str, list[str]] = {}
+    for sid in list(c.shards) + [s for f in c.failures.values() for s in f.by_shard]:
+        ids = by_hash.setdefault(sid.rpartition("@")[2], [])
+        if sid not in ids:
+            ids.append(sid)
+    alias = {sid: min(ids) for ids in by_hash.values() for sid in ids}
+    shards = {}
+    for sid, info in sorted(c.shards.items()):  # the kept id's own record (its folder), where there is one
+        keep = alias[sid]
+        if keep not in shards or (sid == keep and shards[keep]["id"] != keep):
+            shards[keep] = info
+    c.shards = {sid: dict(info, id=sid) for sid, info in shards.items()}
+    for f in c.failures.values():
+        merged = {}
+        for sid, contrib in sorted(f.by_shard.items()):
+            merged.setdefault(alias[sid], contrib)
+        f.by_shard = merged
+
+
 def _write_outputs(c: _Collection, out: Path, baseline: Baseline | None) -> dict:
+    _one_id_per_shard(c)
     out.mkdir(parents=True, exist_ok=True)
     failures, written = [], set()
     for sig in sorted(c.failures):
@@ -326,9 +361,11 @@ def _write_outputs(c: _Collection, out: Path, baseline: Baseline | None) -> dict
         occurrences, reproduced, flaky = _combined(f.by_shard)
         entry = {"signature": sig, "case": None, "minimized_ops": None, "occurrences": occurrences,
                  "shards": sorted(f.by_shard), "reproduced": reproduced, "flaky": flaky,
-                 "kernels": sorted(f.kernels), "message": f.message, "by_shard": dict(sorted(f.by_shard.items()))}
+                 "kernels": sorted(f.kernels), "message": min(f.messages) if f.messages else None,
+                 "by_shard": dict(sorted(f.by_shard.items()))}
         if f.candidates:
             best = min(f.candidates, key=lambda k: k.key)
+            entry["message"] = _message(best.raw) or entry["message"]
             raw = _relocated(best.raw, best.source, out)
             if reproduced is not None:
                 raw.update(reproduced=reproduced, flaky=flaky)

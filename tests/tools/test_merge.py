@@ -357,3 +357,21 @@ def test_run_refuses_a_broken_baseline_before_fuzzing(tmp_path):
     r = kvfuzz("run", "--budget-s", 60, "--out", tmp_path / "out", "--baseline", broken)
     assert r.returncode == 2 and "signature" in r.stderr and "Traceback" not in r.stderr, show(r)
     assert not (tmp_path / "out").exists()
+
+
+def test_which_of_two_equal_cases_is_kept_does_not_depend_on_the_order(tmp_path):
+    one, two = a_case(READ, 3), a_case(READ, 3)
+    one.environment, two.environment = {"gpu": "H200"}, {"gpu": "A100"}
+    a, b = a_shard(tmp_path, "a", [one]), a_shard(tmp_path, "b", [two])
+    assert tree(merge([a, b], tmp_path / "ab").out) == tree(merge([b, a], tmp_path / "ba").out)
+
+
+def test_a_copy_of_a_shard_under_another_name_is_the_same_shard(two_shards, tmp_path):
+    import shutil
+
+    a, b = two_shards
+    copy = tmp_path / "copies" / "renamed-artifact"
+    shutil.copytree(a, copy)
+    r = merge([a, b, copy], tmp_path / "m")
+    assert len(r.summary["shards"]) == 2 and failure(r.summary, READ)["occurrences"] == 47
+    assert tree(tmp_path / "m") == tree(merge([copy, b, a], tmp_path / "m2").out)
