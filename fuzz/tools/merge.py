@@ -183,19 +183,31 @@ def _message(raw: dict) -> str | None:
     return next(iter(str(msg).splitlines()), None) if msg else None
 
 
+def _shard_info(sid: str, path, summary: dict | None) -> dict:
+    """What the merged summary says of a shard (from its run summary, or an earlier
+    merge's record of it), with the types checked: a hand-edited summary cannot break it."""
+    s = summary if isinstance(summary, dict) else {}
+    opts = s.get("options") if isinstance(s.get("options"), dict) else s
+
+    def text(value):
+        return value if isinstance(value, str) else None
+
+    health = s.get("health") if isinstance(s.get("health"), list) else []
+    errors = s.get("harness_errors")
+    return {"id": sid, "label": sid.rpartition("@")[0] or sid, "path": str(path), "summary": bool(s.get("summary", s)),
+            "backend": text(s.get("backend")), "kernels": text(s.get("kernels")), "shard": text(opts.get("shard")),
+            "seed": opts.get("seed") if isinstance(opts.get("seed"), int) else None,
+            "ops": _count(s.get("ops"), 0), "sequences": _count(s.get("sequences"), 0),
+            "elapsed_s": s.get("elapsed_s") if isinstance(s.get("elapsed_s"), (int, float)) else None,
+            "exit_code": s.get("exit_code") if isinstance(s.get("exit_code"), int) else None,
+            "interrupted": text(s.get("interrupted")), "health": [str(h) for h in health],
+            "harness_errors": len(errors) if isinstance(errors, list) else _count(errors, 0)}
+
+
 def _read_shard(d: _Dir, c: _Collection) -> None:
     spath, summary = _summary_of(d)
     sid = _shard_id(d, spath)
-    info = {"id": sid, "label": d.path.resolve().name, "path": str(d.path.resolve()), "summary": spath is not None}
-    if summary is not None:
-        opts = summary.get("options") if isinstance(summary.get("options"), dict) else {}
-        info.update(backend=summary.get("backend"), kernels=summary.get("kernels"), shard=opts.get("shard"),
-                    seed=opts.get("seed"), ops=_count(summary.get("ops"), 0),
-                    sequences=_count(summary.get("sequences"), 0), elapsed_s=summary.get("elapsed_s"),
-                    exit_code=summary.get("exit_code"), interrupted=summary.get("interrupted"),
-                    health=[str(h) for h in summary.get("health") or []],
-                    harness_errors=len(summary.get("harness_errors") or []))
-    c.shard(info)
+    c.shard(_shard_info(sid, d.path.resolve(), summary))
     fresh = {}  # signature -> this shard's contribution
     listed = set()
     for entry in summary.get("failures", []) if summary else []:
@@ -228,8 +240,8 @@ def _read_merge(d: _Dir, c: _Collection) -> None:
     """An earlier merge: its shards and per-shard counts as they were, its cases as candidates."""
     spath, summary = _summary_of(d)
     for info in summary.get("shards") if isinstance(summary.get("shards"), list) else []:
-        if isinstance(info, dict) and isinstance(info.get("id"), str):
-            c.shard(info)
+        if isinstance(info, dict) and isinstance(info.get("id"), str) and "@" in info["id"]:
+            c.shard(_shard_info(info["id"], info.get("path", "?"), info))
     for entry in summary.get("unreadable") if isinstance(summary.get("unreadable"), list) else []:
         if isinstance(entry, dict) and "path" in entry:
             c.bad(entry["path"], str(entry.get("error", "")))
@@ -242,12 +254,13 @@ def _read_merge(d: _Dir, c: _Collection) -> None:
         listed.add(entry["signature"])
         by_shard = entry.get("by_shard") if isinstance(entry.get("by_shard"), dict) else {}
         for sid, contrib in by_shard.items():
-            if isinstance(contrib, dict):
+            if isinstance(contrib, dict) and "@" in sid:
                 f.by_shard.setdefault(sid, {"occurrences": _count(contrib.get("occurrences")),
                                             "reproduced": _reproduced(contrib.get("reproduced")),
                                             "flaky": contrib.get("flaky") if isinstance(contrib.get("flaky"), bool)
                                             else None})
-        f.kernels.update(k for k in entry.get("kernels") or [] if isinstance(k, str))
+        kernels = entry.get("kernels") if isinstance(entry.get("kernels"), list) else []
+        f.kernels.update(k for k in kernels if isinstance(k, str))
         if isinstance(entry.get("message"), str) and entry["message"]:
             f.messages.add(entry["message"])
     stray = [(p, raw, case) for p, raw, case in d.cases if str(case.signature) not in listed]

@@ -375,3 +375,21 @@ def test_a_copy_of_a_shard_under_another_name_is_the_same_shard(two_shards, tmp_
     r = merge([a, b, copy], tmp_path / "m")
     assert len(r.summary["shards"]) == 2 and failure(r.summary, READ)["occurrences"] == 47
     assert tree(tmp_path / "m") == tree(merge([copy, b, a], tmp_path / "m2").out)
+
+
+def test_summaries_of_the_wrong_shape_do_not_break_the_merge(two_shards, tmp_path):
+    a, b = two_shards
+    (b / "summary.json").write_text(json.dumps({
+        "schema": "kvfuzz-summary/1", "options": "x", "health": "bad", "ops": -1, "harness_errors": 3,
+        "failures": [1, {"signature": 5}, {"signature": str(READ), "occurrences": "many", "message": 7}]}))
+    weird = tmp_path / "weird-merge"
+    weird.mkdir()
+    (weird / "summary.json").write_text(json.dumps({
+        "schema": "kvfuzz-merge/1", "shards": [{"id": "x@1"}, "y", {"id": 3}], "unreadable": "no",
+        "failures": [{"signature": str(FREE), "by_shard": {"x@1": {"occurrences": "?"}, "nohash": {}},
+                      "kernels": "notalist", "message": ["m"]}]}))
+    r = merge([a, b, weird], tmp_path / "m")
+    assert failure(r.summary, READ)["occurrences"] == 41  # 40, and 1 for the entry with no count
+    assert failure(r.summary, FREE)["occurrences"] == 3  # 2 from shard 0, 1 from the weird merge's x@1
+    assert any("without a signature" in e["error"] for e in r.summary["unreadable"])
+    assert any("internal harness error" in p for p in r.summary["problems"]) and r.text and r.junit
