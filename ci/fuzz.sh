@@ -5,8 +5,10 @@
 # ours), KVFUZZ_HOSTILE (spec|off|all; default all for our kernels, which mask every id,
 # spec for yours), KVFUZZ_BUDGET_S, KVFUZZ_WORKERS, KVFUZZ_SEED, KVFUZZ_SHARD (I/N),
 # KVFUZZ_OP_TIMEOUT, KVFUZZ_CHECK_EVERY (N > 1: the GPU throughput mode), KVFUZZ_OUT (case
-# files, summary.json, junit.xml).
-# Exit: 0 clean, 1 failures (case files in KVFUZZ_OUT), 2 setup error, 3 harness error.
+# files, summary.json, junit.xml), KVFUZZ_BASELINE (known failures: a kvfuzz-baseline/1 file
+# or a folder of accepted cases; they are reported as known and do not fail the job).
+# Exit: 0 clean (or only known failures), 1 new failures (case files in KVFUZZ_OUT), 2 setup
+# error, 3 harness error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash ci/setup.sh)
@@ -25,4 +27,4 @@ exec "$PY" -m fuzz run --backend "$KVFUZZ_BACKEND" --kernels "${KVFUZZ_KERNELS:-
   --budget-s "${KVFUZZ_BUDGET_S:-120}" --workers "${KVFUZZ_WORKERS:-$(nproc)}" \
   --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" \
   --op-timeout "${KVFUZZ_OP_TIMEOUT:-60}" --check-every "${KVFUZZ_CHECK_EVERY:-1}" --out "$OUT" \
-  --summary "$OUT/summary.json" --junit-xml "$OUT/junit.xml"
+  --summary "$OUT/summary.json" --junit-xml "$OUT/junit.xml" --baseline "${KVFUZZ_BASELINE:-}"

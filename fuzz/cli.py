@@ -1,6 +1,6 @@
 """The ``kvfuzz`` command line (also ``python -m fuzz``).
 
-Exit codes: 0 clean; 1 failures found (or a replayed case still fails, or check-sync
+Exit codes: 0 clean; 1 failures found (with --baseline, new ones only; or a replayed case still fails, or check-sync
 findings); 2 usage or setup error, or a run that did not test what it claims (no ops,
 no Triton launch on a Triton tier); 3 an internal error of the harness itself.
 
@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--summary", metavar="FILE", help="write a JSON summary here")
     run.add_argument("--junit-xml", metavar="FILE", help="write JUnit XML here (a test case per failure and per op kind)")
     run.add_argument("--stats", action="store_true", help="print the statistics table at the end")
+    run.add_argument("--baseline", metavar="B",
+                     help="known failures (a kvfuzz-baseline/1 file or a directory of accepted case files): "
+                          "exit 1 only on a new signature; an empty value means none")
     run.add_argument("--no-minimize", action="store_true", help="write cases as found, without shrinking them")
     run.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
 
@@ -106,6 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     mn.add_argument("--budget-s", type=_positive(float), default=60.0)
     mn.add_argument("--op-timeout", type=_positive(float), default=60.0)
     mn.add_argument("--out", help="default: rewrite the case in place")
+
+    mg = command("merge", "merge shards' or nights' outputs: one case per signature, one summary, one JUnit file")
+    mg.add_argument("inputs", nargs="+", metavar="OUT_DIR",
+                    help="kvfuzz run --out directories (or folders of them, or an earlier merge)")
+    mg.add_argument("--out", required=True, help="directory for the merged case files, summary.json and junit.xml")
+    mg.add_argument("--baseline", metavar="B", help="known failures (a kvfuzz-baseline/1 file or a directory of "
+                                                    "accepted case files): exit 1 only on a new signature")
+    mg.add_argument("--summary", metavar="FILE", help="also write the merged summary JSON here")
+    mg.add_argument("--junit-xml", metavar="FILE", help="also write the merged JUnit XML here")
+    mg.add_argument("--write-baseline", metavar="FILE",
+                    help="write a kvfuzz-baseline/1 file accepting every failure merged (and the --baseline's)")
+    mg.add_argument("--json", action="store_true", help="print the merged summary as JSON on the last line")
 
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
     check_sync_cli.add_arguments(cs)
@@ -141,6 +156,11 @@ def _cmd_run(args) -> int:
         target = getattr(args, flag)
         if target and Path(target).is_dir():
             raise SetupError(f"--{flag.replace('_', '-')} {target}: is a directory; give a file name")
+    baseline = None
+    if args.baseline:
+        from .tools.baseline import load_baseline
+
+        baseline = load_baseline(args.baseline)  # before the budget is spent: a broken baseline is exit 2
     opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
@@ -148,9 +168,13 @@ def _cmd_run(args) -> int:
                            check_every=args.check_every)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
+    verdict = None if baseline is None else baseline.compare(
+        {str(c.signature): [c.kernels or kernels] for c in s.cases})
     for case, path in zip(s.cases, s.paths):
+        known = "" if verdict is None or not verdict.is_known(case.signature) else \
+            f"  [known: {verdict.reasons.get(str(case.signature)) or 'in the baseline'}]"
         print(f"case: {path}  ({case.signature}, {case.lengths.get('original')} -> "
-              f"{case.lengths.get('minimized')} ops)")
+              f"{case.lengths.get('minimized')} ops){known}")
     for text in s.harness_errors:
         print(f"kvfuzz run: internal harness error (exit 3):\n{text}", file=sys.stderr)
     for problem in s.health:
@@ -163,22 +187,25 @@ def _cmd_run(args) -> int:
           + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
           + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
           + (f" interrupted={s.interrupted}" if s.interrupted else ""))
+    if verdict is not None:
+        print(f"kvfuzz run: {verdict.text()}"
+              + "".join(f"\n  no longer seen (fixed?): {sig}" for sig in verdict.no_longer_seen))
     if args.stats:
         print(reports.stats_table(s))
     data = reports.summary_json(s, backend=args.backend, kernels=kernels, kernels_sha256=source_hash(kernels),
                                 options={"seed": args.seed, "budget_s": args.budget_s, "workers": args.workers,
                                          "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
-                                         "op_timeout": args.op_timeout})
+                                         "op_timeout": args.op_timeout}, baseline=verdict)
     if args.summary:
         reports.write(args.summary, reports.dumps(data))
     if args.junit_xml:
-        reports.write(args.junit_xml, reports.junit_xml(s, backend=args.backend, kernels=kernels))
+        reports.write(args.junit_xml, reports.junit_xml(s, backend=args.backend, kernels=kernels, baseline=verdict))
     if args.json:
         import json
 
         print(json.dumps(data))
-    return s.exit_code
+    return data["exit_code"]
 
 
 # ---- replay and minimize -------------------------------------------------------------------------
@@ -291,6 +318,38 @@ def _cmd_minimize(args) -> int:
     return 0
 
 
+# ---- merge ----------------------------------------------------------------------------------------
+
+
+def _cmd_merge(args) -> int:
+    from .tools import merge, reports
+    from .tools.baseline import load_baseline
+
+    for flag in ("summary", "junit_xml", "write_baseline"):
+        target = getattr(args, flag)
+        if target and Path(target).is_dir():
+            raise SetupError(f"--{flag.replace('_', '-')} {target}: is a directory; give a file name")
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    try:
+        result = merge.merge(args.inputs, args.out, baseline=baseline)
+    except merge.MergeUsageError as exc:
+        raise SetupError(str(exc)) from None
+    print(result.text)
+    if args.summary:
+        reports.write(args.summary, reports.dumps(result.summary))
+    if args.junit_xml:
+        reports.write(args.junit_xml, result.junit)
+    if args.write_baseline:
+        reports.write(args.write_baseline, reports.dumps(merge.accepted_baseline(result.summary, baseline)))
+        print(f"kvfuzz merge: baseline accepting {len(result.summary['failures'])} signature(s) written to "
+              f"{args.write_baseline}")
+    if args.json:
+        import json
+
+        print(json.dumps(result.summary))
+    return result.exit_code
+
+
 # ---- the rest -------------------------------------------------------------------------------------
 
 
@@ -323,7 +382,8 @@ def _cmd_bench(args) -> int:
     return bench(seconds=args.seconds, tiers=tiers, out=args.out, plot=args.plot)
 
 
-COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "check-sync": _cmd_check_sync,
+COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "merge": _cmd_merge,
+            "check-sync": _cmd_check_sync,
             "mutants": _cmd_mutants, "bench": _cmd_bench}
 
 

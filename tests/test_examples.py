@@ -210,3 +210,19 @@ def test_workflow_shape_with_yaml(path):
     if path.name == "nightly.yml":
         assert data["jobs"]["fuzz"]["strategy"]["matrix"]["shard"] == _nightly_shards(path.read_text())[0]
         assert "kvfuzz-out" in uploads
+
+
+def test_nightly_merges_the_shards_against_a_baseline_in_the_repo():
+    from fuzz.tools.baseline import load_baseline
+
+    path = EXAMPLES / "nightly.yml"
+    text = path.read_text()
+    merges = [args for args in kvfuzz_commands(path) if args[:1] == ["merge"]]
+    assert len(merges) == 1, merges
+    ns = build_parser().parse_args(merges[0])
+    assert ns.baseline and (REPO / ns.baseline).is_file() and load_baseline(REPO / ns.baseline).source
+    assert re.search(rf"KVFUZZ_BASELINE:\s*{re.escape(ns.baseline)}", text)  # the shards use the same one
+    upload = re.search(r"name:\s*(kvfuzz-out-shard-)\$\{\{ matrix\.shard \}\}", text).group(1)
+    download = re.search(r"actions/download-artifact@v\d+\s+with:\s+pattern:\s*(\S+)", text)
+    assert download and download.group(1) == upload + "*"
+    assert re.search(r"^  merge:\n    needs: fuzz\n    if: always\(\)", text, re.M)

@@ -8,6 +8,9 @@
 # Each task writes its case files to kvfuzz-out/<job id>/shard-<I>/ and exits 1 if it
 # found a failure (Slurm then marks that task FAILED). Run it from the repository root
 # (or set KVFUZZ_REPO) in an environment where kvfuzz and a CUDA torch are installed.
+# One result for the array (one case per signature, docs/nightly.md), once every task ended:
+#
+#   sbatch --dependency=afterany:JOBID --wrap "python3 -m fuzz merge kvfuzz-out/JOBID --out kvfuzz-out/JOBID-merged"
 #
 #SBATCH --job-name=kvfuzz
 #SBATCH --gres=gpu:1
@@ -23,4 +26,5 @@ SHARD=$((SLURM_ARRAY_TASK_ID - ${SLURM_ARRAY_TASK_MIN:-0}))
 OUT="${KVFUZZ_OUT:-kvfuzz-out}/${SLURM_ARRAY_JOB_ID}/shard-${SHARD}"
 
 exec python3 -m fuzz run --backend cuda --budget-s "${KVFUZZ_BUDGET_S:-3600}" --workers 1 \
-  --seed "${KVFUZZ_SEED:-${SLURM_ARRAY_JOB_ID}}" --shard "${SHARD}/${SLURM_ARRAY_TASK_COUNT}" --out "$OUT"
+  --seed "${KVFUZZ_SEED:-${SLURM_ARRAY_JOB_ID}}" --shard "${SHARD}/${SLURM_ARRAY_TASK_COUNT}" --out "$OUT" \
+  --summary "$OUT/summary.json"

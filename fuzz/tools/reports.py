@@ -24,10 +24,14 @@ def kvfuzz_version() -> str:
         return "unknown"
 
 
-def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | None, options: dict) -> dict:
+def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | None, options: dict,
+                 baseline=None) -> dict:
+    """``baseline``: a ``fuzz.tools.baseline.Verdict``; then each failure says whether it is
+    known, a ``baseline`` block lists new / known / no longer seen, and the exit code is
+    the one against the baseline (1 only for a new signature)."""
     from ..environment import environment
 
-    return {
+    data = {
         "schema": "kvfuzz-summary/1",
         "backend": backend,
         "kernels": kernels,
@@ -59,25 +63,46 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "versions": {**environment(), "kvfuzz": kvfuzz_version()},
         "exit_code": summary.exit_code,
     }
+    if baseline is not None:
+        from .baseline import run_exit_code
+
+        for f in data["failures"]:
+            f["known"] = baseline.is_known(f["signature"])
+        data["baseline"] = baseline.to_json()
+        data["exit_code"] = run_exit_code(summary, baseline)
+    return data
 
 
-def junit_xml(summary, *, backend: str, kernels: str) -> str:
+def junit_xml(summary, *, backend: str, kernels: str, baseline=None) -> str:
+    """With ``baseline`` (a Verdict), a known failure is a skipped test case with the
+    baseline's reason, and each signature no longer seen a passing one that says so."""
     suite = ET.Element("testsuite", name=f"kvfuzz[{backend}:{kernels}]", tests="0", failures="0", errors="0",
                        time=f"{summary.elapsed_s:.3f}")
     n = failures = 0
     for case, path in zip(summary.cases, summary.paths):
         tc = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{backend}", name=str(case.signature), time="0")
         d = case.divergence or {}
+        n += 1
+        if baseline is not None and baseline.is_known(case.signature):
+            reason = baseline.reasons.get(str(case.signature)) or "in the baseline"
+            ET.SubElement(tc, "skipped", message=f"known failure: {reason}"[:500]).text = \
+                f"case file: {path}\nbaseline: {baseline.source}\n"
+            continue
         failure = ET.SubElement(tc, "failure", message=str(d.get("message", ""))[:500],
                                 type=d.get("oracle", "divergence"))
         failure.text = f"case file: {path}\nreplay: kvfuzz replay {path}\n"
-        n, failures = n + 1, failures + 1
+        failures += 1
     failed_kinds = {c.signature.op for c in summary.cases}
     for kind, count in sorted(summary.by_kind.items()):
         if kind in failed_kinds:
             continue
         tc = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{backend}", name=f"{kind} ({count} ops)", time="0")
         ET.SubElement(tc, "system-out").text = f"{count} {kind} ops agreed with the spec"
+        n += 1
+    for sig in baseline.no_longer_seen if baseline is not None else ():
+        tc = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{backend}.baseline", name=sig, time="0")
+        ET.SubElement(tc, "system-out").text = (f"in the baseline ({baseline.reasons.get(sig) or 'no reason given'}) "
+                                                f"but not found this time: fixed?")
         n += 1
     for text in summary.harness_errors:
         tc = ET.SubElement(suite, "testcase", classname="kvfuzz.harness", name="harness error", time="0")
@@ -86,6 +111,8 @@ def junit_xml(summary, *, backend: str, kernels: str) -> str:
     suite.set("tests", str(n))
     suite.set("failures", str(failures))
     suite.set("errors", str(len(summary.harness_errors)))
+    if baseline is not None:
+        suite.set("skipped", str(len(baseline.known)))
     root = ET.Element("testsuites")
     root.append(suite)
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
