@@ -55,6 +55,10 @@ def _coerce(hint, value, what: str):
         if not isinstance(value, bool):
             raise OpError(f"{what} must be a bool, got {value!r}")
         return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise OpError(f"{what} must be a string, got {value!r}")
+        return value
     if hint == Ints:
         return _ints(value, what)
     if hint == Rows:
@@ -103,7 +107,16 @@ class Op:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     def to_json(self) -> dict:
-        return {"op": self.kind, **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}}
+        """Every field, except a defaulted one still at its default: a field added to a kind
+        later (with a default) leaves the JSON of every op that does not use it unchanged,
+        so old case files stay byte-identical and readable."""
+        out = {"op": self.kind}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.default is not dataclasses.MISSING and value == f.default:
+                continue
+            out[f.name] = _plain(value)
+        return out
 
     @staticmethod
     def from_json(obj) -> Op:
@@ -113,10 +126,13 @@ class Op:
         cls = Op.registry.get(kind) if isinstance(kind, str) else None
         if cls is None:
             raise OpError(f"not an op: {obj!r} (kinds: {', '.join(Op.registry)})")
-        want, have = set(cls.field_names()), set(obj) - {"op"}
-        if want != have:
-            raise OpError(f"{kind} op needs fields {sorted(want)}, got {sorted(have)}")
-        return cls(**{name: obj[name] for name in cls.field_names()})
+        fields = dataclasses.fields(cls)
+        need = {f.name for f in fields if f.default is dataclasses.MISSING}
+        have, allowed = set(obj) - {"op"}, {f.name for f in fields}
+        if not need <= have <= allowed:
+            raise OpError(f"{kind} op needs fields {sorted(need)}"
+                          + (f" (optional: {sorted(allowed - need)})" if allowed - need else "") + f", got {sorted(have)}")
+        return cls(**{name: obj[name] for name in allowed if name in have})
 
     def __str__(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in self.to_json().items() if k != "op")
