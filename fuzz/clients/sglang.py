@@ -248,7 +248,7 @@ def build_kv_read_table_packed(*, req_to_token: torch.Tensor, req_pool_indices: 
                         page_size=page_size, max_items=max_tokens, out=out, out_stride=0, row_starts=indptr,
                         kv_start_idx=kv_start_idx, emit_per_token=True)
     if multiplier != 1 and bs and max_tokens:
-        _scale_packed(out, seq_lens, indptr, bs, page_size, min(max_tokens, out.numel()), multiplier)
+        _scale_packed(out, seq_lens, indptr, bs, page_size, out.numel(), multiplier)
     return out
 
 
@@ -276,7 +276,9 @@ def _scale_table_kernel(seq_lens_ptr, out_ptr, out_stride, max_pages, multiplier
 def _scale_packed_kernel(seq_lens_ptr, indptr_ptr, out_ptr, limit, multiplier,
                          PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr):
     """``page * ps + off`` -> ``page * multiplier * ps + off`` over ``out[indptr[b] + i]``,
-    ``i < seq_lens[b]`` (the items SGLang's token-stream kernel stores), inside ``[0, limit)``."""
+    ``i < seq_lens[b]`` (the items SGLang's token-stream kernel stores), inside ``out``
+    (``[0, limit)``, ``limit = out.numel()``: kvref bounds a row by ``max_tokens``, not
+    ``indptr``, so a valid stream may end past ``max_tokens``)."""
     b = tl.program_id(0)
     n = tl.load(seq_lens_ptr + b)
     base = tl.load(indptr_ptr + b).to(tl.int64)
