@@ -124,10 +124,6 @@ def _launch_here(t: torch.Tensor) -> bool:
     return _INTERPRETED and not t.is_cuda
 
 
-def _triton_ok(t: torch.Tensor) -> bool:
-    return t.is_cuda or _INTERPRETED
-
-
 # ---- virtual_slot.py -----------------------------------------------------------------------------
 
 
@@ -293,21 +289,20 @@ def _scale_packed_kernel(seq_lens_ptr, indptr_ptr, out_ptr, limit, multiplier,
 
 
 def _scale_table(out, seq_lens, bs, page_size, max_pages, multiplier) -> None:
-    if _triton_ok(out):
-        _scale_table_kernel[(bs,)](seq_lens, out, out.stride(0), max_pages, multiplier,
-                                   PAGE_SIZE=page_size, BLOCK=_SCALE_BLOCK)
+    if not out.is_cuda and not _INTERPRETED:  # the torch tier: the rows SGLang's fallback wrote, sliced as it does
+        for b in range(bs):
+            live = min((int(seq_lens[b]) + page_size - 1) // page_size, max_pages)
+            out[b, :live] *= multiplier
         return
-    for b in range(bs):  # the torch tier: the rows SGLang's torch fallback wrote, sliced as it slices them
-        live = min((int(seq_lens[b]) + page_size - 1) // page_size, max_pages)
-        out[b, :live] *= multiplier
+    _scale_table_kernel[(bs,)](seq_lens, out, out.stride(0), max_pages, multiplier,
+                               PAGE_SIZE=page_size, BLOCK=_SCALE_BLOCK)
 
 
 def _scale_packed(out, seq_lens, indptr, bs, page_size, limit, multiplier) -> None:
-    if _triton_ok(out):
-        _scale_packed_kernel[(bs,)](seq_lens, indptr, out, limit, multiplier, PAGE_SIZE=page_size,
-                                    BLOCK=_SCALE_BLOCK)
+    if not out.is_cuda and not _INTERPRETED:  # the torch tier
+        for b in range(bs):
+            start, n = int(indptr[b]), int(seq_lens[b])
+            seg = out[max(start, 0):min(start + n, limit)]
+            seg.copy_(seg // page_size * (page_size * multiplier) + seg % page_size)
         return
-    for b in range(bs):
-        start, n = int(indptr[b]), int(seq_lens[b])
-        seg = out[max(start, 0):min(start + n, limit)]
-        seg.copy_(seg // page_size * (page_size * multiplier) + seg % page_size)
+    _scale_packed_kernel[(bs,)](seq_lens, indptr, out, limit, multiplier, PAGE_SIZE=page_size, BLOCK=_SCALE_BLOCK)
