@@ -59,6 +59,7 @@ def default_kernels(backend: str) -> str:
 
 def load_kernels(name: str) -> ModuleType:
     """A kernel set from a dotted module name or a path to a .py file."""
+    name = {"kvfuzz-sglang": "fuzz.clients.sglang"}.get(name, name)  # client adapters' short names (fuzz/clients/)
     if name.endswith(".py") or os.sep in name:
         path = Path(name)
         if not path.is_file():
