@@ -38,8 +38,9 @@ import kvref
 
 from . import tracks
 from .case import Case, write_case
+from .confirm import DEFAULT_TRIES, Confirmer
+from .generate import WARMUP_SEQUENCES, warmup_seed
 from .kinds import parse_ops
-from .minimize import Minimizer, NotReproducible
 from .supervise import (
     CONTRACT,
     CTX,
@@ -47,9 +48,11 @@ from .supervise import (
     EXIT_RESTART,
     OP,
     OPS,
+    PHASE,
     SEED,
     SEQ,
     SEQS,
+    SETUP,
     Cancelled,
     Child,
     Executor,
@@ -60,6 +63,9 @@ from .tiers import SetupError, TierSpec
 from .verdict import Finding, Signature
 
 MAX_RESTARTS_WITHOUT_PROGRESS = 5
+REPRODUCE_S = 20.0  # a finding's reproduction rate gets at least this long, even past the budget
+AUTO_TIMEOUT = (10.0, 60.0)  # --op-timeout auto: 10x the longest op seen, inside these bounds
+HISTORY_SEQUENCES = 256  # how far back a worker's history reaches for a case that needs it
 HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
 
 
@@ -77,7 +83,9 @@ class CampaignOptions:
     scale: str = "small"  # the track (``tracks``): "small" or "production"
     check_every: int = 1  # full state checks every N ops (results are still diffed every op)
     hostile: str = "spec"
-    op_timeout: float = 60.0
+    op_timeout: float | None = None  # None: auto (10x the longest op seen, 10 s to 60 s)
+    reproduce: int = DEFAULT_TRIES  # fresh-child replays of a finding before it is trusted
+    program_order: str = "auto"  # the interpreter's program order: auto = random per sequence there
     progress_s: float = 30.0
     minimize: bool = True
     minimize_s: float = 0.0  # extra seconds past the budget for minimizing what was found
@@ -94,6 +102,18 @@ class CampaignOptions:
 
     def tier_spec(self) -> TierSpec:
         return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg)
+
+    def order(self) -> str:
+        if self.program_order == "auto":
+            return "random" if self.backend == "interpret" else "launch"
+        return self.program_order
+
+    def mode(self, seed: int | None = None) -> dict:
+        """Every option that changes what a sequence runs, as a case records it."""
+        mode = {"hostile": self.hostile, "check_every": self.check_every, "program_order": self.order()}
+        if seed is not None and mode["program_order"] != "launch":
+            mode["order_seed"] = seed
+        return mode
 
 
 def sequence_seed(opts: CampaignOptions, worker: int, k: int) -> int:
@@ -123,6 +143,8 @@ class Summary:
     health: list = field(default_factory=list)  # why a run without failures is still not clean
     steady_ops_per_s: float | None = None  # after the workers' warm-up (GPU: no Triton compile in it)
     found_after: dict = field(default_factory=dict)  # signature -> seconds into the run
+    op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
+    workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts
 
     @property
     def ops_per_s(self) -> float:
@@ -160,12 +182,18 @@ class _Slot:
         self.counted = {"ops": 0, "sequences": 0, "contract_ops": 0}  # exact, from earlier children's heartbeats
         self.stats: dict = {}  # the current child's last stats report
         self.kept: list[dict] = []  # the last stats reports of earlier children
+        self.start_k = 0  # the current child's first sequence number
+        self.warm = False  # whether the current child ran warm-up sequences first
+        self.found_steps: dict[int, int] = {}  # seed -> the step its sequence stopped at (a finding)
+        self.last_op_s = 0.0  # how long the last op of this slot had run when the run ended
+        self.longest = 0.0  # the longest op of its earlier children
 
     def retire(self) -> int:
         """Count the current child's work (its heartbeat is exact, its last report may be a
         little behind) and close it; the ops it ran."""
         child = self.child
         ran = child.slots[OPS]
+        self.longest = max(self.longest, child.longest)
         for key, slot in (("ops", OPS), ("sequences", SEQS), ("contract_ops", CONTRACT)):
             self.counted[key] += child.slots[slot]
         if self.stats:
@@ -196,6 +224,7 @@ class Campaign:
         return self.gpus[turn % len(self.gpus)]
 
     def _spawn(self, slot: _Slot, start_k: int) -> None:
+        slot.start_k, slot.warm, slot.found_steps = start_k, slot.restarts == 0, {}
         slot.child = Child("fuzz.engine.worker:fuzz_main",
                            (self.opts, slot.index, start_k, self.deadline_wall, self.queue, slot.restarts == 0),
                            log_dir=self.log_dir, gpu=self._gpu(slot.index))
@@ -224,9 +253,19 @@ class Campaign:
             self._shutdown()
         return self._summarize()
 
+    def op_timeout(self) -> float:
+        """``--op-timeout``, or auto: 10x the longest op any worker ran so far, 10 s to 60 s."""
+        if self.opts.op_timeout is not None:
+            return self.opts.op_timeout
+        longest = max([s.longest for s in self.slots] + [s.child.longest for s in self.slots if s.child is not None])
+        lo, hi = AUTO_TIMEOUT
+        return min(hi, max(lo, 10 * longest))
+
     def _loop(self) -> None:
+        """Until the budget ends, and past it while a worker is still inside an op: an op
+        that hangs when the budget ends is waited for up to the op timeout and reported, so a
+        late hang is a case, never a clean exit."""
         last_line = time.monotonic()
-        grace = min(self.opts.op_timeout, 10.0)
         while True:
             self._drain(0.1)
             for slot in self.slots:
@@ -235,9 +274,20 @@ class Campaign:
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now
-            if self.stop or all(s.done for s in self.slots) or now > self.deadline + grace:
+            if now > self.deadline:
+                self._past_deadline()
+            if self.stop or all(s.done for s in self.slots) or now > self.deadline + self.op_timeout() + 30:
                 break
         self._drain(0.0)
+
+    def _past_deadline(self) -> None:
+        """Workers stop at their next op once the budget is over; one still setting up (a
+        restarted worker importing) has no op to finish and is let go."""
+        for slot in self.slots:
+            child = slot.child
+            if not slot.done and child is not None and child.alive() and child.slots[PHASE] == SETUP:
+                slot.retire()
+                slot.done = True
 
     def _line_every(self) -> float:
         return 0.5 if self.progress is not None and self.progress.isatty() else self.opts.progress_s
@@ -265,8 +315,10 @@ class Campaign:
             slot.stats = msg[2]
         elif kind == "finding":
             p = msg[2]
+            slot.found_steps[p["seed"]] = p["divergence"]["step"]
             self._record(Finding.of_divergence(p["divergence"]), kvref.PoolConfig.from_json(p["config"]),
-                         parse_ops(p["ops"]), p["seed"], p["scenario"], p["knobs"], p.get("extra"))
+                         parse_ops(p["ops"]), p["seed"], p["scenario"], p["knobs"], p.get("extra"),
+                         history=self._history(slot, p["k"]) if "k" in p else None)
         elif kind == "setup":
             if slot.hello is None and slot.restarts == 0:
                 raise SetupError(msg[2])
@@ -283,11 +335,13 @@ class Campaign:
         if slot.done or child is None:
             return
         if child.alive():
-            if child.stalled(self.opts.op_timeout):
+            timeout = self.op_timeout()
+            if child.stalled(timeout):
                 step = child.slots[OP]
+                slot.last_op_s = child.running_for()
                 child.kill()
                 self._drain(0.2)
-                self._fault(slot, child.fault(True, self.opts.op_timeout), step)
+                self._fault(slot, child.fault(True, timeout), step)
             return
         self._drain(0.2)  # what it said before it went
         if slot.done:
@@ -316,8 +370,32 @@ class Campaign:
         config, scenario, ops = track.regenerate(seed, step + 1, slot.hello or {}, hostile=self.opts.hostile)
         extra = dict(track.case_extra) or None
         finding = Finding.of_fault(fault, ops, step)
-        self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra)
+        self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra,
+                     history=self._history(slot, child.slots[SEQ]))
         self._restart(slot)
+
+    def _history(self, slot: _Slot, upto_k: int):
+        """A thunk: the sequences the slot's current child ran before sequence ``upto_k``,
+        rebuilt from their seeds (the last HISTORY_SEQUENCES; warm-up ones first, if it ran
+        them). Built only for a case that does not reproduce without them."""
+        opts, track, hello = self.opts, self.opts.track, dict(slot.hello or {})
+        seeds = []
+        if slot.warm and opts.backend == "cuda" and track.gpu_warmup:
+            seeds += [warmup_seed(i) for i in range(WARMUP_SEQUENCES)]
+        seeds += [sequence_seed(opts, slot.index, k) for k in range(slot.start_k, upto_k)]
+        seeds = seeds[-HISTORY_SEQUENCES:]
+        steps, worker_seed = dict(slot.found_steps), opts.seed * 7919 + slot.index if opts.backend == "cuda" else None
+
+        def build() -> list[dict]:
+            out = []
+            for seed in seeds:
+                config, _, ops = track.regenerate(seed, steps.get(seed, opts.n_ops() - 1) + 1, hello,
+                                                  hostile=opts.hostile)
+                out.append({"seed": seed, "config": config.to_json(), "ops": [op.to_json() for op in ops],
+                            "knobs_from": {"track": track.name, "seed": seed, "worker_seed": worker_seed}})
+            return out
+
+        return build
 
     def _restart(self, slot: _Slot) -> None:
         child = slot.child
@@ -333,7 +411,7 @@ class Campaign:
         self._spawn(slot, next_k)
 
     # ---- cases ---------------------------------------------------------------------------------
-    def _record(self, finding, config, ops, seed, scenario, knobs, extra=None) -> None:
+    def _record(self, finding, config, ops, seed, scenario, knobs, extra=None, history=None) -> None:
         sig = finding.signature
         with self.lock:
             self.summary.occurrences[sig] = self.summary.occurrences.get(sig, 0) + 1
@@ -341,7 +419,7 @@ class Campaign:
                 return
             case = Case.found(config=config, ops=ops, divergence=finding, original_len=len(ops), seed=seed,
                               scenario=scenario, tier=self.opts.backend, kernels=self.spec.name, knobs=knobs,
-                              extra=extra)
+                              extra=extra, mode=self.opts.mode(seed))
             self.cases[sig] = case
             self.paths[sig] = write_case(case, Path(self.opts.out), keep_shorter=True)
             self.summary.found_after[sig] = time.monotonic() - self.start
@@ -350,39 +428,34 @@ class Campaign:
               f"-> {self.paths[sig]}", file=self.out, flush=True)
         if self.opts.stop_after is not None and len(self.cases) >= self.opts.stop_after:
             self.stop = self.stop or "enough failures"
-        if self.opts.minimize:
-            t = threading.Thread(target=self._minimize, args=(case,), daemon=True)
-            self.threads.append(t)
+        if self.opts.reproduce or self.opts.minimize:
+            t = threading.Thread(target=self._confirm, args=(case, history), daemon=True)
+            until = max(self.deadline + self.opts.minimize_s, time.monotonic() + REPRODUCE_S) + self.op_timeout() + 10
+            self.threads.append((t, until))
             t.start()
 
-    def _minimize(self, case: Case) -> None:
+    def _confirm(self, case: Case, history: list | None) -> None:
+        """Reproduction rate, history and minimization (``confirm``), then the case rewritten."""
         deadline = max(self.deadline, time.monotonic()) + self.opts.minimize_s
         # A hang hangs for good: candidates need not wait a whole op-timeout to show it.
-        timeout = min(self.opts.op_timeout, 10.0) if case.signature.oracle == "timeout" else self.opts.op_timeout
+        timeout = min(self.op_timeout(), 10.0) if case.signature.oracle == "timeout" else self.op_timeout()
         with self.lock:
             self._gpu_turn += 1
             executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(self._gpu_turn))
             self.executors.append(executor)
-
-        def judge(config, ops):
-            return executor.run(config, ops, case.knobs, self.opts.hostile, deadline=deadline + 5,
-                                check_every=self.opts.check_every)
-
-        m = Minimizer(None, case.signature, deadline=deadline, judge=judge)
+        confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
+                              minimize=self.opts.minimize, rate_deadline=max(deadline, time.monotonic() + REPRODUCE_S))
         try:
-            config, ops, failure = m.run(case.config, case.ops)
-        except NotReproducible:
-            return  # flaky, or the fault needs the worker's history: keep the case as found
+            done = confirmer.confirm(case, history)
         except (SetupFailed, HarnessFailed, TimeoutError, Cancelled) as exc:
             if isinstance(exc, HarnessFailed) and not self.stop:
                 self.summary.harness_errors.append(str(exc))
             return
         finally:
             executor.close()
-        smaller = case.with_minimized(config, ops, failure)
         with self.lock:
-            self.cases[case.signature] = smaller
-            self.paths[case.signature] = write_case(smaller, Path(self.opts.out), keep_shorter=True)
+            self.cases[case.signature] = done
+            self.paths[case.signature] = write_case(done, Path(self.opts.out), keep_shorter=True, same_length=True)
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
     def ops_so_far(self) -> int:
@@ -417,12 +490,15 @@ class Campaign:
     def _shutdown(self) -> None:
         for slot in self.slots:
             if slot.child is not None:
+                slot.last_op_s = max(slot.last_op_s, slot.child.running_for())
                 slot.retire()
         if self.stop and self.stop not in ("enough failures",):
             for executor in list(self.executors):
                 executor.shutdown()
-        for t in self.threads:
-            t.join(timeout=max(1.0, self.deadline + self.opts.minimize_s + 10 - time.monotonic()))
+        for t, until in self.threads:
+            t.join(timeout=max(1.0, until - time.monotonic()))
+        for executor in list(self.executors):  # a confirmation still running past its time: stop its child
+            executor.shutdown()
         if self.progress is not None and self.progress.isatty():
             self.progress.write("\n")
         shutil.rmtree(self.log_dir, ignore_errors=True)
@@ -442,6 +518,9 @@ class Campaign:
                     mine = getattr(s, key)
                     for k, v in stats.get(key, {}).items():
                         mine[k] = mine.get(k, 0) + v
+        s.op_timeout_s = round(self.op_timeout(), 2)
+        s.workers = [{"worker": slot.index, "last_op_s": round(slot.last_op_s, 2), "restarts": slot.restarts,
+                      "longest_op_s": round(slot.longest, 3)} for slot in self.slots]
         s.cases = list(self.cases.values())
         s.paths = [self.paths[c.signature] for c in s.cases]
         s.health = self._health()
@@ -464,6 +543,10 @@ class Campaign:
         s = self.summary
         if s.ops == 0:
             return ["the campaign ran no ops (a budget too short to finish one?)"]
+        stuck = [slot.index for slot in self.slots if slot.stuck >= MAX_RESTARTS_WITHOUT_PROGRESS]
+        if stuck:
+            return [f"worker {', '.join(map(str, stuck))} stopped making progress: {MAX_RESTARTS_WITHOUT_PROGRESS} "
+                    f"restarts in a row ran no op"]
         if s.faults or s.cases or s.interrupted or self.opts.max_sequences is not None:
             return []  # cut short on purpose, or the counts of a dead worker are partial
         if s.ops < HEALTHY_OPS or s.sequences < 10:

@@ -226,9 +226,11 @@ class Seen:
 # ---- program order on the interpreter -------------------------------------------------------------
 
 
-def order_for(mode: str, seed: int, launch: int, n: int) -> list[int]:
-    """The order, as positions in launch order, of the ``n`` programs of the ``launch``-th
-    interpreted launch: ``reversed``; ``shuffled`` (a permutation drawn from seed and launch);
+def order_for(mode: str, seed: int, launch, n: int) -> list[int]:
+    """The order, as positions in launch order, of the ``n`` programs of an interpreted
+    launch of kernel ``launch`` (its name: the draw depends on the seed and the kernel, never
+    on how many launches came before, so a minimized case, which launches less before the
+    failing op, draws the same order for it): ``reversed``; ``shuffled`` (a permutation);
     ``interleaved`` (the residue classes of a drawn stride 2..4, from a drawn class on: even
     ids then odd, or by three or four); ``random`` (one of those three, drawn per launch)."""
     rng = random.Random(f"kvfuzz-order:{seed}:{launch}")
@@ -248,8 +250,7 @@ def order_for(mode: str, seed: int, launch: int, n: int) -> list[int]:
 
 
 def set_program_order(mode: str = "launch", seed: int = 0) -> None:
-    """Set the order process-wide (a worker process) and restart the per-launch counter, so
-    a case replayed from its start draws the same order for each launch."""
+    """Set the order process-wide (a worker process: once per sequence, with its seed)."""
     if mode not in MODES:
         raise ValueError(f"program order {mode!r}: choose one of {', '.join(MODES)}")
     _ORDER.update(mode=mode, seed=int(seed), launches=0)
@@ -307,8 +308,9 @@ def _install_order() -> None:
     def ordered(self, *args, **kwargs):
         if _ORDER["mode"] == "launch" or not hasattr(builder, "set_grid_idx") or not callable(getattr(self, "fn", 0)):
             return call(self, *args, **kwargs)
-        launch, _ORDER["launches"] = _ORDER["launches"], _ORDER["launches"] + 1
-        fn, self.fn = self.fn, (deferred := _Deferred(self.fn, builder, launch))
+        _ORDER["launches"] += 1
+        key = getattr(self.fn, "__name__", "?")
+        fn, self.fn = self.fn, (deferred := _Deferred(self.fn, builder, key))
         try:
             out = call(self, *args, **kwargs)
         finally:

@@ -15,6 +15,27 @@ import traceback
 from .supervise import CONTRACT, EXIT_HARNESS, EXIT_RESTART, IDLE, SEQ, Beat
 
 
+def set_order(tier, mode: dict, seed: int | None = None) -> None:
+    """The program order of a sequence on the interpreter (``launches``; compiled launches
+    keep the GPU's own): ``mode["program_order"]``, drawn from the sequence's seed."""
+    if tier.backend == "interpret":
+        from .launches import set_program_order
+
+        set_program_order(mode.get("program_order", "launch"), mode.get("order_seed", 0) if seed is None else seed)
+
+
+def _knobs_of(tier, past: dict) -> dict | None:
+    """The launch knobs an earlier sequence of a worker ran with, decided as the worker did."""
+    how = past.get("knobs_from")
+    if not how:
+        return past.get("knobs")
+    from . import tracks
+    from .knobs import choose
+
+    worker = None if how.get("worker_seed") is None else choose(tier.kernels, how["worker_seed"])
+    return tracks.get(how["track"]).choose_knobs(tier, how["seed"], worker)
+
+
 def _tier(spec, report) -> object | None:
     from .tiers import SetupError
 
@@ -74,6 +95,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                     steady = (time.time(), stats.ops)
                 seed = sequence_seed(opts, worker, k)
                 beat.sequence(k, seed)
+            set_order(tier, opts.mode(), seed)
             knobs = track.choose_knobs(tier, seed, worker_knobs)
             if knobs != sent_knobs:
                 queue.put(("knobs", worker, knobs))
@@ -91,7 +113,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             if d is not None:
                 queue.put(("finding", worker, {"seed": seed, "scenario": scenario, "config": seq.config.to_json(),
                                                "ops": [op.to_json() for op in seq.ops[: d.step + 1]],
-                                               "divergence": d.to_json(), "knobs": knobs, "extra": seq.extra}))
+                                               "divergence": d.to_json(), "knobs": knobs, "extra": seq.extra,
+                                               "k": k if seed < WARMUP_BASE else k - 1}))
                 if poisoned(d):
                     report()
                     sys.exit(EXIT_RESTART)
@@ -124,11 +147,19 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
             job = conn.recv()
         except (EOFError, OSError):
             return
-        beat.sequence(0, 0)
+        mode = job.get("mode") or {}
         try:
+            for k, past in enumerate(job.get("history") or ()):  # what the dead worker ran before
+                beat.sequence(-1 - k, past.get("seed") or 0)
+                set_order(tier, mode, past.get("seed"))
+                replay(kvref.PoolConfig.from_json(past["config"]), parse_ops(past["ops"]), tier, knobs=_knobs_of(tier, past),
+                       hostile=mode.get("hostile", "spec"), check_every=mode.get("check_every", 1), strict_knobs=False,
+                       beat=beat)
+            beat.sequence(0, 0)
+            set_order(tier, mode)
             d, run = replay(kvref.PoolConfig.from_json(job["config"]), parse_ops(job["ops"]), tier,
-                            knobs=job["knobs"], hostile=job["hostile"], beat=beat,
-                            strict_knobs=job.get("strict_knobs", True), check_every=job.get("check_every", 1))
+                            knobs=job["knobs"], hostile=mode.get("hostile", "spec"), beat=beat,
+                            strict_knobs=job.get("strict_knobs", True), check_every=mode.get("check_every", 1))
         except SetupError as exc:
             conn.send(("setup", str(exc)))
             return
