@@ -15,7 +15,9 @@ confirmed here, in an executor child that never saw the worker's history:
    dropped while it still does. The case keeps the history it needs (``history``), and
    replays with it. If even that does not reproduce, the case is kept as found and says so.
 3. **Minimization**, with the one minimizer: the same signature, the same hostile class,
-   and for a flaky case "fails at least once in ``tries`` runs".
+   and for a flaky case "fails at least once in ``tries`` runs". The minimized case is rated
+   again (a sequence with fewer calls of a racy kernel fails less often), and when it never
+   fails on its own, the case stays as it was.
 
 Every replay runs in the case's mode (hostile, check_every, program order).
 """
@@ -96,7 +98,15 @@ class Confirmer:
         case = case.with_fields(reproduced={"k": k, "n": n}, flaky=0 < k < n, **({"history": needs} if needs else {}))
         if k == 0 or not self.minimize or self._late():
             return case
-        return self.minimized(case)
+        smaller = self.minimized(case)
+        if smaller is case:
+            return case
+        # A shorter sequence fails less often when the bug is a race per call: rate it again,
+        # and keep the longer one if the shorter never fails on its own.
+        k2, n2 = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries)
+        if k2 == 0:
+            return case
+        return smaller.with_fields(reproduced={"k": k2, "n": n2}, flaky=0 < k2 < n2)
 
     def shorter_history(self, case: Case, history: list) -> list:
         """Drop earlier sequences (the oldest first, then halves) while the case still fails after the rest."""
