@@ -64,6 +64,7 @@ from .verdict import Finding, Signature
 
 MAX_RESTARTS_WITHOUT_PROGRESS = 5
 REPRODUCE_S = 20.0  # a finding's reproduction rate gets at least this long, even past the budget
+HISTORY_S = 60.0  # and one that may need its worker's history this much longer again
 AUTO_TIMEOUT = (10.0, 60.0)  # --op-timeout auto: 10x the longest op seen, inside these bounds
 HISTORY_SEQUENCES = 256  # how far back a worker's history reaches for a case that needs it
 HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
@@ -144,6 +145,7 @@ class Summary:
     steady_ops_per_s: float | None = None  # after the workers' warm-up (GPU: no Triton compile in it)
     found_after: dict = field(default_factory=dict)  # signature -> seconds into the run
     op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
+    notes: list = field(default_factory=list)  # what the workers said of the run (e.g. the boundaries drawn at)
     workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts
 
     @property
@@ -309,6 +311,12 @@ class Campaign:
         slot = self.slots[w]
         if kind == "hello":
             slot.hello = msg[2]
+            for note in slot.hello.get("notes", ()):
+                if note not in self.summary.notes:
+                    self.summary.notes.append(note)
+                    if self.progress is not None:
+                        self.progress.write(f"[kvfuzz] {note}\n")
+                        self.progress.flush()
         elif kind == "knobs":
             slot.knobs = msg[2]
         elif kind == "stats":
@@ -430,7 +438,8 @@ class Campaign:
             self.stop = self.stop or "enough failures"
         if self.opts.reproduce or self.opts.minimize:
             t = threading.Thread(target=self._confirm, args=(case, history), daemon=True)
-            until = max(self.deadline + self.opts.minimize_s, time.monotonic() + REPRODUCE_S) + self.op_timeout() + 10
+            until = (max(self.deadline + self.opts.minimize_s, time.monotonic() + REPRODUCE_S) + self.op_timeout() + 10
+                     + (HISTORY_S if history is not None else 0))
             self.threads.append((t, until))
             t.start()
 
@@ -444,18 +453,23 @@ class Campaign:
             executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(self._gpu_turn))
             self.executors.append(executor)
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
-                              minimize=self.opts.minimize, rate_deadline=max(deadline, time.monotonic() + REPRODUCE_S))
+                              minimize=self.opts.minimize,
+                              rate_deadline=max(deadline, time.monotonic() + REPRODUCE_S + (HISTORY_S if history else 0)))
+        def publish(better: Case) -> None:
+            with self.lock:
+                self.cases[case.signature] = better
+                self.paths[case.signature] = write_case(better, Path(self.opts.out), keep_shorter=True,
+                                                        same_length=True)
+
         try:
-            done = confirmer.confirm(case, history)
+            done = confirmer.confirm(case, history, publish)
         except (SetupFailed, HarnessFailed, TimeoutError, Cancelled) as exc:
             if isinstance(exc, HarnessFailed) and not self.stop:
                 self.summary.harness_errors.append(str(exc))
             return
         finally:
             executor.close()
-        with self.lock:
-            self.cases[case.signature] = done
-            self.paths[case.signature] = write_case(done, Path(self.opts.out), keep_shorter=True, same_length=True)
+        publish(done)
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
     def ops_so_far(self) -> int:

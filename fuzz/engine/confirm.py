@@ -62,12 +62,22 @@ class Confirmer:
                                      history=history, fresh=fresh)
         return judge
 
-    def rate(self, case: Case, history: list | None = None, tries: int | None = None) -> tuple[int, int]:
-        """(failures alike, runs) over up to ``tries`` replays (stops at the deadline)."""
+    def tries_for(self, case: Case) -> int:
+        """A hang costs an op-timeout per try, a process death a fresh child: fewer of those."""
+        if case.signature.oracle == "timeout":
+            return 1
+        if case.fault is not None:
+            return min(self.tries, 3)
+        return self.tries
+
+    def rate(self, case: Case, history: list | None = None, tries: int | None = None,
+             floor: int = 3) -> tuple[int, int]:
+        """(failures alike, runs) over up to ``tries`` replays: at least ``floor`` of them, the
+        rest while the deadline allows (the first in a fresh process)."""
         judge, want = self._judge(case, history), hostile_kind(case)
         k = n = 0
         for i in range(tries or self.tries):
-            if i and self._late(rating=True):
+            if i >= floor and self._late(rating=True):
                 break
             n += 1
             f = judge(case.config, case.ops, fresh=i == 0)
@@ -75,19 +85,28 @@ class Confirmer:
                 k += 1
         return k, n
 
-    def confirm(self, case: Case, history=None) -> Case:
-        """``history``: a thunk giving the worker's earlier sequences (or None)."""
-        tries = 1 if case.signature.oracle == "timeout" else self.tries
+    def confirm(self, case: Case, history=None, publish=None) -> Case:
+        """``history``: a thunk giving the worker's earlier sequences (or None); ``publish``:
+        called with the case after each step that improved it (the rate, a shorter history, a
+        smaller case), so a campaign that ends mid-way keeps what was learnt."""
+        publish = publish or (lambda c: None)
+        tries = self.tries_for(case)
         k, n = self.rate(case, tries=tries)
         needs = None
         history = history() if callable(history) and k == 0 else history
         if k == 0 and history:
-            hk, hn = self.rate(case, history, tries=1)
-            if hk:
+            k, n = self.rate(case, history, tries=1, floor=1)
+            if k:
+                def needing(hist):
+                    return {"sequences": hist, "reproduced": True,
+                            "note": f"fails only after what its worker's process ran before it "
+                                    f"({len(hist)} earlier sequences, replayed first)"}
+
+                publish(case.with_fields(reproduced={"k": k, "n": n}, flaky=False, history=needing(history)))
                 history = self.shorter_history(case, history)
-                needs = {"sequences": history, "reproduced": True,
-                         "note": "fails only after what its worker's process ran before it"}
-                k, n = self.rate(case, history, tries=tries)
+                needs = needing(history)
+                k2, n2 = self.rate(case.with_fields(history=needs), history, tries=tries, floor=1)
+                k, n = (k2, n2) if k2 else (k, n)
             else:
                 needs = {"sequences": [], "reproduced": False,
                          "note": f"did not reproduce in a fresh process, not even after its worker's "
@@ -96,6 +115,7 @@ class Confirmer:
             needs = {"sequences": [], "reproduced": False,
                      "note": "did not reproduce in a fresh process: kept as found"}
         case = case.with_fields(reproduced={"k": k, "n": n}, flaky=0 < k < n, **({"history": needs} if needs else {}))
+        publish(case)
         if k == 0 or not self.minimize or self._late():
             return case
         smaller = self.minimized(case)
@@ -103,7 +123,8 @@ class Confirmer:
             return case
         # A shorter sequence fails less often when the bug is a race per call: rate it again,
         # and keep the longer one if the shorter never fails on its own.
-        k2, n2 = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries)
+        k2, n2 = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries,
+                           floor=min(3, tries))
         if k2 == 0:
             return case
         return smaller.with_fields(reproduced={"k": k2, "n": n2}, flaky=0 < k2 < n2)
@@ -121,6 +142,8 @@ class Confirmer:
         while kept and not self._late(rating=True):
             chunk = -(-len(kept) // n)
             for i in range(0, len(kept), chunk):
+                if self._late(rating=True):
+                    return kept
                 cand = kept[:i] + kept[i + chunk:]
                 if fails(cand):
                     kept, n = cand, max(2, n - 1)

@@ -145,12 +145,17 @@ def _child_entry(entry: str, args: tuple, slots, log: str, gpu: str | None, env:
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a campaign ends
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    # Both streams to the log: a child reports through its queue or pipe only, so whatever a
+    # kernel set prints (progress, debug dumps, partial lines) can neither garble the
+    # parent's output nor pass for it; its last lines go into a fault's case.
     os.dup2(fd, 2)
+    os.dup2(fd, 1)
     import faulthandler
     import importlib
     import sys
 
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     faulthandler.enable(sys.stderr)
     module, name = entry.split(":")
     try:

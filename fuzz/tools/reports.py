@@ -52,6 +52,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "faults": summary.faults,
         "restarts": summary.restarts,
         "op_timeout_s": getattr(summary, "op_timeout_s", None),
+        "notes": getattr(summary, "notes", []),
         "workers": getattr(summary, "workers", []),
         "interrupted": summary.interrupted,
         "health": summary.health,
