@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--program-order", choices=("auto", *ORDERS), default="auto",
                      help="the order the interpreter runs a launch's programs in (auto: a seeded order per "
                           "sequence on --backend interpret, recorded in the case; a GPU keeps its own)")
+    run.add_argument("--cache-dir", metavar="DIR",
+                     help="Triton's kernel cache for every worker (TRITON_CACHE_DIR): keep it between runs and a "
+                          "GPU campaign does not spend its first seconds compiling")
     run.add_argument("--progress-s", type=_positive(float), default=30.0,
                      help="seconds between progress lines when stderr is not a terminal")
     run.add_argument("--summary", metavar="FILE", help="write a JSON summary here")
@@ -193,7 +196,8 @@ def _cmd_run(args) -> int:
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
-                           check_every=args.check_every, reproduce=args.reproduce, program_order=args.program_order)
+                           check_every=args.check_every, reproduce=args.reproduce, program_order=args.program_order,
+                           cache_dir=args.cache_dir)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     verdict = None if baseline is None else baseline.compare(
@@ -214,6 +218,7 @@ def _cmd_run(args) -> int:
           f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
           + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
           + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
+          + (f" compile_s={s.compile_s:.1f}" if s.compile_s else "")
           + (f" interrupted={s.interrupted}" if s.interrupted else ""))
     if verdict is not None:
         print(f"kvfuzz run: {verdict.text()}"
@@ -320,7 +325,7 @@ def _cmd_replay(args) -> int:
               f"({where}){rate}")
         return 0
     same = "same signature" if d.signature == case.signature else f"NEW signature (case has {case.signature})"
-    print(f"FAIL {args.case}: {d} [{same}; {where}; failed on try {tried} of {tries}]{rate}")
+    print(f"FAIL {args.case}: {d.signature}: {d} [{same}; {where}; failed on try {tried} of {tries}]{rate}")
     fault = getattr(d, "fault", None)
     if fault is not None and fault.stderr:
         print("stderr of the replay (the fault's Python stack first):\n  " + "\n  ".join(_fault_lines(fault.stderr)))

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import kvref
@@ -39,10 +39,10 @@ import kvref
 from . import tracks
 from .case import Case, write_case
 from .confirm import DEFAULT_TRIES, Confirmer
-from .generate import WARMUP_SEQUENCES, warmup_seed
 from .kinds import parse_ops
+from .slot import Slot
+from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, Summary, health, steady_rate
 from .supervise import (
-    CONTRACT,
     CTX,
     EXIT_HARNESS,
     EXIT_RESTART,
@@ -51,7 +51,6 @@ from .supervise import (
     PHASE,
     SEED,
     SEQ,
-    SEQS,
     SETUP,
     Cancelled,
     Child,
@@ -62,12 +61,9 @@ from .supervise import (
 from .tiers import SetupError, TierSpec
 from .verdict import Finding, Signature
 
-MAX_RESTARTS_WITHOUT_PROGRESS = 5
 REPRODUCE_S = 20.0  # a finding's reproduction rate gets at least this long, even past the budget
 HISTORY_S = 60.0  # and one that may need its worker's history this much longer again
 AUTO_TIMEOUT = (10.0, 60.0)  # --op-timeout auto: 10x the longest op seen, inside these bounds
-HISTORY_SEQUENCES = 256  # how far back a worker's history reaches for a case that needs it
-HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
 
 
 @dataclass
@@ -87,6 +83,7 @@ class CampaignOptions:
     op_timeout: float | None = None  # None: auto (10x the longest op seen, 10 s to 60 s)
     reproduce: int = DEFAULT_TRIES  # fresh-child replays of a finding before it is trusted
     program_order: str = "auto"  # the interpreter's program order: auto = random per sequence there
+    cache_dir: str | None = None  # Triton's kernel cache for every child (kept between runs: no recompiles)
     progress_s: float = 30.0
     minimize: bool = True
     minimize_s: float = 0.0  # extra seconds past the budget for minimizing what was found
@@ -104,6 +101,9 @@ class CampaignOptions:
     def tier_spec(self) -> TierSpec:
         return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg)
 
+    def child_env(self) -> dict:
+        return {"TRITON_CACHE_DIR": str(Path(self.cache_dir).resolve())} if self.cache_dir else {}
+
     def order(self) -> str:
         if self.program_order == "auto":
             return "random" if self.backend == "interpret" else "launch"
@@ -117,48 +117,6 @@ class CampaignOptions:
         return mode
 
 
-def sequence_seed(opts: CampaignOptions, worker: int, k: int) -> int:
-    shard_i, shard_n = opts.shard
-    index = (k * opts.workers + worker) * shard_n + shard_i
-    return opts.seed * 1_000_003 + index
-
-
-@dataclass
-class Summary:
-    ops: int = 0
-    contract_ops: int = 0
-    sequences: int = 0
-    elapsed_s: float = 0.0
-    cases: list = field(default_factory=list)
-    paths: list = field(default_factory=list)
-    by_kind: dict = field(default_factory=dict)
-    by_scenario: dict = field(default_factory=dict)
-    hostile: dict = field(default_factory=dict)
-    launches: int = 0
-    elements: int = 0  # production scale: result elements diffed against the vectorized oracle
-    faults: int = 0  # worker deaths and hangs (crash and timeout cases included)
-    restarts: int = 0
-    occurrences: dict = field(default_factory=dict)  # signature -> times seen
-    harness_errors: list = field(default_factory=list)
-    interrupted: str | None = None
-    health: list = field(default_factory=list)  # why a run without failures is still not clean
-    steady_ops_per_s: float | None = None  # after the workers' warm-up (GPU: no Triton compile in it)
-    found_after: dict = field(default_factory=dict)  # signature -> seconds into the run
-    op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
-    notes: list = field(default_factory=list)  # what the workers said of the run (e.g. the boundaries drawn at)
-    workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts
-
-    @property
-    def ops_per_s(self) -> float:
-        return self.ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def exit_code(self) -> int:
-        """3: the harness failed; 1: failures found; 2: not clean for another reason (the
-        health checks); 0: clean."""
-        return 3 if self.harness_errors else 1 if self.cases else 2 if self.health else 0
-
-
 def visible_gpus() -> list[str | None]:
     """The GPUs this host lets us use, as CUDA_VISIBLE_DEVICES entries."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -167,43 +125,6 @@ def visible_gpus() -> list[str | None]:
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())] or [None]
-
-
-class _Slot:
-    """One worker position: its current child and what the parent knows of it."""
-
-    def __init__(self, index: int):
-        self.index = index
-        self.child: Child | None = None
-        self.hello: dict | None = None
-        self.knobs: dict | None = None  # the current child's launch knobs (it says when they change)
-        self.done = False
-        self.restarts = 0
-        self.stuck = 0  # restarts in a row that ran no op
-        self.reported_harness = False  # the current child sent its harness error itself
-        self.counted = {"ops": 0, "sequences": 0, "contract_ops": 0}  # exact, from earlier children's heartbeats
-        self.stats: dict = {}  # the current child's last stats report
-        self.kept: list[dict] = []  # the last stats reports of earlier children
-        self.start_k = 0  # the current child's first sequence number
-        self.warm = False  # whether the current child ran warm-up sequences first
-        self.found_steps: dict[int, int] = {}  # seed -> the step its sequence stopped at (a finding)
-        self.last_op_s = 0.0  # how long the last op of this slot had run when the run ended
-        self.longest = 0.0  # the longest op of its earlier children
-
-    def retire(self) -> int:
-        """Count the current child's work (its heartbeat is exact, its last report may be a
-        little behind) and close it; the ops it ran."""
-        child = self.child
-        ran = child.slots[OPS]
-        self.longest = max(self.longest, child.longest)
-        for key, slot in (("ops", OPS), ("sequences", SEQS), ("contract_ops", CONTRACT)):
-            self.counted[key] += child.slots[slot]
-        if self.stats:
-            self.kept.append(self.stats)
-        self.stats = {}
-        child.close()
-        self.child = None
-        return ran
 
 
 class Campaign:
@@ -225,11 +146,11 @@ class Campaign:
     def _gpu(self, turn: int) -> str | None:
         return self.gpus[turn % len(self.gpus)]
 
-    def _spawn(self, slot: _Slot, start_k: int) -> None:
+    def _spawn(self, slot: Slot, start_k: int) -> None:
         slot.start_k, slot.warm, slot.found_steps = start_k, slot.restarts == 0, {}
         slot.child = Child("fuzz.engine.worker:fuzz_main",
                            (self.opts, slot.index, start_k, self.deadline_wall, self.queue, slot.restarts == 0),
-                           log_dir=self.log_dir, gpu=self._gpu(slot.index))
+                           log_dir=self.log_dir, gpu=self._gpu(slot.index), env=self.opts.child_env())
         slot.knobs = None
 
     # ---- the run -----------------------------------------------------------------------
@@ -244,7 +165,7 @@ class Campaign:
         self.log_dir = Path(tempfile.mkdtemp(prefix="kvfuzz-logs-"))
         self.queue = CTX.Queue()
         self.gpus = visible_gpus() if opts.backend == "cuda" else [None]
-        self.slots = [_Slot(w) for w in range(opts.workers)]
+        self.slots = [Slot(w) for w in range(opts.workers)]
         for slot in self.slots:
             self._spawn(slot, 0)
         previous = self._install_signals()
@@ -326,7 +247,7 @@ class Campaign:
             slot.found_steps[p["seed"]] = p["divergence"]["step"]
             self._record(Finding.of_divergence(p["divergence"]), kvref.PoolConfig.from_json(p["config"]),
                          parse_ops(p["ops"]), p["seed"], p["scenario"], p["knobs"], p.get("extra"),
-                         history=self._history(slot, p["k"]) if "k" in p else None)
+                         history=slot.history(self.opts, p["k"]) if "k" in p else None)
         elif kind == "setup":
             if slot.hello is None and slot.restarts == 0:
                 raise SetupError(msg[2])
@@ -338,7 +259,7 @@ class Campaign:
             slot.done = True
 
     # ---- deaths and hangs -------------------------------------------------------------------
-    def _watch(self, slot: _Slot) -> None:
+    def _watch(self, slot: Slot) -> None:
         child = slot.child
         if slot.done or child is None:
             return
@@ -369,7 +290,7 @@ class Campaign:
         else:
             self._fault(slot, child.fault(), child.slots[OP])
 
-    def _fault(self, slot: _Slot, fault, step: int) -> None:
+    def _fault(self, slot: Slot, fault, step: int) -> None:
         """A worker died (or hung) running op ``step`` of its current sequence."""
         child = slot.child
         self.summary.faults += 1
@@ -379,33 +300,10 @@ class Campaign:
         extra = dict(track.case_extra) or None
         finding = Finding.of_fault(fault, ops, step)
         self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra,
-                     history=self._history(slot, child.slots[SEQ]))
+                     history=slot.history(self.opts, child.slots[SEQ]))
         self._restart(slot)
 
-    def _history(self, slot: _Slot, upto_k: int):
-        """A thunk: the sequences the slot's current child ran before sequence ``upto_k``,
-        rebuilt from their seeds (the last HISTORY_SEQUENCES; warm-up ones first, if it ran
-        them). Built only for a case that does not reproduce without them."""
-        opts, track, hello = self.opts, self.opts.track, dict(slot.hello or {})
-        seeds = []
-        if slot.warm and opts.backend == "cuda" and track.gpu_warmup:
-            seeds += [warmup_seed(i) for i in range(WARMUP_SEQUENCES)]
-        seeds += [sequence_seed(opts, slot.index, k) for k in range(slot.start_k, upto_k)]
-        seeds = seeds[-HISTORY_SEQUENCES:]
-        steps, worker_seed = dict(slot.found_steps), opts.seed * 7919 + slot.index if opts.backend == "cuda" else None
-
-        def build() -> list[dict]:
-            out = []
-            for seed in seeds:
-                config, _, ops = track.regenerate(seed, steps.get(seed, opts.n_ops() - 1) + 1, hello,
-                                                  hostile=opts.hostile)
-                out.append({"seed": seed, "config": config.to_json(), "ops": [op.to_json() for op in ops],
-                            "knobs_from": {"track": track.name, "seed": seed, "worker_seed": worker_seed}})
-            return out
-
-        return build
-
-    def _restart(self, slot: _Slot) -> None:
+    def _restart(self, slot: Slot) -> None:
         child = slot.child
         next_k = child.slots[SEQ] + 1  # past the sequence it died in (a warm-up one says k - 1)
         ran = slot.retire()
@@ -450,7 +348,8 @@ class Campaign:
         timeout = min(self.op_timeout(), 10.0) if case.signature.oracle == "timeout" else self.op_timeout()
         with self.lock:
             self._gpu_turn += 1
-            executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(self._gpu_turn))
+            executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(self._gpu_turn),
+                                env=self.opts.child_env())
             self.executors.append(executor)
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize,
@@ -527,6 +426,7 @@ class Campaign:
             s.contract_ops += slot.counted["contract_ops"]
             for stats in slot.kept:
                 s.launches += stats.get("launches", 0)
+                s.compile_s += stats.get("compile_s", 0.0)
                 s.elements += stats.get("elements", 0)
                 for key in ("by_kind", "by_scenario", "hostile"):
                     mine = getattr(s, key)
@@ -537,41 +437,9 @@ class Campaign:
                       "longest_op_s": round(slot.longest, 3)} for slot in self.slots]
         s.cases = list(self.cases.values())
         s.paths = [self.paths[c.signature] for c in s.cases]
-        s.health = self._health()
-        s.steady_ops_per_s = self._steady_rate()
+        s.health = health(s, self.slots, self.opts)
+        s.steady_ops_per_s = steady_rate(self.slots)
         return s
-
-    def _steady_rate(self) -> float | None:
-        """Ops per second of the workers' timed part: from each worker's end of warm-up to
-        its last report (None when no worker got that far)."""
-        spans = [(st["steady"], st["now"]) for slot in self.slots for st in slot.kept if st.get("steady")]
-        if not spans:
-            return None
-        start = min(t for (t, _), _ in spans)
-        end = max(t for _, (t, _) in spans)
-        ops = sum(now_ops - ops0 for (_, ops0), (_, now_ops) in spans)
-        return ops / (end - start) if end > start else None
-
-    def _health(self) -> list[str]:
-        """A run without failures is clean only if it exercised what the kernel set has."""
-        s = self.summary
-        if s.ops == 0:
-            return ["the campaign ran no ops (a budget too short to finish one?)"]
-        stuck = [slot.index for slot in self.slots if slot.stuck >= MAX_RESTARTS_WITHOUT_PROGRESS]
-        if stuck:
-            return [f"worker {', '.join(map(str, stuck))} stopped making progress: {MAX_RESTARTS_WITHOUT_PROGRESS} "
-                    f"restarts in a row ran no op"]
-        if s.faults or s.cases or s.interrupted or self.opts.max_sequences is not None:
-            return []  # cut short on purpose, or the counts of a dead worker are partial
-        if s.ops < HEALTHY_OPS or s.sequences < 10:
-            return []  # too short a run for a missing kind to mean anything (each is >= 1% of ops)
-        has = {fn for slot in self.slots if slot.hello for fn in slot.hello.get("has", ())}
-        expected = self.opts.track.expected_kinds(has)
-        missing = sorted(expected - set(s.by_kind))
-        if missing:
-            return [f"no {', '.join(missing)} op ran although the kernel set provides it (a longer budget?)"]
-        return []
-
 
 def run_campaign(opts: CampaignOptions, progress=None, out=None) -> Summary:
     """Run a supervised campaign. ``progress``: where progress lines go (default: stderr)."""

@@ -38,11 +38,14 @@ import inspect
 import math
 import random
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 MODES = ("launch", "reversed", "shuffled", "interleaved", "random")
 _COUNT = [0]
+_COMPILE = [0.0]  # seconds spent in compiled launches that blocked the host (a compile: launches are async)
+COMPILE_MIN_S = 0.2  # a compiled launch that held the host this long compiled (or loaded) its kernel
 _LOCAL = threading.local()  # .depth: launches this thread is inside; .recorders: Recorders entered here
 _OBSERVERS: list = []
 _ORDER = {"mode": "launch", "seed": 0, "launches": 0}
@@ -87,9 +90,15 @@ def _wrap(original):
             return original(self, *args, **kwargs)
         _COUNT[0] += 1
         recorders = getattr(_LOCAL, "recorders", ())
-        if getattr(_LOCAL, "depth", 0) or not (recorders or _OBSERVERS):
-            with _inside():
-                return original(self, *args, **kwargs)
+        nested = getattr(_LOCAL, "depth", 0) > 0
+        if nested or not (recorders or _OBSERVERS):
+            t0 = time.perf_counter()
+            try:
+                with _inside():
+                    return original(self, *args, **kwargs)
+            finally:
+                if not nested:
+                    _note_compile(self, time.perf_counter() - t0)
         launch = _describe(self, args, kwargs, original)
         for rec in recorders:
             rec.launches.append(launch)
@@ -102,15 +111,28 @@ def _wrap(original):
                 return dims
 
             kwargs["grid"] = resolve
+        t0 = time.perf_counter()
         try:
             with _inside():
                 return original(self, *args, **kwargs)
         finally:
+            _note_compile(self, time.perf_counter() - t0)
             for callback in list(_OBSERVERS):
                 callback(launch)
 
     run._kvfuzz_original = original
     return functools.update_wrapper(run, original, assigned=("__name__", "__qualname__", "__doc__"))
+
+
+def _note_compile(fn, seconds: float) -> None:
+    """A compiled (not interpreted) outermost launch that held the host: count it as compile."""
+    if seconds >= COMPILE_MIN_S and type(fn).__name__ != "InterpretedFunction":
+        _COMPILE[0] += seconds
+
+
+def compile_seconds() -> float:
+    """Host seconds this process spent in launches that compiled (compiled tier only)."""
+    return _COMPILE[0]
 
 
 def install() -> bool:

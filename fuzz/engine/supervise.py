@@ -176,9 +176,9 @@ class Executor:
     request then starts a fresh child."""
 
     def __init__(self, tier_spec, *, op_timeout: float, log_dir: Path, gpu: str | None = None,
-                 launch_blocking: bool = True):
+                 launch_blocking: bool = True, env: dict | None = None):
         self.tier_spec, self.op_timeout, self.log_dir, self.gpu = tier_spec, op_timeout, log_dir, gpu
-        self.env = {"CUDA_LAUNCH_BLOCKING": "1"} if launch_blocking else {}
+        self.env = {**(env or {}), **({"CUDA_LAUNCH_BLOCKING": "1"} if launch_blocking else {})}
         self.child: Child | None = None
         self.conn = None
         self.closed = False  # for good (shutdown): a job in flight ends with Cancelled

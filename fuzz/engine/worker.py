@@ -56,9 +56,10 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     if tier is None:
         return
     from . import tracks
-    from .campaign import sequence_seed
     from .generate import WARMUP_BASE, WARMUP_SEQUENCES, warmup_seed
     from .knobs import choose as choose_knobs
+    from .launches import compile_seconds
+    from .slot import sequence_seed
     from .tiers import count_launches
     from .verdict import RunStats, poisoned
 
@@ -80,6 +81,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         queue.put(("stats", worker, {"ops": stats.ops, "contract_ops": stats.contract_ops, "by_kind": stats.by_kind,
                                      "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
                                      "launches": count_launches(), "final": final, "steady": steady,
+                                     "compile_s": compile_seconds(),
                                      "elements": elements,
                                      "now": (time.time(), stats.ops)}))
 

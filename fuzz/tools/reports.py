@@ -49,6 +49,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "elements_per_s": round(summary.elements / summary.elapsed_s, 1) if summary.elapsed_s > 0 else 0.0,
         "hostile_classes": dict(sorted(summary.hostile.items())),
         "triton_launches": summary.launches,
+        "compile_s": round(getattr(summary, "compile_s", 0.0), 2),
         "faults": summary.faults,
         "restarts": summary.restarts,
         "op_timeout_s": getattr(summary, "op_timeout_s", None),

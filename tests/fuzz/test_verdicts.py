@@ -101,8 +101,8 @@ def test_a_candidate_in_another_hostile_class_does_not_count():
     assert hostile_kind(original) != hostile_kind(elsewhere)
     ops = [Alloc(2), Free((1, 2)), Alloc(2)]
 
-    def judge(config, cand):  # any shorter candidate "fails" only in the other class
-        return original if len(cand) == len(ops) else elsewhere
+    def judge(config, cand):  # any other candidate "fails" only in the other class
+        return original if list(cand) == ops else elsewhere
 
     m = Minimizer(None, sig, judge=judge, hostile=hostile_kind(original))
     _, kept, failure = m.run(kvref.PoolConfig(num_pages=8), ops)
