@@ -62,6 +62,7 @@ from .tiers import SetupError, TierSpec
 from .verdict import Finding, Signature
 
 REPRODUCE_S = 20.0  # a finding's reproduction rate gets at least this long, even past the budget
+SETUP_GRACE_S = 10.0  # past the budget, how long a worker still setting up may take to report
 HISTORY_S = 60.0  # and one that may need its worker's history this much longer again
 AUTO_TIMEOUT = (10.0, 60.0)  # --op-timeout auto: 10x the longest op seen, inside these bounds
 
@@ -197,7 +198,7 @@ class Campaign:
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now
-            if now > self.deadline:
+            if now > self.deadline + SETUP_GRACE_S:
                 self._past_deadline()
             if self.stop or all(s.done for s in self.slots) or now > self.deadline + self.op_timeout() + 30:
                 break
@@ -205,7 +206,8 @@ class Campaign:
 
     def _past_deadline(self) -> None:
         """Workers stop at their next op once the budget is over; one still setting up (a
-        restarted worker importing) has no op to finish and is let go."""
+        restarted worker importing) has no op to finish and is let go, after a grace that
+        lets a first worker report why it could not set up (a setup error is exit 2)."""
         for slot in self.slots:
             child = slot.child
             if not slot.done and child is not None and child.alive() and child.slots[PHASE] == SETUP:
