@@ -86,9 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N", help="this machine's share of the seeds")
     run.add_argument("--ops-per-sequence", type=_positive(int), default=None,
                      help="ops per generated sequence (default: 200; 24 at --scale production)")
-    run.add_argument("--scale", choices=("small", "production"), default="small",
+    run.add_argument("--scale", choices=("small", "production", "compile"), default="small",
                      help="small pools through the allocator (small), or kernel-level ops at production shapes "
-                          "drawn at the kernel set's own block boundaries, CUDA-graph replay included (production)")
+                          "drawn at the kernel set's own block boundaries, CUDA-graph replay included (production), "
+                          "or every Triton kernel compiled for a GPU target at the specializations a run meets: ints "
+                          "equal to 1, divisible by 16, neither; no GPU needed (compile)")
     run.add_argument("--check-every", type=_positive(int), default=1,
                      help="compare the whole state every N ops (results are compared after every op)")
     run.add_argument("--hostile", choices=HOSTILE, default="spec",
