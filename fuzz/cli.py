@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--hostile", choices=HOSTILE, default="spec",
                      help="contract-breaking inputs: only where SPEC promises memory safety (spec), none (off), "
                           "or every one, run unchecked (all)")
-    run.add_argument("--op-timeout", type=_timeout, default=None, metavar="S|auto",
+    run.add_argument("--op-timeout", type=_timeout, default="auto", metavar="S|auto",
                      help="seconds one op may run before its worker is a 'timeout' case (default: auto, 10x the "
                           "longest op seen, 10 to 60 s); an op still running when the budget ends is waited for "
                           "this long and reported")

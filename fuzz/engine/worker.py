@@ -60,11 +60,16 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .knobs import choose as choose_knobs
     from .launches import compile_seconds
     from .slot import sequence_seed
-    from .tiers import count_launches
+    from .tiers import SetupError, count_launches
     from .verdict import RunStats, poisoned
 
     track = tracks.get(opts.scale)
-    hello = {"kernels": tier.kernels_name, **track.worker_info(tier)}  # what the parent rebuilds ops from
+    try:
+        info = track.worker_info(tier)  # what the parent rebuilds ops from
+    except SetupError as exc:
+        queue.put(("setup", worker, str(exc)))
+        return
+    hello = {"kernels": tier.kernels_name, **info}
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
     elements = 0  # result elements diffed against the oracle
@@ -87,7 +92,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
 
     k = start_k
     try:
-        while time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences):
+        while (time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences)
+               and not track.exhausted(tier)):
             if warm_left:
                 warm_left -= 1
                 seed = warmup_seed(WARMUP_SEQUENCES - 1 - warm_left)
