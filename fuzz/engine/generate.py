@@ -107,9 +107,10 @@ class OpGenerator:
         return shapes.alloc_op(self.ch, self.config, room, ALLOC_MODE.get(self.scenario, "usual"))
 
     def _gen_free(self, spec):
-        if not self.live:
+        live = shapes.freeable(spec, self.live)
+        if not live:
             return self._gen_alloc(spec)
-        op, self._kept = shapes.free_op(self.ch, self.config, self.live[self.rng.randrange(len(self.live))])
+        op, self._kept = shapes.free_op(self.ch, self.config, live[self.rng.randrange(len(live))])
         return op
 
     def _gen_flush(self, spec):
