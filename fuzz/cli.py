@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = command("run", "fuzz until the budget ends; write each distinct failure as a case file")
     run.add_argument("--backend", choices=BACKENDS, default="torch")
     run.add_argument("--kernels", help="kernel set: a dotted module or a path to a .py file (default: ours)")
+    run.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]",
+                     help="allocator under test: MODULE_OR_FILE[:FACTORY] (docs/allocators.md; default: ours, kvkernels.allocator:DeviceAllocator)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--budget-s", type=_positive(float), default=60.0, help="wall-clock budget, minimization included")
     run.add_argument("--out", default="kvfuzz-out", help="directory for case files")
@@ -93,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("case")
     rp.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
     rp.add_argument("--kernels", help="default: the case's kernel set (knobs it lacks are dropped, with a warning)")
+    rp.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]", help="default: the case's allocator")
     rp.add_argument("--op-timeout", type=_positive(float), default=60.0)
     rp.add_argument("--in-process", action="store_true", help="replay in this process (for a debugger)")
     rp.add_argument("--sanitizer", choices=("memcheck", "racecheck", "initcheck", "synccheck"),
@@ -103,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     mn.add_argument("case")
     mn.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
     mn.add_argument("--kernels", help="default: the case's kernel set")
+    mn.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]", help="default: the case's allocator")
     mn.add_argument("--budget-s", type=_positive(float), default=60.0)
     mn.add_argument("--op-timeout", type=_positive(float), default=60.0)
     mn.add_argument("--out", help="default: rewrite the case in place")
@@ -141,11 +145,18 @@ def _cmd_run(args) -> int:
         target = getattr(args, flag)
         if target and Path(target).is_dir():
             raise SetupError(f"--{flag.replace('_', '-')} {target}: is a directory; give a file name")
+    if args.allocator:
+        from .engine import allocators
+
+        allocators.check_name(args.allocator)
+        if args.scale == "production":
+            raise SetupError("--allocator drives the allocator state machine (--scale small); production-scale ops "
+                             "are kernel-level only")
     opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
-                           check_every=args.check_every)
+                           check_every=args.check_every, allocator=args.allocator)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     for case, path in zip(s.cases, s.paths):
@@ -156,7 +167,8 @@ def _cmd_run(args) -> int:
     for problem in s.health:
         print(f"kvfuzz run: not clean: {problem}", file=sys.stderr)
     probed = ", ".join(f"{k} {v}" for k, v in sorted(s.hostile.items())) or "none"
-    print(f"kvfuzz run: backend={args.backend} kernels={kernels} shard={args.shard[0]}/{args.shard[1]} "
+    print(f"kvfuzz run: backend={args.backend} kernels={kernels} "
+          + (f"allocator={args.allocator} " if args.allocator else "") + f"shard={args.shard[0]}/{args.shard[1]} "
           f"workers={args.workers} scale={args.scale} sequences={s.sequences} ops={s.ops} ops/s={s.ops_per_s:.0f} "
           f"contract_ops={s.contract_ops} hostile={args.hostile} (probed: {probed}) faults={s.faults} "
           f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
@@ -169,7 +181,8 @@ def _cmd_run(args) -> int:
                                 options={"seed": args.seed, "budget_s": args.budget_s, "workers": args.workers,
                                          "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
-                                         "op_timeout": args.op_timeout})
+                                         "op_timeout": args.op_timeout},
+                                allocator=args.allocator)
     if args.summary:
         reports.write(args.summary, reports.dumps(data))
     if args.junit_xml:
@@ -186,6 +199,7 @@ def _cmd_run(args) -> int:
 
 def _case_spec(args, case):
     """(TierSpec, the kernels named, whether they are the case's own)."""
+    from .engine import allocators
     from .engine.case import resolve_kernels
     from .engine.tiers import TierSpec
 
@@ -193,7 +207,10 @@ def _case_spec(args, case):
     select_backend(backend)
     own = not args.kernels
     kernels = args.kernels or resolve_kernels(case.kernels, case.path, case.kernels_file)
-    return TierSpec(backend, kernels), kernels, own
+    allocator = getattr(args, "allocator", None) or allocators.resolve(case.allocator, case.path, case.allocator_file)
+    if allocator:
+        allocators.check_name(allocator)
+    return TierSpec(backend, kernels, allocator=allocator), kernels, own
 
 
 def _executor(spec, op_timeout: float):
@@ -235,7 +252,7 @@ def _cmd_replay(args) -> int:
         from .tools.sanitizer import replay_under_sanitizer
 
         return replay_under_sanitizer(case, Path(args.case), spec, args.sanitizer)
-    where = f"backend={spec.backend} kernels={kernels}"
+    where = f"backend={spec.backend} kernels={kernels}" + (f" allocator={spec.allocator}" if spec.allocator else "")
     if args.in_process:
         from .engine.runner import replay
 

@@ -86,12 +86,13 @@ class CampaignOptions:
     stop_after: int | None = None  # stop fuzzing after this many distinct failures (mutant hunts)
     factory: str | None = None  # a tier factory instead of a kernel set (TierSpec)
     factory_arg: str | None = None
+    allocator: str | None = None  # MODULE_OR_FILE[:FACTORY] (allocators.py); None: ours
 
     def n_ops(self) -> int:
         return self.ops_per_sequence or (PRODUCTION_OPS if self.scale == "production" else OPS_PER_SEQUENCE)
 
     def tier_spec(self) -> TierSpec:
-        return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg)
+        return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg, self.allocator)
 
 
 def sequence_seed(opts: CampaignOptions, worker: int, k: int) -> int:
@@ -343,7 +344,8 @@ class Campaign:
             config, ops = scale.regenerate(seed, step + 1, hello["scale"])
             scenario, extra = "production", {"scale": "production"}
         else:
-            config, scenario, ops = regenerate(seed, step + 1, has=hello.get("has", ()), hostile=self.opts.hostile)
+            config, scenario, ops = regenerate(seed, step + 1, has=hello.get("has", ()), hostile=self.opts.hostile,
+                                               skips=hello.get("skips", ()))
         finding = Finding.of_fault(fault, ops, step)
         self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra)
         self._restart(slot)
@@ -370,7 +372,7 @@ class Campaign:
                 return
             case = Case.found(config=config, ops=ops, divergence=finding, original_len=len(ops), seed=seed,
                               scenario=scenario, tier=self.opts.backend, kernels=self.spec.name, knobs=knobs,
-                              extra=extra)
+                              extra=extra, allocator=self.opts.allocator)
             self.cases[sig] = case
             self.paths[sig] = write_case(case, Path(self.opts.out), keep_shorter=True)
             self.summary.found_after[sig] = time.monotonic() - self.start

@@ -1,7 +1,9 @@
 """Case files: a failure as versioned JSON that replays anywhere.
 
 Schema ``kvfuzz-case/1``: config, ops, seed, tier, kernel set and its launch knobs
-(block sizes, optional), signature (op kind + oracle + field, no addresses or values),
+(block sizes, optional), the allocator when it is not ours (``allocator``, with
+``environment.allocator_sha256``; absent in older files, which mean ours), signature
+(op kind + oracle + field, no addresses or values),
 the first divergence with spec vs target values, original and minimized lengths, and
 the environment it was found in. Keys a reader does not know (a corpus case's
 ``note``) are kept and written back where they were.
@@ -24,8 +26,8 @@ from .ops import Op, OpError, parse_ops
 SCHEMA = "kvfuzz-case/1"
 REQUIRED = ("schema", "config", "ops", "signature")
 # Written in this order; keys not listed here follow "schema" in the order they came.
-ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "kernels_file", "knobs", "signature",
-         "divergence", "fault", "lengths", "environment")
+ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "kernels_file", "allocator",
+         "allocator_file", "knobs", "signature", "divergence", "fault", "lengths", "environment")
 
 
 class CaseError(ValueError):
@@ -70,6 +72,8 @@ class Case:
     kernels: str | None = None  # as named on the command line (a module, or a file relative to where it ran)
     kernels_file: str | None = None  # a kernel-set file, relative to the case file's folder
     knobs: dict | None = None
+    allocator: str | None = None  # MODULE_OR_FILE[:FACTORY] as named on the command line; None: ours
+    allocator_file: str | None = None  # an allocator file, relative to the case file's folder
     divergence: dict | None = None
     fault: dict | None = None  # crash and timeout cases: how the process died, its last stderr lines
     lengths: dict = field(default_factory=dict)
@@ -80,15 +84,20 @@ class Case:
 
     @classmethod
     def found(cls, *, config, ops, divergence, original_len: int, seed=None, scenario=None, tier=None,
-              kernels=None, knobs=None, extra: dict | None = None) -> Case:
+              kernels=None, knobs=None, extra: dict | None = None, allocator: str | None = None) -> Case:
         """A new case from a divergence the fuzzer found (and minimized)."""
         fault = _fault_of(divergence)
         env = environment()
         env["kernels_sha256"] = source_hash(kernels)
+        if allocator:
+            from .allocators import source_hash as allocator_hash
+
+            env["allocator_sha256"] = allocator_hash(allocator)
+        absent = (("fault", fault), ("kernels_file", None), ("allocator", allocator), ("allocator_file", None))
         return cls(config=config, ops=list(ops), signature=divergence.signature, seed=seed, scenario=scenario,
-                   tier=tier, kernels=kernels, knobs=knobs, divergence=divergence.to_json(), fault=fault,
-                   lengths={"original": original_len, "minimized": len(ops)}, environment=env,
-                   extra=dict(extra or {}), omitted=tuple(k for k, v in (("fault", fault), ("kernels_file", None)) if v is None))
+                   tier=tier, kernels=kernels, knobs=knobs, allocator=allocator, divergence=divergence.to_json(),
+                   fault=fault, lengths={"original": original_len, "minimized": len(ops)}, environment=env,
+                   extra=dict(extra or {}), omitted=tuple(k for k, v in absent if v is None))
 
     def with_minimized(self, config, ops, divergence) -> Case:
         lengths = dict(self.lengths, minimized=len(ops))
@@ -96,15 +105,22 @@ class Case:
                                    fault=_fault_of(divergence) or self.fault, lengths=lengths)
 
     def filename(self) -> str:
-        """``KERNELS--OP-ORACLE-FIELD.json``: the kernel set's file stem or module name."""
+        """``KERNELS--OP-ORACLE-FIELD.json``: the kernel set's file stem or module name (the
+        allocator's, with its factory, when the case names one)."""
         name = self.kernels or "kernels"
         name = Path(name).stem if name.endswith(".py") else name
+        if self.allocator:
+            from .allocators import split
+
+            where, factory = split(self.allocator)
+            name = (Path(where).stem if where.endswith(".py") else where) + (f"_{factory}" if factory else "")
         return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[-40:] + f"--{self.signature.slug()}.json"
 
     def to_json(self) -> dict:
         known = {"schema": SCHEMA, "config": self.config.to_json(), "ops": [op.to_json() for op in self.ops],
                  "seed": self.seed, "scenario": self.scenario, "tier": self.tier, "kernels": self.kernels,
-                 "kernels_file": self.kernels_file, "knobs": self.knobs, "signature": self.signature.to_json(), "divergence": self.divergence, "fault": self.fault,
+                 "kernels_file": self.kernels_file, "allocator": self.allocator, "allocator_file": self.allocator_file,
+                 "knobs": self.knobs, "signature": self.signature.to_json(), "divergence": self.divergence, "fault": self.fault,
                  "lengths": self.lengths, "environment": self.environment}
         out = {"schema": SCHEMA, **self.extra}
         out.update((k, known[k]) for k in ORDER if k not in self.omitted)
@@ -123,6 +139,9 @@ class Case:
         if knobs is not None and not (isinstance(knobs, dict) and all(
                 isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in knobs.items())):
             raise CaseError(f"{where}'knobs' must be null or an object of integer launch knobs, got {knobs!r}")
+        for key in ("allocator", "allocator_file"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise CaseError(f"{where}{key!r} must be null or a string (MODULE_OR_FILE[:FACTORY]), got {data[key]!r}")
         try:
             if not isinstance(data["config"], dict):
                 raise TypeError("'config' must be an object")
@@ -135,7 +154,8 @@ class Case:
         omitted = tuple(k for k in ORDER if k not in data)
         return cls(omitted=omitted, config=config, ops=ops, signature=signature, seed=data.get("seed"),
                    scenario=data.get("scenario"), tier=data.get("tier"), kernels=data.get("kernels"),
-                   kernels_file=data.get("kernels_file"), knobs=knobs,
+                   kernels_file=data.get("kernels_file"), knobs=knobs, allocator=data.get("allocator"),
+                   allocator_file=data.get("allocator_file"),
                    divergence=data.get("divergence"), fault=data.get("fault"), lengths=data.get("lengths") or {},
                    environment=data.get("environment") or {}, extra=extra, path=path)
 
@@ -157,6 +177,13 @@ class Case:
         if self.kernels and self.kernels.endswith(".py") and Path(self.kernels).is_file():
             self.kernels_file = os.path.relpath(Path(self.kernels).resolve(), Path(path).resolve().parent)
             self.omitted = tuple(k for k in self.omitted if k != "kernels_file")
+        if self.allocator:
+            from .allocators import split
+
+            where = split(self.allocator)[0]
+            if where.endswith(".py") and Path(where).is_file():
+                self.allocator_file = os.path.relpath(Path(where).resolve(), Path(path).resolve().parent)
+                self.omitted = tuple(k for k in self.omitted if k != "allocator_file")
         return self.dumps()
 
     def write(self, path: Path) -> Path:

@@ -45,7 +45,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .runner import RunStats
     from .tiers import OPTIONAL, count_launches
 
-    hello = {"has": [fn for fn in OPTIONAL if tier.has(fn)], "kernels": tier.kernels_name}
+    hello = {"has": [fn for fn in OPTIONAL if tier.has(fn)], "kernels": tier.kernels_name,
+             "skips": sorted(tier.allocator_skips)}  # op kinds its allocator lacks (allocators.py)
     production = opts.scale == "production"
     if production:
         from . import scale

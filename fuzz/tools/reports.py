@@ -24,7 +24,9 @@ def kvfuzz_version() -> str:
         return "unknown"
 
 
-def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | None, options: dict) -> dict:
+def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | None, options: dict,
+                 allocator: str | None = None) -> dict:
+    from ..engine.allocators import DEFAULT, source_hash
     from ..environment import environment
 
     return {
@@ -32,6 +34,8 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "backend": backend,
         "kernels": kernels,
         "kernels_sha256": kernels_sha256,
+        "allocator": allocator or DEFAULT,
+        "allocator_sha256": source_hash(allocator or DEFAULT),
         "options": options,
         "ops": summary.ops,
         "sequences": summary.sequences,
