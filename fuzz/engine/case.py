@@ -108,13 +108,14 @@ class Case:
         """``KERNELS--OP-ORACLE-FIELD.json``: the kernel set's file stem or module name (the
         allocator's, with its factory, when the case names one)."""
         name = self.kernels or "kernels"
-        name = Path(name).stem if name.endswith(".py") else name
+        name, keep = (Path(name).stem if name.endswith(".py") else name), 40
         if self.allocator:
             from .allocators import split
 
             where, factory = split(self.allocator)
             name = (Path(where).stem if where.endswith(".py") else where) + (f"_{factory}" if factory else "")
-        return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[-40:] + f"--{self.signature.slug()}.json"
+            keep = 64
+        return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[-keep:] + f"--{self.signature.slug()}.json"
 
     def to_json(self) -> dict:
         known = {"schema": SCHEMA, "config": self.config.to_json(), "ops": [op.to_json() for op in self.ops],
