@@ -292,19 +292,19 @@ def show(r) -> str:
 
 
 def test_cli_correct_allocator_is_clean(tmp_path):
-    r = kvfuzz("run", "--backend", "torch", "--budget-s", 10, "--workers", 1, "--allocator", HEAP,
+    r = kvfuzz("run", "--backend", "torch", "--budget-s", 8, "--workers", 1, "--allocator", HEAP,
                "--out", tmp_path / "out", "--summary", tmp_path / "summary.json")
     assert r.returncode == 0, show(r)
     assert f"allocator={HEAP}" in r.stdout, show(r)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["allocator"] == str(HEAP) and len(summary["allocator_sha256"]) == 64
-    assert summary["ops"] > 1000 and summary["failures"] == []
+    assert summary["ops"] > 200 and summary["failures"] == []
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_cli_finds_each_planted_bug_and_the_case_replays(tmp_path, bug):
     out = tmp_path / "out"
-    r = kvfuzz("run", "--backend", "torch", "--budget-s", 10, "--seed", 0, "--workers", 1, "--allocator", heap(bug),
+    r = kvfuzz("run", "--backend", "torch", "--budget-s", 12, "--seed", 0, "--workers", 1, "--allocator", heap(bug),
                "--out", out)
     assert r.returncode == 1, show(r)
     cases = sorted(out.glob("*.json"))
