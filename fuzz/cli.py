@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = command("run", "fuzz until the budget ends; write each distinct failure as a case file")
     run.add_argument("--backend", choices=BACKENDS, default="torch")
     run.add_argument("--kernels", help="kernel set: a dotted module or a path to a .py file (default: ours)")
+    run.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]",
+                     help="allocator under test: MODULE_OR_FILE[:FACTORY] (docs/allocators.md; default: ours, kvkernels.allocator:DeviceAllocator)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--budget-s", type=_positive(float), default=60.0, help="wall-clock budget, minimization included")
     run.add_argument("--out", default="kvfuzz-out", help="directory for case files")
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("case")
     rp.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
     rp.add_argument("--kernels", help="default: the case's kernel set (knobs it lacks are dropped, with a warning)")
+    rp.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]", help="default: the case's allocator")
     rp.add_argument("--op-timeout", type=_positive(float), default=60.0)
     rp.add_argument("--hostile", choices=HOSTILE, help="default: the mode the case was found in")
     rp.add_argument("--tries", type=_positive(int), default=None,
@@ -138,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     mn.add_argument("case")
     mn.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
     mn.add_argument("--kernels", help="default: the case's kernel set")
+    mn.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]", help="default: the case's allocator")
     mn.add_argument("--budget-s", type=_positive(float), default=60.0)
     mn.add_argument("--op-timeout", type=_positive(float), default=60.0)
     mn.add_argument("--hostile", choices=HOSTILE, help="default: the mode the case was found in")
@@ -194,12 +198,19 @@ def _cmd_run(args) -> int:
         from .tools.baseline import load_baseline
 
         baseline = load_baseline(args.baseline)  # before the budget is spent: a broken baseline is exit 2
+    if args.allocator:
+        from .engine import allocators, tracks
+
+        allocators.check_name(args.allocator)
+        if not tracks.get(args.scale).uses_allocator:
+            raise SetupError(f"--allocator drives the allocator state machine (--scale small); --scale {args.scale} "
+                             f"runs kernel-level ops only")
     opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
                            check_every=args.check_every, reproduce=args.reproduce, program_order=args.program_order,
-                           cache_dir=args.cache_dir)
+                           cache_dir=args.cache_dir, allocator=args.allocator)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     verdict = None if baseline is None else baseline.compare(
@@ -214,7 +225,8 @@ def _cmd_run(args) -> int:
     for problem in s.health:
         print(f"kvfuzz run: not clean: {problem}", file=sys.stderr)
     probed = ", ".join(f"{k} {v}" for k, v in sorted(s.hostile.items())) or "none"
-    print(f"kvfuzz run: backend={args.backend} kernels={kernels} shard={args.shard[0]}/{args.shard[1]} "
+    print(f"kvfuzz run: backend={args.backend} kernels={kernels} "
+          + (f"allocator={args.allocator} " if args.allocator else "") + f"shard={args.shard[0]}/{args.shard[1]} "
           f"workers={args.workers} scale={args.scale} sequences={s.sequences} ops={s.ops} ops/s={s.ops_per_s:.0f} "
           f"contract_ops={s.contract_ops} hostile={args.hostile} (probed: {probed}) faults={s.faults} "
           f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
@@ -232,7 +244,7 @@ def _cmd_run(args) -> int:
                                          "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
                                          "op_timeout": args.op_timeout or "auto", "reproduce": args.reproduce,
-                                         "program_order": opts.order()}, baseline=verdict)
+                                         "program_order": opts.order()}, baseline=verdict, allocator=args.allocator)
     if args.summary:
         reports.write(args.summary, reports.dumps(data))
     if args.junit_xml:
@@ -249,6 +261,7 @@ def _cmd_run(args) -> int:
 
 def _case_spec(args, case):
     """(TierSpec, the kernels named, whether they are the case's own)."""
+    from .engine import allocators
     from .engine.case import resolve_kernels
     from .engine.tiers import TierSpec
 
@@ -256,7 +269,10 @@ def _case_spec(args, case):
     select_backend(backend)
     own = not args.kernels
     kernels = args.kernels or resolve_kernels(case.kernels, case.path, case.kernels_file)
-    return TierSpec(backend, kernels), kernels, own
+    allocator = getattr(args, "allocator", None) or allocators.resolve(case.allocator, case.path, case.allocator_file)
+    if allocator:
+        allocators.check_name(allocator)
+    return TierSpec(backend, kernels, allocator=allocator), kernels, own
 
 
 def _executor(spec, op_timeout: float):
@@ -301,7 +317,8 @@ def _cmd_replay(args) -> int:
     mode = _mode(args, case)
     history = (case.history or {}).get("sequences") or None
     tries = args.tries or ((case.reproduced or {}).get("n") or 5 if case.flaky else 1)
-    where = f"backend={spec.backend} kernels={kernels} hostile={mode['hostile']}" + (
+    where = f"backend={spec.backend} kernels={kernels}" + (f" allocator={spec.allocator}" if spec.allocator else "") + (
+        f" hostile={mode['hostile']}") + (
         f" program_order={mode['program_order']}" if mode.get("program_order", "launch") != "launch" else "") + (
         f" after {len(history)} earlier sequences (the worker's history)" if history else "")
     d, tried = None, 0

@@ -1,6 +1,7 @@
 """kvfuzz inside a kernel team's own pytest suite.
 
     pytest -p kvfuzz --kvfuzz-kernels=their.kernels [--kvfuzz-backend interpret]
+           [--kvfuzz-allocator MODULE_OR_FILE[:FACTORY]]
            [--kvfuzz-corpus DIR] [--kvfuzz-profile dev|ci|nightly] [--kvfuzz-out DIR]
 
 adds these test items (marked ``kvfuzz``) to whatever else the session collects:
@@ -13,8 +14,11 @@ adds these test items (marked ``kvfuzz``) to whatever else the session collects:
   ``--kvfuzz-corpus``, replayed on the kernel set under test, whatever kernel set it was
   found on; it passes when no oracle diverges.
 
+``--kvfuzz-allocator`` puts a team's allocator under test (``docs/allocators.md``) in place
+of ours; given alone, it is driven over our kernel set for the backend.
+
 Installed, pytest loads this plugin in every session (entry point ``kvfuzz``), so it adds
-nothing unless ``--kvfuzz-kernels`` is given. Without an install, ``-p fuzz.pytest_plugin``
+nothing unless ``--kvfuzz-kernels`` or ``--kvfuzz-allocator`` is given. Without an install, ``-p fuzz.pytest_plugin``
 loads it by module name.
 
 The Hypothesis profiles are registered as ``kvfuzz-dev``, ``kvfuzz-ci`` and
@@ -51,6 +55,8 @@ def pytest_addoption(parser):
     group = parser.getgroup("kvfuzz", "kvfuzz: differential fuzzing of a paged KV-cache kernel set")
     group.addoption("--kvfuzz-kernels", metavar="MODULE_OR_FILE",
                     help="kernel set under test (a dotted module or a .py file); without it the plugin adds no tests")
+    group.addoption("--kvfuzz-allocator", metavar="MODULE_OR_FILE[:FACTORY]",
+                    help="allocator under test (docs/allocators.md); default: ours, kvkernels.allocator:DeviceAllocator")
     group.addoption("--kvfuzz-backend", choices=BACKENDS, default=None,
                     help="tier: torch (default; pure-torch sets), interpret (Triton kernels under TRITON_INTERPRET=1 "
                          "on the CPU) or cuda")
@@ -63,12 +69,14 @@ def pytest_addoption(parser):
 
 
 def _given(opts) -> dict:
-    return {name: getattr(opts, f"kvfuzz_{name}", None) for name in ("kernels", "backend", "corpus", "profile", "out")}
+    return {name: getattr(opts, f"kvfuzz_{name}", None)
+            for name in ("kernels", "allocator", "backend", "corpus", "profile", "out")}
 
 
 def _usage(exc: Exception) -> pytest.UsageError:
     """A SetupError's message, with the CLI's option names spelled the plugin's way."""
-    text = str(exc).replace("--kernels ", "--kvfuzz-kernels=", 1).replace("--backend ", "--kvfuzz-backend ")
+    text = (str(exc).replace("--kernels ", "--kvfuzz-kernels=", 1).replace("--backend ", "--kvfuzz-backend ")
+            .replace("--allocator ", "--kvfuzz-allocator=", 1))
     return pytest.UsageError(f"kvfuzz: {text}")
 
 
@@ -77,7 +85,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
     """The earliest point with the command line parsed: before any conftest (which may
     import Triton) is imported."""
     opts = _given(early_config.known_args_namespace)
-    if opts["kernels"] and opts["backend"] == "interpret":
+    if (opts["kernels"] or opts["allocator"]) and opts["backend"] == "interpret":
         try:
             select_backend("interpret")
         except SetupError as exc:
@@ -87,19 +95,20 @@ def pytest_load_initial_conftests(early_config, parser, args):
 def pytest_configure(config):
     config.addinivalue_line("markers", "kvfuzz: a test item added by the kvfuzz plugin (--kvfuzz-kernels)")
     opts = _given(config.option)
-    if not opts["kernels"]:
+    if not (opts["kernels"] or opts["allocator"]):
         stray = [f"--kvfuzz-{name}" for name, value in opts.items() if value is not None]
         if stray:
             raise pytest.UsageError(f"kvfuzz: {', '.join(stray)} given without --kvfuzz-kernels (the kernel set "
-                                    "to test); the plugin adds no tests without it")
+                                    "to test) or --kvfuzz-allocator; the plugin adds no tests without one")
         return
     if opts["corpus"] and not Path(opts["corpus"]).is_dir():
         raise pytest.UsageError(f"kvfuzz: --kvfuzz-corpus {opts['corpus']}: not a directory")
     _register_profiles()
+    from .engine.allocators import attach
     from .engine.tiers import make_tier
 
     try:
-        tier = make_tier(opts["backend"] or "torch", opts["kernels"])
+        tier = attach(make_tier(opts["backend"] or "torch", opts["kernels"]), opts["allocator"])
     except SetupError as exc:
         raise _usage(exc) from exc
     config.stash[_TIER] = tier
@@ -123,7 +132,8 @@ def pytest_report_header(config):
         return None
     corpus = config.option.kvfuzz_corpus
     cases = f"{len(_case_files(Path(corpus)))} case files in {corpus}" if corpus else "no corpus"
-    return (f"kvfuzz: kernels={tier.kernels_name} backend={tier.backend} "
+    allocator = f" allocator={tier.allocator_name}" if tier.allocator_name else ""
+    return (f"kvfuzz: kernels={tier.kernels_name}{allocator} backend={tier.backend} "
             f"profile={config.option.kvfuzz_profile or DEFAULT_PROFILE}, {cases}")
 
 
@@ -196,20 +206,22 @@ class MachineItem(_KvfuzzItem):
         base = DifferentialMachine.for_tier(tier)
         # A name of its own per tier (and no source to find): Hypothesis keys its example
         # database on it, so two kernel sets never replay each other's examples.
-        machine = type(f"kvfuzz_{base.__name__}", (base,), {"teardown": teardown})
+        suffix = "".join(ch if ch.isalnum() else "_" for ch in f"_{tier.allocator_name}") if tier.allocator_name else ""
+        machine = type(f"kvfuzz_{base.__name__}{suffix}", (base,), {"teardown": teardown})
         try:
             run_state_machine_as_test(machine, settings=settings.get_profile(f"kvfuzz-{profile}"))
         except Divergence as d:
             where = self._write_case(d, *last["run"]) if "run" in last else None
             how = f"\ncase file: {where}\nreplay it: kvfuzz replay {where}" if where else ""
-            raise KvfuzzFailure(f"kvfuzz state machine ({tier.backend}, {tier.kernels_name}): {d}{how}") from d
+            who = tier.kernels_name + (f", allocator {tier.allocator_name}" if tier.allocator_name else "")
+            raise KvfuzzFailure(f"kvfuzz state machine ({tier.backend}, {who}): {d}{how}") from d
 
     def _write_case(self, divergence, config, knobs, ops) -> Path:
         from .engine.case import Case, write_case
 
         tier = self.tier
         case = Case.found(config=config, ops=ops, divergence=divergence, original_len=len(ops), tier=tier.backend,
-                          kernels=tier.kernels_name, knobs=knobs)
+                          kernels=tier.kernels_name, knobs=knobs, allocator=tier.allocator_name)
         out = Path(self.config.option.kvfuzz_out or DEFAULT_OUT)
         return write_case(case, out if out.is_absolute() else self.config.invocation_params.dir / out)
 

@@ -16,6 +16,8 @@ Why it is shaped this way:
   device memory, so it synchronises) and raises ContractViolation with nothing
   changed. Unchecked, bad input must still stay inside the buffers: token data goes
   through ``translate``, which sends an invalid token to the padding sink, page 0.
+  A lazy free of pages the unfired forward writes is such a contract break (kvref):
+  only checked mode looks, since the forward's pages live on the device.
 - Its tables come from a ``buffers`` factory (default: plain ``torch.full``), so a
   harness can put them between red zones without the allocator knowing.
 - Forward events are simulated (``fire()`` marks one fired): the fuzzer, not a stream,
@@ -140,6 +142,8 @@ class DeviceAllocator:
             return
         if self.checked:
             checks.check_free(self.config, self.v2p, tokens)
+            if self.config.lazy and self._reader_in_flight():
+                checks.check_free_in_flight(self.config, tokens, self.in_flight.pages, self.in_flight.event.id)
         if self.config.lazy:
             self._free_lazy(tokens)
         else:

@@ -102,3 +102,13 @@ def check_free(c: PoolConfig, v2p: torch.Tensor, tokens: torch.Tensor) -> None:
             raise ContractViolation(f"free: page {p} appears twice")
         seen.add(p)
     check_live_pages(c, pages, "free (double free or never allocated)", v2p.tolist())
+
+
+def check_free_in_flight(c: PoolConfig, tokens: torch.Tensor, in_flight_pages: torch.Tensor, event_id: int) -> None:
+    """A lazy pool may not free a page the unfired in-flight forward writes (kvref)."""
+    ps = c.page_size
+    pinned = set(in_flight_pages.tolist())
+    for p in [t // ps for t in tokens.tolist()[::ps]]:
+        if p in pinned:
+            raise ContractViolation(f"free: page {p} is written by the in-flight forward (event {event_id}), "
+                                    "which has not fired: a lazy pool cannot free it until the forward completes")

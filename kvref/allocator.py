@@ -13,8 +13,19 @@ keeps every invariant of §4):
   pending batch for that flush, tied to the in-flight event. With no reader in flight a
   moved-out source enters ``holes`` at its sorted place, so ``holes`` stays sorted
   through the walk and the final absorb (the order the next alloc takes them in).
+- A lazy free of a page the unfired in-flight forward writes is a ContractViolation
+  (nothing changes). SPEC §3 keeps such pages in place until the forward fires (the
+  flush walk stops at them), and a free that put them into ``holes`` would hand them
+  to the next alloc while the forward still writes them. Deferring them to ``pending``
+  instead is not an option a device allocator could follow: which freed pages the
+  forward writes is data on the device, and splitting one free between ``holes`` and
+  ``pending`` needs its count on the host, a synchronisation the lazy free path must
+  never make (SPEC §5). So the caller fires (waits for) the forward first, as a server
+  does before it frees a finished request's pages; checked mode refuses, unchecked
+  targets may do anything memory-safe.
 - Eager free ignores the in-flight forward (an eager pool is the legacy path, whose
-  frees may synchronise anyway); eager ``flush`` only fires when urgent.
+  frees may synchronise anyway, so the rule above is for lazy pools only); eager
+  ``flush`` only fires when urgent.
 - ``write`` takes unique, live tokens; ``read`` takes live tokens (repeats allowed).
   Data lives per physical slot: ``kv[v2p[t // ps] * ps + t % ps]``; a freshly
   allocated page holds whatever its physical page last held (0 after ``clear``).
@@ -167,6 +178,12 @@ class Allocator:
                 raise ContractViolation(f"free: page {p} appears twice")
             seen.add(p)
             self._live_page(p, "free (double free or never allocated)")
+        if self.config.lazy and self.reader_in_flight():
+            for p in pages:
+                if p in self.in_flight.pages:
+                    raise ContractViolation(
+                        f"free: page {p} is written by the in-flight forward (event {self.in_flight.event.id}), "
+                        "which has not fired: a lazy pool cannot free it until the forward completes")
         phys = kernels.free_unbind(self.v2p, self.p2v, pages)
         self.free_virtual.extend(pages)
         self.live_pages -= len(pages)

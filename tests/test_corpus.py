@@ -45,10 +45,18 @@ def _reverse_moves(monkeypatch):
     monkeypatch.setattr(DeviceAllocator, "_move_pages", lambda self, src, dst: move(self, src, dst[::-1]))
 
 
+def _free_ignores_forward(monkeypatch):
+    """Checked mode no longer refuses a lazy free of pages the unfired forward writes."""
+    from kvkernels import checks
+
+    monkeypatch.setattr(checks, "check_free_in_flight", lambda *args: None)
+
+
 BROKEN = {
     "read_table_ps4_tombstones_strided": (None, "tests/fuzz/fixtures/kernels/past_prefix.py", "read_table"),
     "lazy_flush_inflight_pending": (_forget_pending, None, "flush"),
     "eager_free_compaction_grow_down": (_reverse_moves, None, "free"),
+    "lazy_free_inflight_written": (_free_ignores_forward, None, "free"),
 }
 
 

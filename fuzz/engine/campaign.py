@@ -92,6 +92,7 @@ class CampaignOptions:
     stop_after: int | None = None  # stop fuzzing after this many distinct failures (mutant hunts)
     factory: str | None = None  # a tier factory instead of a kernel set (TierSpec)
     factory_arg: str | None = None
+    allocator: str | None = None  # MODULE_OR_FILE[:FACTORY] (allocators.py); None: ours
 
     @property
     def track(self) -> tracks.Track:
@@ -101,7 +102,7 @@ class CampaignOptions:
         return self.ops_per_sequence or self.track.default_ops
 
     def tier_spec(self) -> TierSpec:
-        return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg)
+        return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg, self.allocator)
 
     def child_env(self) -> dict:
         return {"TRITON_CACHE_DIR": str(Path(self.cache_dir).resolve())} if self.cache_dir else {}
@@ -328,7 +329,7 @@ class Campaign:
                 return
             case = Case.found(config=config, ops=ops, divergence=finding, original_len=len(ops), seed=seed,
                               scenario=scenario, tier=self.opts.backend, kernels=self.spec.name, knobs=knobs,
-                              extra=extra, mode=self.opts.mode(seed))
+                              extra=extra, mode=self.opts.mode(seed), allocator=self.opts.allocator)
             self.cases[sig] = case
             self.paths[sig] = write_case(case, Path(self.opts.out), keep_shorter=True)
             self.summary.found_after[sig] = time.monotonic() - self.start

@@ -1,7 +1,9 @@
 """Case files: a failure as versioned JSON that replays anywhere.
 
 Schema ``kvfuzz-case/1``: config, ops, seed, tier, kernel set and its launch knobs
-(block sizes, optional), signature (op kind + oracle + field, no addresses or values),
+(block sizes, optional), the allocator when it is not ours (``allocator``, with
+``environment.allocator_sha256``; absent in older files, which mean ours), signature
+(op kind + oracle + field, no addresses or values),
 the first divergence with spec vs target values, original and minimized lengths, and
 the environment it was found in. Keys a reader does not know (a corpus case's
 ``note``) are kept and written back where they were.
@@ -21,6 +23,7 @@ import kvref
 from ..environment import environment
 from .kinds import parse_ops
 from .ops import Op, OpError
+from .sources import resolve_kernels, source_hash
 from .verdict import CaseError, Signature
 
 __all__ = ["SCHEMA", "Case", "CaseError", "Signature", "load_case", "resolve_kernels", "source_hash", "write_case"]
@@ -28,8 +31,9 @@ __all__ = ["SCHEMA", "Case", "CaseError", "Signature", "load_case", "resolve_ker
 SCHEMA = "kvfuzz-case/1"
 REQUIRED = ("schema", "config", "ops", "signature")
 # Written in this order; keys not listed here follow "schema" in the order they came.
-ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "kernels_file", "knobs", "mode",
-         "signature", "divergence", "fault", "lengths", "minimize", "reproduced", "flaky", "history", "environment")
+ORDER = ("schema", "config", "ops", "seed", "scenario", "tier", "kernels", "kernels_file", "allocator",
+         "allocator_file", "knobs", "mode", "signature", "divergence", "fault", "lengths", "minimize", "reproduced",
+         "flaky", "history", "environment")
 MODE_DEFAULTS = {"hostile": "spec", "check_every": 1}  # a case without ``mode`` was found in these
 
 
@@ -44,6 +48,8 @@ class Case:
     kernels: str | None = None  # as named on the command line (a module, or a file relative to where it ran)
     kernels_file: str | None = None  # a kernel-set file, relative to the case file's folder
     knobs: dict | None = None
+    allocator: str | None = None  # MODULE_OR_FILE[:FACTORY] as named on the command line; None: ours
+    allocator_file: str | None = None  # an allocator file, relative to the case file's folder
     mode: dict = field(default_factory=dict)  # every option that changes what runs: hostile, check_every, ...
     divergence: dict | None = None
     fault: dict | None = None  # crash and timeout cases: how the process died, its last stderr lines
@@ -59,18 +65,24 @@ class Case:
 
     @classmethod
     def found(cls, *, config, ops, divergence, original_len: int, seed=None, scenario=None, tier=None,
-              kernels=None, knobs=None, extra: dict | None = None, mode: dict | None = None) -> Case:
+              kernels=None, knobs=None, extra: dict | None = None, mode: dict | None = None,
+              allocator: str | None = None) -> Case:
         """A new case from a divergence the fuzzer found (and minimized)."""
         fault = _fault_of(divergence)
         env = environment()
         env["kernels_sha256"] = source_hash(kernels)
+        if allocator:
+            from .allocators import source_hash as allocator_hash
+
+            env["allocator_sha256"] = allocator_hash(allocator)
+        absent = (("fault", fault), ("kernels_file", None), ("allocator", allocator), ("allocator_file", None))
         return cls(config=config, ops=list(ops), signature=divergence.signature, seed=seed, scenario=scenario,
-                   tier=tier, kernels=kernels, knobs=knobs, mode=dict(mode or MODE_DEFAULTS),
+                   tier=tier, kernels=kernels, knobs=knobs, allocator=allocator, mode=dict(mode or MODE_DEFAULTS),
                    divergence=divergence.to_json(), fault=fault,
                    lengths={"original": original_len, "minimized": len(ops)}, environment=env,
                    extra=dict(extra or {}),
-                   omitted=tuple(k for k, v in (("fault", fault), ("kernels_file", None), ("minimize", None),
-                                                ("reproduced", None), ("flaky", None), ("history", None)) if v is None))
+                   omitted=tuple(k for k, v in (*absent, ("minimize", None), ("reproduced", None), ("flaky", None),
+                                                ("history", None)) if v is None))
 
     def with_minimized(self, config, ops, divergence, passes: dict | None = None) -> Case:
         lengths = dict(self.lengths, minimized=len(ops))
@@ -90,15 +102,23 @@ class Case:
         return {**MODE_DEFAULTS, **(self.mode or {})}
 
     def filename(self) -> str:
-        """``KERNELS--OP-ORACLE-FIELD.json``: the kernel set's file stem or module name."""
+        """``KERNELS--OP-ORACLE-FIELD.json``: the kernel set's file stem or module name (the
+        allocator's, with its factory, when the case names one)."""
         name = self.kernels or "kernels"
-        name = Path(name).stem if name.endswith(".py") else name
-        return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[-40:] + f"--{self.signature.slug()}.json"
+        name, keep = (Path(name).stem if name.endswith(".py") else name), 40
+        if self.allocator:
+            from .allocators import split
+
+            where, factory = split(self.allocator)
+            name = (Path(where).stem if where.endswith(".py") else where) + (f"_{factory}" if factory else "")
+            keep = 64
+        return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[-keep:] + f"--{self.signature.slug()}.json"
 
     def to_json(self) -> dict:
         known = {"schema": SCHEMA, "config": self.config.to_json(), "ops": [op.to_json() for op in self.ops],
                  "seed": self.seed, "scenario": self.scenario, "tier": self.tier, "kernels": self.kernels,
-                 "kernels_file": self.kernels_file, "knobs": self.knobs, "mode": self.mode,
+                 "kernels_file": self.kernels_file, "allocator": self.allocator, "allocator_file": self.allocator_file,
+                 "knobs": self.knobs, "mode": self.mode,
                  "signature": self.signature.to_json(), "divergence": self.divergence, "fault": self.fault,
                  "lengths": self.lengths, "minimize": self.minimize, "reproduced": self.reproduced, "flaky": self.flaky,
                  "history": self.history, "environment": self.environment}
@@ -119,6 +139,9 @@ class Case:
         if knobs is not None and not (isinstance(knobs, dict) and all(
                 isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in knobs.items())):
             raise CaseError(f"{where}'knobs' must be null or an object of integer launch knobs, got {knobs!r}")
+        for key in ("allocator", "allocator_file"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise CaseError(f"{where}{key!r} must be null or a string (MODULE_OR_FILE[:FACTORY]), got {data[key]!r}")
         try:
             if not isinstance(data["config"], dict):
                 raise TypeError("'config' must be an object")
@@ -133,7 +156,8 @@ class Case:
                    scenario=data.get("scenario"), tier=data.get("tier"), kernels=data.get("kernels"),
                    kernels_file=data.get("kernels_file"), knobs=knobs, mode=_mode(data.get("mode"), where),
                    minimize=data.get("minimize"), reproduced=data.get("reproduced"), flaky=data.get("flaky"),
-                   history=data.get("history"),
+                   history=data.get("history"), allocator=data.get("allocator"),
+                   allocator_file=data.get("allocator_file"),
                    divergence=data.get("divergence"), fault=data.get("fault"), lengths=data.get("lengths") or {},
                    environment=data.get("environment") or {}, extra=extra, path=path)
 
@@ -155,6 +179,13 @@ class Case:
         if self.kernels and self.kernels.endswith(".py") and Path(self.kernels).is_file():
             self.kernels_file = os.path.relpath(Path(self.kernels).resolve(), Path(path).resolve().parent)
             self.omitted = tuple(k for k in self.omitted if k != "kernels_file")
+        if self.allocator:
+            from .allocators import split
+
+            where = split(self.allocator)[0]
+            if where.endswith(".py") and Path(where).is_file():
+                self.allocator_file = os.path.relpath(Path(where).resolve(), Path(path).resolve().parent)
+                self.omitted = tuple(k for k in self.omitted if k != "allocator_file")
         return self.dumps()
 
     def write(self, path: Path) -> Path:
@@ -210,48 +241,3 @@ def load_case(path) -> Case:
     except json.JSONDecodeError as exc:
         raise CaseError(f"{path}: not JSON: {exc}") from exc
     return Case.from_json(data, path)
-
-
-def resolve_kernels(kernels: str | None, case_path: str | Path | None, kernels_file: str | None = None) -> str | None:
-    """The kernel set of a case, wherever it is replayed from: a file named relative to
-    where the campaign ran is looked for there (the current directory), then where the
-    case file says it is (``kernels_file``, relative to the case), then in each folder
-    above the case (a case moved into a repo's tests)."""
-    if not kernels or not kernels.endswith(".py") or Path(kernels).is_file() or not case_path:
-        return kernels
-    here = Path(case_path).resolve().parent
-    if kernels_file and (here / kernels_file).is_file():
-        return str((here / kernels_file).resolve())
-    for folder in (here, *here.parents):
-        if (folder / kernels).is_file():
-            return str(folder / kernels)
-    return kernels
-
-
-def source_hash(kernels: str | None) -> str | None:
-    """sha256 of a kernel set's source: its file, or every .py file of its package; found
-    without importing it (the supervisor never imports a kernel set)."""
-    import hashlib
-    from importlib.machinery import PathFinder
-
-    if not kernels:
-        return None
-    if kernels.endswith(".py"):
-        files = [Path(kernels)] if Path(kernels).is_file() else []
-    else:
-        parts = kernels.split(".")
-        spec = PathFinder.find_spec(parts[0])
-        base = Path(spec.origin).parent if spec and spec.origin and spec.origin.endswith("__init__.py") else None
-        target = None
-        if base is not None:
-            target = base.joinpath(*parts[1:])
-            target = target if target.is_dir() else target.with_suffix(".py")
-        elif spec and spec.origin and len(parts) == 1:
-            target = Path(spec.origin)
-        files = sorted(target.rglob("*.py")) if target and target.is_dir() else [target] if target and target.is_file() else []
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.read_bytes())
-    return digest.hexdigest()

@@ -107,9 +107,10 @@ class OpGenerator:
         return shapes.alloc_op(self.ch, self.config, room, ALLOC_MODE.get(self.scenario, "usual"))
 
     def _gen_free(self, spec):
-        if not self.live:
+        live = shapes.freeable(spec, self.live)
+        if not live:
             return self._gen_alloc(spec)
-        op, self._kept = shapes.free_op(self.ch, self.config, self.live[self.rng.randrange(len(self.live))])
+        op, self._kept = shapes.free_op(self.ch, self.config, live[self.rng.randrange(len(live))])
         return op
 
     def _gen_flush(self, spec):
@@ -177,12 +178,14 @@ def sequence_params(seed: int) -> tuple[kvref.PoolConfig, str, random.Random]:
     return config, scenario, rng
 
 
-def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec") -> tuple[kvref.PoolConfig, str, list[Op]]:
+def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec",
+               skips=()) -> tuple[kvref.PoolConfig, str, list[Op]]:
     """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
 
     The stream depends on nothing the target does: the generator reads the spec, and an
     op the kernel set cannot run (``has``: its optional functions) is skipped exactly as
-    the runner skips it. ``hostile`` must be the campaign's (it sets the contract rate)."""
+    the runner skips it, and so is an op kind the allocator lacks (``skips``, allocators.py).
+    ``hostile`` must be the campaign's (it sets the contract rate)."""
     config, scenario, rng = sequence_params(seed)
     gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile))
     side, tier = SpecSide(config), Capabilities(has)
@@ -190,5 +193,5 @@ def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec") -> tuple
     for _ in range(n_ops):
         op = gen.next_op(side.spec)
         ops.append(op)
-        gen.observe(op, side.apply(op) if op.supported_by(tier) else unsupported(op))
+        gen.observe(op, side.apply(op) if op.supported_by(tier) and op.kind not in skips else unsupported(op))
     return config, scenario, ops

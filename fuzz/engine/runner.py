@@ -127,7 +127,9 @@ def _attempt(fn) -> Outcome:
 
 
 class PoolRun:
-    """A spec allocator and a target DeviceAllocator fed the same ops."""
+    """A spec allocator and a target allocator (ours, DeviceAllocator, unless the tier names
+    another) fed the same ops; the target is driven through the allocator protocol
+    (``allocators.Driven``), so ops it lacks are skipped and its snapshot is adapted."""
 
     def __init__(self, config: kvref.PoolConfig, tier, *, guard_rows: int = 16, check_every: int = 1,
                  knobs: dict | None = None, hostile: str = "spec", beat=None, strict_knobs: bool = True):
@@ -140,9 +142,6 @@ class PoolRun:
         self.beat = beat  # a worker's heartbeat: told the index of each op before it runs
         self.dropped_knobs = apply_knobs(tier.kernels, knobs, strict=strict_knobs)
         self.side = SpecSide(config)
-        if tier.allocator_cls is None:
-            from kvkernels.allocator import DeviceAllocator  # here: importing kvkernels imports Triton
-        cls = tier.allocator_cls or DeviceAllocator
         self.guard_rows = guard_rows
         self.zones = RedZones(guard_rows, tier.device)
         self.full_every = max(1, check_every)
@@ -150,7 +149,9 @@ class PoolRun:
         # accepts) unless checks are spread out (full_every > 1: the GPU throughput mode,
         # where a checked pass would read the tables back on every op); refusals always are.
         self.strict = self.full_every == 1
-        self.target = cls(config, tier.kernels, tier.device, checked=self.strict, buffers=self.zones)
+        from .allocators import drive  # here: importing kvkernels (the default allocator) imports Triton
+
+        self.target = drive(tier, config, checked=self.strict, buffers=self.zones)
         self.stats = RunStats()
         self.step_no = 0
         self.raw_target = RawTables(config.table_rows, guard_rows, tier.device)
@@ -194,7 +195,7 @@ class PoolRun:
         if self.beat is not None:
             self.beat.op(i)
         self.stats.count(op.kind)
-        if not op.supported_by(self.tier):
+        if not op.supported_by(self.tier) or op.kind in self.target.skips:
             return unsupported(op)
         try:
             return self._step(i, op)
@@ -260,12 +261,12 @@ class PoolRun:
 
     def check_state(self, i: int, op: Op | None) -> None:
         spec_snap, tgt_snap = self.spec.snapshot(), self.target.snapshot()
-        for name in STATE_FIELDS:
-            diff = first_difference(spec_snap[name], tgt_snap[name])
+        for name in self.target.fields:  # STATE_FIELDS, less what the allocator lacks
+            diff = first_difference(self.target.view(name, spec_snap[name]), tgt_snap[name])
             if diff:
                 raise Divergence(i, op, "state", name, diff[1], diff[2], f"{name}{diff[0]} differs")
-        # The target's snapshot now equals the spec's field for field, and the invariants
-        # read nothing else: judging the spec's snapshot judges both sides at once.
+        # The target's snapshot now equals the spec's field for field (every field it has),
+        # and the invariants read nothing else: judging the spec's snapshot judges both.
         try:
             kvref.check_all(self.config, spec_snap, self.spec.written)
         except InvariantViolation as exc:
@@ -282,7 +283,7 @@ class PoolRun:
                              f"red zone around {', '.join(names)} was written")
 
     def _contract(self, i: int, op: PoolOp, spec_error: ContractViolation) -> None:
-        if op.checked_refusal:
+        if op.checked_refusal and self.target.refuses(op):
             before = self.target.snapshot()
             t = self._side(self.zones, self.target.v2p, self.target.p2v, self.target)
             self.target.checked = True
@@ -298,7 +299,7 @@ class PoolRun:
                 raise Divergence(i, op, "contract", "not-raised", str(spec_error), None,
                                  f"spec raised ContractViolation ({spec_error}), checked target did not")
             after = self.target.snapshot()
-            for name in STATE_FIELDS:
+            for name in self.target.fields:
                 if before[name] != after[name]:
                     raise Divergence(i, op, "contract", "unchanged", before[name], after[name],
                                      f"checked target changed {name} while refusing the call")

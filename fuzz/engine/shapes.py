@@ -164,6 +164,15 @@ def free_op(ch: Chooser, config: kvref.PoolConfig, tokens: Sequence[int]) -> tup
     return Free(run), _flat(keep)
 
 
+def freeable(spec: kvref.Allocator, live: Sequence[Sequence[int]]) -> list:
+    """The live requests a valid free may name: in a lazy pool, none with a page the
+    unfired in-flight forward writes (kvref: freeing one is a contract violation)."""
+    if not (spec.config.lazy and spec.reader_in_flight()):
+        return list(live)
+    ps, pinned = spec.config.page_size, spec.in_flight.pages
+    return [r for r in live if not any(t // ps in pinned for t in r)]
+
+
 def flush_op(ch: Chooser) -> Flush:
     return Flush(ch.chance(0.3))
 

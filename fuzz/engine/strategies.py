@@ -197,6 +197,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         """Free a live request, or part of it (the rest stays live)."""
         if req.gen != self.gen:
             return multiple()
+        if not shapes.freeable(self.run.spec, [req.tokens]):
+            return req  # the unfired forward writes it (a lazy pool cannot free it yet)
         keep = self._free(req, data)
         return Request(tuple(keep), self.gen) if keep else multiple()
 

@@ -20,13 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from .verdict import SetupError
+
 BACKENDS = ("torch", "interpret", "cuda")
 REQUIRED = ("alloc_bind_inplace", "free_unbind_inplace", "bind_inplace", "build_kv_read_table")
 OPTIONAL = ("build_kv_read_table_packed", "build_kv_read_table_legacy", "translate_tokens")
-
-
-class SetupError(RuntimeError):
-    """The requested backend or kernel set cannot be used here (CLI exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,9 @@ class Tier:
     kernels_name: str
     kernels: ModuleType
     device: str
-    allocator_cls: type | None = None  # None: kvkernels.DeviceAllocator (mutants swap it)
+    allocator_cls: type | None = None  # None: kvkernels.DeviceAllocator (mutants swap it; allocators.Protocol)
+    allocator_name: str | None = None  # as named by --allocator (None: the default, ours)
+    allocator_skips: frozenset = frozenset()  # op kinds the allocator lacks (allocators.PARTS): skipped
 
     def has(self, fn: str) -> bool:
         return callable(getattr(self.kernels, fn, None))
@@ -127,6 +127,7 @@ class TierSpec:
     kernels: str | None = None
     factory: str | None = None
     arg: str | None = None
+    allocator: str | None = None  # MODULE_OR_FILE[:FACTORY] (allocators.py); None: ours
 
     @property
     def name(self) -> str:
@@ -136,8 +137,14 @@ class TierSpec:
         select_backend(self.backend)
         if self.factory:
             module, fn = self.factory.split(":")
-            return getattr(importlib.import_module(module), fn)(self.arg, self.backend)
-        return make_tier(self.backend, self.kernels)
+            tier = getattr(importlib.import_module(module), fn)(self.arg, self.backend)
+        else:
+            tier = make_tier(self.backend, self.kernels)
+        if self.allocator:
+            from .allocators import attach
+
+            tier = attach(tier, self.allocator)
+        return tier
 
 
 def _smoke_test(module: ModuleType, name: str, backend: str, device: str) -> None:

@@ -21,6 +21,10 @@ class CaseError(ValueError):
     """A case file (or a piece of one) that cannot be read (CLI exit code 2)."""
 
 
+class SetupError(RuntimeError):
+    """The requested backend, kernel set or allocator cannot be used here (CLI exit code 2)."""
+
+
 @dataclass(frozen=True, order=True)
 class Signature:
     """What a failure is, without values or addresses: the op kind, the oracle that saw

@@ -69,7 +69,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     except SetupError as exc:
         queue.put(("setup", worker, str(exc)))
         return
-    hello = {"kernels": tier.kernels_name, **info}
+    hello = {"kernels": tier.kernels_name, "skips": sorted(tier.allocator_skips), **info}  # skips: ops its allocator lacks
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
     elements = 0  # result elements diffed against the oracle

@@ -3,7 +3,8 @@
 The test carries the case itself (config, ops, knobs) and the kernel set as the case names
 it; a kernel-set file given relative to where the campaign ran is looked for from the
 current directory and from the test file's own folder upwards, so the test runs wherever
-it is put inside the repository (``KVFUZZ_KERNELS`` / ``KVFUZZ_BACKEND`` override both).
+it is put inside the repository (``KVFUZZ_KERNELS`` / ``KVFUZZ_BACKEND`` override both); so is the
+allocator when the case names one (``KVFUZZ_ALLOCATOR``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 
 BACKEND = os.environ.get("KVFUZZ_BACKEND", {case.tier or "torch"!r})
 KERNELS = os.environ.get("KVFUZZ_KERNELS", {case.kernels!r})
+ALLOCATOR = os.environ.get("KVFUZZ_ALLOCATOR", {case.allocator!r})  # None: ours
 if BACKEND == "interpret":  # Triton decides at import time whether it interprets
     os.environ.setdefault("TRITON_INTERPRET", "1")
 CONFIG = {case.config.to_json()!r}
@@ -33,10 +35,11 @@ KNOBS = {case.knobs!r}
 
 def test_{name}():
     from fuzz.engine import PoolConfig, make_tier, parse_ops, replay
+    from fuzz.engine import allocators
     from fuzz.engine.case import resolve_kernels
 
     kernels = resolve_kernels(KERNELS, __file__)
-    tier = make_tier(BACKEND, kernels)
+    tier = allocators.attach(make_tier(BACKEND, kernels), allocators.resolve(ALLOCATOR, __file__))
     divergence, _ = replay(PoolConfig.from_json(CONFIG), parse_ops(OPS), tier, knobs=KNOBS)
     assert divergence is None, str(divergence)
 '''

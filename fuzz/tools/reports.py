@@ -25,10 +25,11 @@ def kvfuzz_version() -> str:
 
 
 def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | None, options: dict,
-                 baseline=None) -> dict:
+                 baseline=None, allocator: str | None = None) -> dict:
     """``baseline``: a ``fuzz.tools.baseline.Verdict``; then each failure says whether it is
     known, a ``baseline`` block lists new / known / no longer seen, and the exit code is
     the one against the baseline (1 only for a new signature)."""
+    from ..engine.allocators import DEFAULT, source_hash
     from ..environment import environment
 
     data = {
@@ -36,6 +37,8 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "backend": backend,
         "kernels": kernels,
         "kernels_sha256": kernels_sha256,
+        "allocator": allocator or DEFAULT,
+        "allocator_sha256": source_hash(allocator or DEFAULT),
         "options": options,
         "ops": summary.ops,
         "sequences": summary.sequences,

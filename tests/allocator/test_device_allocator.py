@@ -91,6 +91,23 @@ def test_checked_mode_raises_like_the_spec_and_changes_nothing(tier):
     assert zones.damage() == []
 
 
+def test_checked_lazy_free_of_pages_the_unfired_forward_writes_is_refused(tier):
+    # kvref: a lazy pool cannot free what the unfired forward writes; after fire() it can
+    config = PoolConfig(num_pages=8, min_page=1, page_size=2)
+    target = DeviceAllocator(config, tier.kernels, tier.device, checked=True, buffers=RedZones(4, tier.device))
+    toks = target.alloc(6)
+    target.forward(toks[2:3])  # writes page 2
+    before = target.snapshot()
+    for bad in ([4, 5], [2, 3, 4, 5]):
+        with pytest.raises(ContractViolation, match="page 2 is written by the in-flight forward"):
+            target.free(torch.tensor(bad, device=tier.device))
+        assert target.snapshot() == before
+    target.free(toks[:2])  # page 1: not written by the forward
+    target.fire()
+    target.free(toks[2:4])
+    assert target.snapshot()["holes"] == [1, 2]
+
+
 def test_unchecked_double_free_stays_inside_its_tables(tier):
     config = PoolConfig(num_pages=8, min_page=1, page_size=1)
     zones = RedZones(4, tier.device)

@@ -525,6 +525,66 @@ def test_urgent_flush_returns_pending():
     assert s["v2p"] == UP_FLUSHED_V2P
 
 
+# ---------------------------------------------------------------- lazy free of pages a forward writes
+
+
+def _inflight_pool(lazy=True):
+    # ps 2: alloc(8) -> pages v1..v4 at p1..p4 (tokens 2..9); forward writes v2 and v3 (tokens 4..7).
+    a = pool(8, page_size=2, lazy=lazy)
+    t = a.alloc(8)
+    assert t == [2, 3, 4, 5, 6, 7, 8, 9]
+    a.write(t, list(range(100, 108)))
+    a.forward([4, 5, 6])
+    return a
+
+
+@pytest.mark.parametrize("tokens, page", [([4, 5], 2), ([6, 7], 3), ([2, 3, 6, 7], 3), ([8, 9, 4, 5], 2)])
+def test_lazy_free_of_a_page_the_unfired_forward_writes_is_refused(tokens, page):
+    # kvref rule: a lazy pool cannot free a page the unfired in-flight forward writes (it
+    # would join holes, and the next alloc would hand it out while the forward writes it).
+    a = _inflight_pool()
+    before = a.snapshot()
+    with pytest.raises(ContractViolation, match=rf"page {page} is written by the in-flight forward \(event 0\)"):
+        a.free(tokens)
+    assert a.snapshot() == before  # a run with a freeable page first changes nothing either
+
+
+def test_lazy_free_of_pages_the_forward_does_not_write_joins_holes():
+    a = _inflight_pool()
+    a.free([8, 9, 2, 3])  # v4 (p4), v1 (p1): not written by event 0
+    s = a.snapshot()
+    assert s["holes"] == [4, 1] and s["pending"] == []
+    assert s["free_virtual"] == [5, 6, 7, 4, 1]
+    ok(a)
+
+
+@pytest.mark.parametrize("complete", ["fire", "next_forward", "urgent_flush"])
+def test_lazy_free_of_written_pages_once_the_forward_completed(complete):
+    a = _inflight_pool()
+    if complete == "fire":
+        a.fire()
+    elif complete == "next_forward":
+        a.forward([2])  # fires event 0 first; event 1 writes v1 only
+    else:
+        a.flush(urgent=True)
+    a.free([4, 5, 6, 7])
+    s = a.snapshot()
+    assert s["v2p"][2] == s["v2p"][3] == -1
+    assert s["free_virtual"][-2:] == [2, 3]
+    ok(a)
+
+
+def test_eager_free_of_written_pages_is_not_refused():
+    # eager pools keep ignoring the in-flight forward (their free may synchronise)
+    a = _inflight_pool(lazy=False)
+    a.free([4, 5])
+    s = a.snapshot()
+    # K = 1: vacated band [4, 5): survivor p4 (v4) moves into freed p2; wm 4
+    assert s["v2p"][:6] == [0, 1, -1, 3, 2, -1] and s["watermark"] == 4
+    assert a.read([8, 9]) == [106, 107]
+    ok(a)
+
+
 # ---------------------------------------------------------------- eager free
 
 

@@ -145,9 +145,16 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert after["free_virtual"] == before["free_virtual"][n:]
         self.live.extend(pages)
 
+    def freeable(self):
+        """Live pages a free may name: in a lazy pool, not those the unfired forward writes."""
+        fl = self.a.in_flight
+        if not self.cfg.lazy or fl is None or fl.event.fired:
+            return self.live
+        return [p for p in self.live if p not in fl.pages]
+
     def op_free(self, data):
-        if self.live:
-            pages = self.some_pages(data, self.live)
+        if self.freeable():
+            pages = self.some_pages(data, self.freeable())
             self.do_free(pages, data.draw(st.integers(0, self.cfg.page_size - 1), label="cut"))
 
     def op_server_step(self, data):
@@ -168,6 +175,8 @@ class AllocatorMachine(RuleBasedStateMachine):
     def op_bad_free(self, data):
         cfg, ps = self.cfg, self.cfg.page_size
         kinds = ["not_live"] + (["duplicate"] if self.live else []) + (["shape"] if self.live and ps > 1 else [])
+        pinned = sorted(set(self.live) - set(self.freeable()))
+        kinds += ["in_flight"] if pinned else []
         kind = data.draw(st.sampled_from(kinds), label="bad kind")
         if kind == "not_live":
             not_live = [p for p in range(-1, cfg.num_pages + 2) if p not in self.live]
@@ -177,6 +186,9 @@ class AllocatorMachine(RuleBasedStateMachine):
         elif kind == "duplicate":
             p = data.draw(st.sampled_from(self.live), label="page")
             tokens = self.tokens_of([p, p])
+        elif kind == "in_flight":  # a lazy pool cannot free what the unfired forward writes
+            good = self.some_pages(data, self.freeable(), max_size=2, min_size=0) if self.freeable() else []
+            tokens = self.tokens_of(good + [data.draw(st.sampled_from(pinned), label="page")])
         else:
             p = data.draw(st.sampled_from(self.live), label="page")
             tokens = [p * ps + 1, p * ps + 2][: ps - 1]  # starts mid-page

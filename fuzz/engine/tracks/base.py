@@ -39,6 +39,7 @@ class Track:
     name: str = ""
     default_ops: int = 200  # ops per generated sequence
     gpu_warmup: bool = False  # a GPU worker runs warm-up sequences before it is timed
+    uses_allocator: bool = False  # its sequences drive an allocator (``--allocator`` swaps it)
     case_extra: dict = {}  # keys every case of this track records (read back by nothing: for people)
 
     def worker_info(self, tier) -> dict:

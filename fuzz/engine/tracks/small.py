@@ -22,6 +22,7 @@ class SmallTrack(Track):
     name = "small"
     default_ops = 200
     gpu_warmup = True
+    uses_allocator = True
 
     def worker_info(self, tier) -> dict:
         return {"has": [fn for fn in OPTIONAL if tier.has(fn)]}
@@ -52,7 +53,7 @@ class SmallTrack(Track):
         return Sequence(config, scenario, ops, d, run.stats, knobs=run.knobs, run=run)
 
     def regenerate(self, seed, n_ops, info, *, hostile="spec"):
-        return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile)
+        return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()))
 
     def expected_kinds(self, has) -> set[str]:
         kinds = {"alloc", "free", "read_table", "k_bind", "k_alloc_bind", "k_free_unbind"}

@@ -1,0 +1,430 @@
+"""The allocator protocol: how kvfuzz drives an allocator it did not write, and judges it.
+
+An allocator is named ``MODULE_OR_FILE[:FACTORY]`` (``docs/allocators.md``): a dotted
+module or a ``.py`` file, and in it a *factory* called as
+
+    factory(config, kernels, device, *, checked=..., buffers=...) -> allocator
+
+with ``config`` a ``kvref.PoolConfig``, ``kernels`` the tier's kernel set and
+``buffers`` the harness's table factory (red zones). Without ``:FACTORY`` the module's
+``KVFUZZ_FACTORY`` is used. ``kvkernels.allocator:DeviceAllocator`` is the default and
+goes through exactly this path, so every campaign drives its allocator through
+``Driven``.
+
+What an allocator lacks it declares, as ``KVFUZZ_LACKS`` on its factory (a class
+attribute for a class): an op part (``flush``, ``forward``, ``write``, ``read``,
+``translate``, ``clear``) makes the ops that need it skipped on both sides, the way an
+optional kernel-set function is; ``checked`` (no checked mode) means the spec's
+refusals are not sent to it; ``buffers`` (it allocates its own tables) means no red
+zones around them; a snapshot field (``free_virtual``, ``holes``, ``pending``,
+``watermark``, ``live_pages``, ``in_flight``, ``kv``) is not compared. Nothing lacking is
+faked: a part the allocator neither has nor declares is a setup error, so a misspelt
+method cannot turn into a silently skipped op. The read tables and ``translate`` are
+kernel-set functions over the allocator's ``v2p``: an allocator without methods of its
+own for them is read through the kernel set (and its checked refusals not asked for).
+
+Representations that differ from SPEC's lists are adapted, never judged: tensors,
+deques, tuples and sets become lists (sets sorted); ``KVFUZZ_SNAPSHOT = {FIELD:
+"unordered"}`` compares a field as a multiset (``holes`` kept as a heap, say; the order
+is still judged where it shows, by the pages the next ``alloc`` returns), and for
+``pending`` also without batches or event ids. Exceptions in ``KVFUZZ_CONTRACT_ERRORS``
+count as ``ContractViolation``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import kvref
+from kvref import ContractViolation
+
+from .verdict import SetupError
+
+DEFAULT = "kvkernels.allocator:DeviceAllocator"
+# op part -> the op kinds skipped without it
+PARTS = {"flush": ("flush",), "forward": ("forward", "fire"), "write": ("write",), "read": ("read",),
+         "translate": ("translate",), "clear": ("clear",)}
+FIELDS = ("free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
+STATE = ("v2p", "p2v", *FIELDS)  # what the runner compares, in its order
+LACKABLE = frozenset(PARTS) | {"checked", "buffers"} | frozenset(FIELDS)
+VIEWS = ("exact", "unordered")
+METHODS = {"alloc": None, "free": None, "snapshot": None, "flush": "flush", "forward": "forward",
+           "fire": "forward", "write": "write", "read": "read", "clear": "clear"}
+
+
+# ---- naming and loading ---------------------------------------------------------------
+
+
+def split(name: str) -> tuple[str, str | None]:
+    """``MODULE_OR_FILE[:FACTORY]`` -> (module or file, factory or None)."""
+    where, sep, factory = name.rpartition(":")
+    if sep and factory.isidentifier() and where:
+        return where, factory
+    return name, None
+
+
+def is_file(where: str) -> bool:
+    return where.endswith(".py") or os.sep in where
+
+
+def check_name(name: str) -> None:
+    """Refuse a name that cannot be an allocator, without importing it (the parent of a
+    campaign never imports the code under test)."""
+    where, _ = split(name)
+    if is_file(where) and not Path(where).is_file():
+        raise SetupError(f"--allocator {name}: no such file {where}")
+
+
+def source_hash(name: str | None) -> str | None:
+    """sha256 of the allocator's source (its file, or its module's files), like a kernel set's."""
+    from .sources import source_hash as kernels_hash
+
+    return kernels_hash(split(name)[0]) if name else None
+
+
+def resolve(name: str | None, case_path, recorded_file: str | None = None) -> str | None:
+    """The allocator of a case, wherever it is replayed from (see ``case.resolve_kernels``)."""
+    from .sources import resolve_kernels
+
+    if not name:
+        return name
+    where, factory = split(name)
+    found = resolve_kernels(where, case_path, recorded_file)
+    return found if factory is None else f"{found}:{factory}"
+
+
+def _module(where: str, name: str):
+    if not is_file(where):
+        try:
+            return importlib.import_module(where)
+        except ImportError as exc:
+            raise SetupError(f"--allocator {name}: cannot import {where}: {exc}") from exc
+    path = Path(where)
+    if not path.is_file():
+        raise SetupError(f"--allocator {name}: no such file {where}")
+    mod_name = f"kvfuzz_allocator_{abs(hash(str(path.resolve())))}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise SetupError(f"--allocator {name}: importing it failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+@dataclass(frozen=True, eq=False)
+class Protocol:
+    """What kvfuzz knows of one factory: its name, what it lacks, how its snapshot compares."""
+
+    name: str
+    factory: object
+    lacks: frozenset
+    views: dict
+    contract_errors: tuple
+
+    @classmethod
+    def of(cls, factory, name: str | None = None) -> Protocol:
+        name = name or f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
+        lacks = getattr(factory, "KVFUZZ_LACKS", ()) or ()
+        if isinstance(lacks, str) or not all(isinstance(x, str) for x in lacks):
+            raise SetupError(f"--allocator {name}: KVFUZZ_LACKS must be a set of names, got {lacks!r}")
+        unknown = sorted(set(lacks) - LACKABLE)
+        if unknown:
+            raise SetupError(f"--allocator {name}: KVFUZZ_LACKS names {', '.join(unknown)}; an allocator may lack "
+                             f"{', '.join(sorted(LACKABLE))}")
+        views = dict(getattr(factory, "KVFUZZ_SNAPSHOT", None) or {})
+        bad = {k: v for k, v in views.items() if k not in FIELDS or v not in VIEWS}
+        if bad:
+            raise SetupError(f"--allocator {name}: KVFUZZ_SNAPSHOT {bad!r}: fields are {', '.join(FIELDS)}, "
+                             f"views {', '.join(VIEWS)}")
+        errors = tuple(getattr(factory, "KVFUZZ_CONTRACT_ERRORS", ()) or ())
+        if not all(isinstance(e, type) and issubclass(e, BaseException) for e in errors):
+            raise SetupError(f"--allocator {name}: KVFUZZ_CONTRACT_ERRORS must hold exception classes")
+        proto = cls(name, factory, frozenset(lacks), views, errors)
+        proto._check_signature()
+        return proto
+
+    def _check_signature(self) -> None:
+        try:
+            params = inspect.signature(self.factory).parameters
+        except (TypeError, ValueError):
+            return  # a builtin or C callable: trusted
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        for kw in ("checked", "buffers"):
+            if kw not in params and kw not in self.lacks:
+                raise SetupError(f"--allocator {self.name}: its factory takes no {kw}= argument; declare "
+                                 f"KVFUZZ_LACKS = {{{kw!r}, ...}} if it has no {_WHAT[kw]}")
+
+    @property
+    def skips(self) -> frozenset:
+        """The op kinds the runner skips on both sides."""
+        return frozenset(kind for part, kinds in PARTS.items() if part in self.lacks for kind in kinds)
+
+    @property
+    def fields(self) -> tuple:
+        return tuple(f for f in STATE if f not in self.lacks)
+
+
+_WHAT = {"checked": "checked mode", "buffers": "use for the harness's table factory (red zones)"}
+_LOADED: dict[str, Protocol] = {}
+
+
+def load(name: str) -> Protocol:
+    """The protocol of ``MODULE_OR_FILE[:FACTORY]`` (imported once per process)."""
+    if name in _LOADED:
+        return _LOADED[name]
+    where, factory_name = split(name)
+    module = _module(where, name)
+    if factory_name is None:
+        factory = getattr(module, "KVFUZZ_FACTORY", None)
+        if isinstance(factory, str):
+            factory_name, factory = factory, getattr(module, factory, None)
+        if factory is None:
+            raise SetupError(f"--allocator {name}: {where} defines no KVFUZZ_FACTORY; name one: {where}:FACTORY")
+    else:
+        factory = getattr(module, factory_name, None)
+        if factory is None:
+            raise SetupError(f"--allocator {name}: {where} has no {factory_name}")
+    if not callable(factory):
+        raise SetupError(f"--allocator {name}: {factory_name or 'KVFUZZ_FACTORY'} is not callable")
+    _LOADED[name] = Protocol.of(factory, name)
+    return _LOADED[name]
+
+
+def attach(tier, name: str | None):
+    """``tier`` driving the allocator ``name`` (None: the default), after a smoke test on a
+    tiny pool, so an allocator that cannot run is a setup error (exit 2) up front."""
+    if not name:
+        return tier
+    proto = load(name)
+    _smoke_test(proto, tier)
+    return replace(tier, allocator_cls=proto, allocator_name=name, allocator_skips=proto.skips)
+
+
+def protocol_of(tier) -> Protocol:
+    """The protocol of the allocator a tier drives: named, a swapped-in class (mutants), or ours."""
+    cls = getattr(tier, "allocator_cls", None)
+    if isinstance(cls, Protocol):
+        return cls
+    if cls is None:
+        return load(DEFAULT)
+    key = f"{getattr(cls, '__module__', '?')}:{getattr(cls, '__qualname__', id(cls))}#{id(cls)}"
+    if key not in _LOADED:
+        _LOADED[key] = Protocol.of(cls, key.split("#")[0])
+    return _LOADED[key]
+
+
+def drive(tier, config: kvref.PoolConfig, *, checked: bool, buffers) -> Driven:
+    """A fresh allocator of ``tier`` for ``config``, behind the protocol."""
+    return Driven(protocol_of(tier), config, tier, checked=checked, buffers=buffers)
+
+
+def _smoke_test(proto: Protocol, tier) -> None:
+    import torch
+
+    from .memory import RedZones
+
+    config = kvref.PoolConfig(num_pages=6, min_page=1, page_size=1)
+    try:
+        a = Driven(proto, config, tier, checked=False, buffers=RedZones(4, tier.device))
+        toks = a.alloc(2)
+        a.free(toks[:1])
+        a.snapshot()
+        if "clear" not in proto.lacks:
+            a.clear()
+        a.snapshot()
+    except SetupError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure here means it cannot be driven at all
+        raise SetupError(f"--allocator {proto.name} cannot run on the {tier.backend} tier: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    for table in ("v2p", "p2v"):
+        t = getattr(a.inner, table, None)
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.shape != (config.table_rows,):
+            raise SetupError(f"--allocator {proto.name}: .{table} must be its int64 table of num_pages + 1 rows "
+                             f"(the one its kernels write), got {_describe(t)}")
+
+
+def _describe(t) -> str:
+    return f"{type(t).__name__} {getattr(t, 'dtype', '')} {tuple(getattr(t, 'shape', ()))}".strip()
+
+
+# ---- driving one ------------------------------------------------------------------------
+
+
+def flat(value) -> list:
+    """A sequence of ids in SPEC's form, a list (a set's sorted); a list is trusted as is
+    (this runs on every table after every op)."""
+    if type(value) is list:
+        return value
+    if hasattr(value, "tolist"):  # a tensor, a numpy array
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return list(value)
+
+
+def plain(name: str, value):
+    """Snapshot field ``name`` in SPEC's form: lists of ints, ``pending`` as ``[[event_id,
+    pages], ...]``, ``in_flight`` as ``None`` or ``{id, fired, pages}``, ints."""
+    if name == "pending":
+        return [[_int(e), flat(pages)] for e, pages in flat(value)]
+    if name == "in_flight":
+        return None if value is None else {str(k): flat(v) if k == "pages" else _int(v) for k, v in dict(value).items()}
+    if name in ("watermark", "live_pages"):
+        return _int(value)
+    return flat(value)
+
+
+def _int(value):
+    return value.item() if hasattr(value, "item") and not isinstance(value, (int, bool)) else value
+
+
+def view(name: str, value, how: str):
+    """``value`` of snapshot field ``name`` as compared under view ``how``."""
+    if how == "exact":
+        return value
+    if name == "pending":
+        return sorted(p for _, pages in value for p in pages)
+    if name == "in_flight":
+        return value if value is None else {**value, "pages": sorted(value.get("pages", []))}
+    return sorted(value) if isinstance(value, list) else value
+
+
+class Driven:
+    """One allocator behind the protocol, with the interface the ops drive
+    (``runner.TargetSide.alloc``): tensors in, tensors or None out."""
+
+    def __init__(self, proto: Protocol, config: kvref.PoolConfig, tier, *, checked: bool, buffers):
+        self.proto, self.config, self.tier = proto, config, tier
+        kw = {}
+        if "checked" not in proto.lacks:
+            kw["checked"] = checked
+        if "buffers" not in proto.lacks:
+            kw["buffers"] = buffers
+        self.inner = self._call(lambda: proto.factory(config, tier.kernels, tier.device, **kw))
+        missing = [m for m, part in METHODS.items()
+                   if part not in proto.lacks and not callable(getattr(self.inner, m, None))]
+        if missing:
+            raise SetupError(f"--allocator {proto.name}: has no {', '.join(f'{m}()' for m in missing)}; declare "
+                             "KVFUZZ_LACKS for a part it does not have (docs/allocators.md)")
+        self._own = {m for m in ("translate", "build_read_table", "build_read_table_packed")
+                     if callable(getattr(self.inner, m, None))}
+        if "translate" not in self._own and "translate" not in proto.lacks and not tier.has("translate_tokens"):
+            raise SetupError(f"--allocator {proto.name}: has no translate() and the kernel set no translate_tokens; "
+                             "declare KVFUZZ_LACKS = {'translate', ...}")
+        self.skips = proto.skips
+        self.fields = proto.fields
+        self._checked = checked
+
+    def _call(self, fn):
+        try:
+            return fn()
+        except ContractViolation:
+            raise
+        except self.proto.contract_errors as exc:
+            raise ContractViolation(f"{type(exc).__name__}: {exc}") from exc
+
+    def _ids(self, values):
+        import torch
+
+        if isinstance(values, torch.Tensor):
+            return values.reshape(-1).to(torch.int64)
+        return torch.tensor(list(values), dtype=torch.int64, device=self.tier.device)
+
+    # ---- what the runner reads ---------------------------------------------------------
+    @property
+    def v2p(self):
+        return self.inner.v2p
+
+    @property
+    def p2v(self):
+        return self.inner.p2v
+
+    @property
+    def checked(self) -> bool:
+        return self._checked
+
+    @checked.setter
+    def checked(self, value: bool) -> None:
+        self._checked = value
+        if "checked" not in self.proto.lacks:
+            self.inner.checked = value
+
+    def refuses(self, op) -> bool:
+        """Whether the spec's refusal of ``op`` is also asked of this allocator (checked)."""
+        if "checked" in self.proto.lacks:
+            return False
+        own = {"read_table": "build_read_table", "read_table_packed": "build_read_table_packed"}.get(op.kind)
+        return own is None or own in self._own
+
+    def snapshot(self) -> dict:
+        snap = self._call(self.inner.snapshot)
+        if not isinstance(snap, dict):
+            raise TypeError(f"snapshot() returned {type(snap).__name__}, not a dict of SPEC's state")
+        return {name: view(name, plain(name, snap[name]), self.proto.views.get(name, "exact")) for name in self.fields}
+
+    def view(self, name: str, spec_value):
+        """The spec's value of a field, seen the way this allocator's is compared."""
+        return view(name, spec_value, self.proto.views.get(name, "exact"))
+
+    # ---- the ops --------------------------------------------------------------------------
+    def alloc(self, n_tokens: int):
+        r = self._call(lambda: self.inner.alloc(n_tokens))
+        return None if r is None else self._ids(r)
+
+    def free(self, tokens) -> None:
+        self._call(lambda: self.inner.free(tokens))
+
+    def flush(self, urgent: bool = False) -> None:
+        self._call(lambda: self.inner.flush(urgent))
+
+    def forward(self, tokens) -> None:
+        self._call(lambda: self.inner.forward(tokens))
+
+    def fire(self) -> None:
+        self._call(self.inner.fire)
+
+    def write(self, tokens, stamps) -> None:
+        self._call(lambda: self.inner.write(tokens, stamps))
+
+    def read(self, tokens):
+        return self._ids(self._call(lambda: self.inner.read(tokens)))
+
+    def clear(self) -> None:
+        self._call(self.inner.clear)
+
+    def translate(self, loc):
+        if "translate" in self._own:
+            return self._ids(self._call(lambda: self.inner.translate(loc)))
+        return self.tier.kernels.translate_tokens(loc=loc, v2p=self.v2p, page_size=self.config.page_size)
+
+    def build_read_table(self, *, legacy: bool = False, **kwargs):
+        if "build_read_table" in self._own:
+            return self._call(lambda: self.inner.build_read_table(legacy=legacy, **kwargs))
+        k = self.tier.kernels
+        fn = k.build_kv_read_table_legacy if legacy else k.build_kv_read_table
+        return fn(v2p=self.v2p, multiplier=self.config.multiplier, page_size=self.config.page_size, **kwargs)
+
+    def build_read_table_packed(self, **kwargs):
+        if "build_read_table_packed" in self._own:
+            return self._call(lambda: self.inner.build_read_table_packed(**kwargs))
+        return self.tier.kernels.build_kv_read_table_packed(
+            v2p=self.v2p, multiplier=self.config.multiplier, page_size=self.config.page_size, **kwargs)
+
+    def __getattr__(self, name: str):
+        # Anything else (a test's look at DeviceAllocator internals) is the allocator's own.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
