@@ -46,6 +46,8 @@ def _wrong_value(hint):
         return 1
     if hint is int:
         return True
+    if hint is str:
+        return 3
     if hint == Rows:
         return [[1], "2"]
     return [1, "2"]
@@ -60,7 +62,8 @@ def test_every_field_is_checked_on_construction(kind):
     cls = Op.registry[kind]
     hints = typing.get_type_hints(cls)
     names = cls.field_names()
-    good = {name: _good_value(hints[name]) for name in names}
+    defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    good = {name: defaults.get(name, _good_value(hints[name])) for name in names}
     op = cls(**good)
     assert Op.from_json(op.to_json()) == op and hash(op) == hash(Op.from_json(op.to_json()))
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -59,8 +59,9 @@ class ScaleGenerator:
 
     def __init__(self, rng: random.Random, config: kvref.PoolConfig, constants: Constants,
                  limits: ScaleLimits | None = None, *, features: set | None = None, mix: dict | None = None,
-                 legacy: bool = False, big: float = 0.1):
+                 legacy: bool = False, big: float = 0.1, r2t_dtype: str = "int32"):
         self.rng, self.config, self.constants = rng, config, constants
+        self.r2t_dtype = r2t_dtype  # every req_to_token of the sequence (p_rows, g_read_table)
         self.big = big  # share of read tables at the limits' full size instead of a boundary
         self.limits = limits or ScaleLimits()
         self.bounds = Boundaries(constants, rng)
@@ -215,7 +216,8 @@ class ScaleGenerator:
         else:
             src = (0, self.config.table_rows, 1, 0, 0, self.config.table_rows, rng.randrange(1, 1 << 20),
                    rng.randrange(1 << 20))
-        op = PRows(seed=rng.randrange(1 << 30), rows=rows, width=width, src=src, pad_every=rng.choice((0, 0, 13, 97)))
+        op = PRows(seed=rng.randrange(1 << 30), rows=rows, width=width, src=src, pad_every=rng.choice((0, 0, 13, 97)),
+                   dtype=self.r2t_dtype)
         self.rows = (rows, width)
         self.pending.append(self._tag(op, width=f"{width} tokens", rows=str(rows)))
         return op
@@ -337,7 +339,7 @@ def draw_graph_op(gen) -> GReadTable:
     long_len = min(maxlen, n_long if packed else n_long * ps)
     op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
                     cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
-                    tombs=rng.choice((0, 1, 8)), packed=packed)
+                    tombs=rng.choice((0, 1, 8)), packed=packed, dtype=gen.r2t_dtype)
     return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))
 
 
@@ -358,6 +360,12 @@ def scale_info(tier, knobs: dict | None = None) -> dict:
             "gpu": str(tier.device).startswith("cuda")}
 
 
+def sequence_r2t_dtype(seed: int) -> str:
+    """The ``req_to_token`` dtype of a production sequence: int32 (SGLang's) or int64, half the
+    seeds each, from an RNG of its own (the rest of the stream is the one it was before)."""
+    return ("int32", "int64")[random.Random(seed * 1_000_033 + 0x5EED).random() < 0.5]
+
+
 def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: dict | None = None,
               big: float | None = None) -> tuple[kvref.PoolConfig, ScaleGenerator]:
     """What a seed decides, given ``scale_info``: the geometry and the op stream.
@@ -371,7 +379,7 @@ def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: 
     config = scale_config(rng, constants, limits)
     features = set(info["features"])
     gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
-                         legacy="build_kv_read_table_legacy" in features, big=big)
+                         legacy="build_kv_read_table_legacy" in features, big=big, r2t_dtype=sequence_r2t_dtype(seed))
     return config, gen
 
 
