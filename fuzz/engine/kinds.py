@@ -9,6 +9,7 @@ executor's job) parses them here, never through an import side effect elsewhere.
 from __future__ import annotations
 
 from .ops import Op, OpError
+from .production import far as _far_ops  # noqa: F401 - p_read_table_far
 from .production import graph as _graph_ops  # noqa: F401 - g_* kinds
 from .production import ops as _production_ops  # noqa: F401 - p_* kinds
 

@@ -20,6 +20,7 @@ from ..boundary import Boundaries, Constants, kernel_constants
 from ..knobs import apply as apply_knobs
 from ..ops import Op
 from .arith import INT32_LIMIT, cdiv, unit_near
+from .far import draw_far_op, far_rng
 from .graph import GReadTable
 from .limits import ScaleLimits
 from .ops import PAllocBind, PBind, PFreeUnbind, PReadTable, PReadTablePacked, PRows, PSetup, PTranslate
@@ -49,6 +50,7 @@ EAGER_MIX = {k: w for k, w in DEFAULT_MIX.items() if not k.startswith("g_")}
 GRAPH_MIX = {"g_read_table": 1}
 FEATURES = {"p_read_table_packed": "build_kv_read_table_packed", "p_translate": "translate_tokens",
             "g_read_table": None}
+FAR_AT = (1, 6)  # where a sequence's far read table comes (op index, inclusive): early, so a short run meets it
 
 
 class ScaleGenerator:
@@ -59,7 +61,8 @@ class ScaleGenerator:
 
     def __init__(self, rng: random.Random, config: kvref.PoolConfig, constants: Constants,
                  limits: ScaleLimits | None = None, *, features: set | None = None, mix: dict | None = None,
-                 legacy: bool = False, big: float = 0.1, r2t_dtype: str = "int32"):
+                 legacy: bool = False, big: float = 0.1, r2t_dtype: str = "int32",
+                 far: random.Random | None = None):
         self.rng, self.config, self.constants = rng, config, constants
         self.r2t_dtype = r2t_dtype  # every req_to_token of the sequence (p_rows, g_read_table)
         self.big = big  # share of read tables at the limits' full size instead of a boundary
@@ -71,7 +74,14 @@ class ScaleGenerator:
         for kind, fn in FEATURES.items():
             if kind in mix and features is not None and fn is not None and fn not in features:
                 del mix[kind]
+        if not self.limits.far_r2t:
+            mix.pop("p_read_table_far", None)  # it takes gigabytes: only where the limits allow it
         self.mix = mix
+        # One far read table (p_read_table_far) in a ``far_r2t`` share of the sequences, drawn from
+        # its own RNG ``far`` (the rest of the stream is unchanged by it).
+        self.far = far or rng
+        self.far_at = (far.randint(*FAR_AT) if far is not None and self.limits.far_r2t
+                       and far.random() < self.limits.far_r2t else None)
         self.cap = config.num_pages - config.min_page
         self.sigma = (config.min_page, self.cap, unit_near(rng.randrange(1, max(2, self.cap)), self.cap),
                       rng.randrange(self.cap))
@@ -144,6 +154,9 @@ class ScaleGenerator:
             return op
         if self.emitted == 0:
             return self._setup()
+        if self.far_at is not None and self.emitted >= self.far_at:
+            self.far_at = None
+            return self._p_read_table_far()
         kinds = list(self.mix)
         kind = self.rng.choices(kinds, weights=[self.mix[k] for k in kinds])[0]
         op = getattr(self, "_" + kind)()
@@ -306,6 +319,9 @@ class ScaleGenerator:
     def _g_read_table(self) -> Op:
         return draw_graph_op(self)
 
+    def _p_read_table_far(self) -> Op:
+        return draw_far_op(self, self.far)
+
 
 def draw_graph_op(gen) -> GReadTable:
     """A g_read_table for a ScaleGenerator: batch and width at the constants' boundaries,
@@ -379,7 +395,8 @@ def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: 
     config = scale_config(rng, constants, limits)
     features = set(info["features"])
     gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
-                         legacy="build_kv_read_table_legacy" in features, big=big, r2t_dtype=sequence_r2t_dtype(seed))
+                         legacy="build_kv_read_table_legacy" in features, big=big, r2t_dtype=sequence_r2t_dtype(seed),
+                         far=far_rng(seed))
     return config, gen
 
 
