@@ -172,6 +172,9 @@ def test_the_generator_draws_far_tables_on_a_gpu_early_and_not_on_the_interprete
         assert not any(isinstance(gen.next_op(), PReadTableFar) for _ in range(12))
     _, gen = generator(0, {**info, "gpu": False}, mix={"p_read_table_far": 1, "p_alloc_bind": 1})
     assert "p_read_table_far" not in gen.mix
+    for seed in range(20):  # a mix of its own (a benchmark's) gets none unless it names the kind
+        _, gen = generator(seed, info, mix={"p_read_table": 1, "p_rows": 1})
+        assert not any(isinstance(gen.next_op(), PReadTableFar) for _ in range(12))
 
 
 def test_the_far_draw_leaves_the_rest_of_the_stream_as_it_was():

@@ -70,6 +70,7 @@ class ScaleGenerator:
         self.bounds = Boundaries(constants, rng)
         self.features = features  # None: every optional function is there
         self.legacy = legacy
+        far_ok = mix is None or "p_read_table_far" in mix  # a mix of its own (a benchmark's) names it or has none
         mix = dict(DEFAULT_MIX if mix is None else mix)
         for kind, fn in FEATURES.items():
             if kind in mix and features is not None and fn is not None and fn not in features:
@@ -77,10 +78,10 @@ class ScaleGenerator:
         if not self.limits.far_r2t:
             mix.pop("p_read_table_far", None)  # it takes gigabytes: only where the limits allow it
         self.mix = mix
-        # One far read table (p_read_table_far) in a ``far_r2t`` share of the sequences, drawn from
-        # its own RNG ``far`` (the rest of the stream is unchanged by it).
+        # One far read table (p_read_table_far) in a ``far_r2t`` share of the sequences of the default
+        # mix, drawn from its own RNG ``far`` (the rest of the stream is unchanged by it).
         self.far = far or rng
-        self.far_at = (far.randint(*FAR_AT) if far is not None and self.limits.far_r2t
+        self.far_at = (far.randint(*FAR_AT) if far is not None and far_ok and self.limits.far_r2t
                        and far.random() < self.limits.far_r2t else None)
         self.cap = config.num_pages - config.min_page
         self.sigma = (config.min_page, self.cap, unit_near(rng.randrange(1, max(2, self.cap)), self.cap),
