@@ -50,7 +50,7 @@ EAGER_MIX = {k: w for k, w in DEFAULT_MIX.items() if not k.startswith("g_")}
 GRAPH_MIX = {"g_read_table": 1}
 FEATURES = {"p_read_table_packed": "build_kv_read_table_packed", "p_translate": "translate_tokens",
             "g_read_table": None}
-FAR_AT = (1, 6)  # where a sequence's far read table comes (op index, inclusive): early, so a short run meets it
+FAR_AT = (1, 4)  # where a sequence's far read table comes (op index, inclusive): early, so a short run meets it
 
 
 class ScaleGenerator:
