@@ -292,7 +292,6 @@ class Clear(PoolOp):
 
 
 R2T_DTYPES = ("int64", "int32")  # SPEC §2: a server keeps req_to_token in either (SGLang: int32)
-_INT32 = (-(2**31), 2**31 - 1)
 
 
 @dataclass(frozen=True)
@@ -308,12 +307,8 @@ class _TableOp(PoolOp):
         super().__post_init__()
         if self.r2t_dtype not in R2T_DTYPES:
             raise OpError(f"{self.kind} op: r2t_dtype must be one of {R2T_DTYPES}, got {self.r2t_dtype!r}")
-        if self.r2t_dtype == "int32" and any(not _INT32[0] <= t <= _INT32[1] for r in self.rows for t in r):
+        if self.r2t_dtype == "int32" and any(not -(2**31) <= t < 2**31 for r in self.rows for t in r):
             raise OpError(f"{self.kind} op: a token of rows does not fit r2t_dtype int32")
-
-    def _default_dtype(self) -> Iterator[_TableOp]:
-        if self.r2t_dtype != R2T_DTYPES[0]:
-            yield dataclasses.replace(self, r2t_dtype=R2T_DTYPES[0])
 
     def req_to_token(self) -> list[list[int]]:
         w = self.width
@@ -334,6 +329,8 @@ class _TableOp(PoolOp):
         shorter = tuple(r[: max(1, len(r) // 2)] for r in self.rows)
         if shorter != self.rows:
             yield dataclasses.replace(self, rows=shorter)
+        if self.r2t_dtype != R2T_DTYPES[0]:  # and the default req_to_token dtype
+            yield dataclasses.replace(self, r2t_dtype=R2T_DTYPES[0])
 
 
 @dataclass(frozen=True)
@@ -413,7 +410,6 @@ class ReadTable(_TableOp):
         yield from self._shorter_rows()
         if self.max_pages < self.width:  # enough at page size 1; rejected where it is not
             yield dataclasses.replace(self, width=self.max_pages)
-        yield from self._default_dtype()
 
 
 @dataclass(frozen=True)
@@ -472,7 +468,6 @@ class ReadTablePacked(_TableOp):
                                           indptr=(0, n), max_tokens=max(n, 1))
         yield from self._renumbered_rows()
         yield from self._shorter_rows()
-        yield from self._default_dtype()
 
 
 TABLE_OPS = (ReadTable, ReadTablePacked)

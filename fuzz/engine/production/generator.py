@@ -23,6 +23,7 @@ from .arith import INT32_LIMIT, cdiv, unit_near
 from .far import draw_far_op, far_rng
 from .graph import GReadTable
 from .limits import ScaleLimits
+from .observe import observed_constants
 from .ops import PAllocBind, PBind, PFreeUnbind, PReadTable, PReadTablePacked, PRows, PSetup, PTranslate
 
 
@@ -368,12 +369,19 @@ def kernel_features(tier) -> set:
             if tier.has(fn)}
 
 
-def scale_info(tier, knobs: dict | None = None) -> dict:
+def scale_info(tier, knobs: dict | None = None, *, observe: bool = True) -> dict:
     """What a production op stream depends on besides its seed, as JSON: the kernel set's
-    constants (at ``knobs``), its optional functions and whether it runs on a GPU. A
-    supervisor rebuilds a dead worker's ops from this and the seed (``regenerate``)."""
+    constants (at ``knobs``; with ``observe``, also the block sizes and grids its launches
+    show: ``observe.observed_constants``), its optional functions and whether it runs on a
+    GPU. A supervisor rebuilds a dead worker's ops from this and the seed (``regenerate``)."""
     apply_knobs(tier.kernels, knobs)
-    return {"constants": kernel_constants(tier.kernels).to_json(), "features": sorted(kernel_features(tier)),
+    seen = None
+    if observe and tier.backend != "torch":
+        key = (id(tier.kernels), tuple(sorted((knobs or {}).items())))
+        if key not in _OBSERVED:
+            _OBSERVED[key] = observed_constants(tier.kernels, tier.device)
+        seen = _OBSERVED[key]
+    return {"constants": kernel_constants(tier.kernels, seen).to_json(), "features": sorted(kernel_features(tier)),
             "gpu": str(tier.device).startswith("cuda")}
 
 
@@ -381,6 +389,9 @@ def sequence_r2t_dtype(seed: int) -> str:
     """The ``req_to_token`` dtype of a production sequence: int32 (SGLang's) or int64, half the
     seeds each, from an RNG of its own (the rest of the stream is the one it was before)."""
     return ("int32", "int64")[random.Random(seed * 1_000_033 + 0x5EED).random() < 0.5]
+
+
+_OBSERVED: dict = {}  # per kernel set and knobs: what its launches showed (probed once per process)
 
 
 def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: dict | None = None,
