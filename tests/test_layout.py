@@ -88,3 +88,33 @@ def test_only_the_tracks_ask_which_scale_runs():
     hits = [f"{p.relative_to(REPO)}:{i}" for p in FUZZ.rglob("*.py") if "track" not in str(p)
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not hits, hits
+
+
+ENGINE_ROWS = [  # README.md's engine table, leaf modules first
+    ["verdict"], ["oplang", "ops"],
+    ["memory", "boundary", "knobs", "vector_oracle", "launches", "tiers", "supervise"],
+    ["spec_side", "shapes", "generate"], ["runner", "strategies"], ["production", "compile_check"], ["tracks"],
+    ["kinds", "dispatch"], ["case", "minimize", "slot"], ["worker"], ["confirm", "summary", "campaign"],
+]
+
+
+def test_the_engine_imports_only_downwards():
+    """Each engine module imports only the rows above its own (README's table), so the leaf
+    modules (verdict, the op records) can be read, and reused, without the rest."""
+    rank = {m: i for i, row in enumerate(ENGINE_ROWS) for m in row}
+    engine = FUZZ / "engine"
+    upward = []
+    for path in sorted(engine.rglob("*.py")):
+        parts = path.relative_to(engine).with_suffix("").parts
+        if parts == ("__init__",):
+            continue
+        assert parts[0] in rank, f"{path}: a module the README's engine table does not place"
+        me = rank[parts[0]]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level or (len(parts) > 1 and node.level == 1):
+                continue  # absolute, or a sibling in the same subpackage
+            top = (node.module or "").split(".")[0]
+            for name in [top] if top else [a.name for a in node.names]:
+                if name in rank and rank[name] > me:
+                    upward.append(f"{'/'.join(parts)} imports {name} (line {node.lineno})")
+    assert not upward, upward

@@ -69,8 +69,11 @@ def kernel_constants(kernels: ModuleType, observed: tuple[dict, dict] | None = N
     for mod in (kernels, getattr(kernels, "launchers", None)):
         if isinstance(mod, ModuleType):
             found.update(_module_constants(mod))
-    blocks = {k: v for k, v in found.items() if "TARGET" not in k}
-    targets = {k: v for k, v in found.items() if "TARGET" in k}
+    blocks, targets = {}, {}
+    for name in sorted(found, key=lambda n: (n.startswith("_"), n)):  # one name per value, public first
+        kind = targets if "TARGET" in name else blocks
+        if found[name] not in kind.values():
+            kind[name] = found[name]
     sources = ["module"] if found else []
     seen_blocks, seen_targets = observed or ({}, {})
     new_blocks = {k: v for k, v in seen_blocks.items() if v not in blocks.values()}

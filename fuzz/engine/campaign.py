@@ -63,6 +63,7 @@ from .verdict import Finding, Signature
 
 REPRODUCE_S = 20.0  # a finding's reproduction rate gets at least this long, even past the budget
 SETUP_GRACE_S = 10.0  # past the budget, how long a worker still setting up may take to report
+MINIMIZE_FLOOR_S = 15.0  # and then at least this long to be shrunk
 HISTORY_S = 60.0  # and one that may need its worker's history this much longer again
 AUTO_TIMEOUT = (10.0, 60.0)  # --op-timeout auto: 10x the longest op seen, inside these bounds
 
@@ -249,7 +250,7 @@ class Campaign:
             slot.found_steps[p["seed"]] = p["divergence"]["step"]
             self._record(Finding.of_divergence(p["divergence"]), kvref.PoolConfig.from_json(p["config"]),
                          parse_ops(p["ops"]), p["seed"], p["scenario"], p["knobs"], p.get("extra"),
-                         history=slot.history(self.opts, p["k"]) if "k" in p else None)
+                         history=slot.history(self.opts, p["k"], p["seed"]) if "k" in p else None)
         elif kind == "setup":
             if slot.hello is None and slot.restarts == 0:
                 raise SetupError(msg[2])
@@ -302,7 +303,7 @@ class Campaign:
         extra = dict(track.case_extra) or None
         finding = Finding.of_fault(fault, ops, step)
         self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra,
-                     history=slot.history(self.opts, child.slots[SEQ]))
+                     history=slot.history(self.opts, child.slots[SEQ], seed))
         self._restart(slot)
 
     def _restart(self, slot: Slot) -> None:
@@ -338,14 +339,23 @@ class Campaign:
             self.stop = self.stop or "enough failures"
         if self.opts.reproduce or self.opts.minimize:
             t = threading.Thread(target=self._confirm, args=(case, history), daemon=True)
-            until = (max(self.deadline + self.opts.minimize_s, time.monotonic() + REPRODUCE_S) + self.op_timeout() + 10
-                     + (HISTORY_S if history is not None else 0))
-            self.threads.append((t, until))
+            _, minimize_by = self._confirm_deadlines(history)
+            self.threads.append((t, minimize_by + self.op_timeout() + 10))
             t.start()
+
+    def _confirm_deadlines(self, history) -> tuple[float, float]:
+        """(rate by, minimize by) for a finding made now: the budget's end (plus --minimize-s
+        for shrinking), but never less than REPRODUCE_S to rate it (HISTORY_S more when it may
+        need its worker's history) and MINIMIZE_FLOOR_S more to shrink it, so a finding made in
+        the budget's last seconds is still confirmed and minimized."""
+        now = time.monotonic()
+        rate_by = max(self.deadline, now + REPRODUCE_S + (HISTORY_S if history is not None else 0))
+        minimize_by = max(self.deadline + self.opts.minimize_s, now + REPRODUCE_S + MINIMIZE_FLOOR_S)
+        return rate_by, minimize_by if self.opts.minimize else rate_by
 
     def _confirm(self, case: Case, history: list | None) -> None:
         """Reproduction rate, history and minimization (``confirm``), then the case rewritten."""
-        deadline = max(self.deadline, time.monotonic()) + self.opts.minimize_s
+        rate_by, deadline = self._confirm_deadlines(history)
         # A hang hangs for good: candidates need not wait a whole op-timeout to show it.
         timeout = min(self.op_timeout(), 10.0) if case.signature.oracle == "timeout" else self.op_timeout()
         with self.lock:
@@ -355,7 +365,7 @@ class Campaign:
             self.executors.append(executor)
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize,
-                              rate_deadline=max(deadline, time.monotonic() + REPRODUCE_S + (HISTORY_S if history else 0)))
+                              rate_deadline=rate_by)
         def publish(better: Case) -> None:
             with self.lock:
                 self.cases[case.signature] = better

@@ -56,15 +56,18 @@ class Slot:
         self.child = None
         return ran
 
-    def history(self, opts, upto_k: int):
-        """A thunk: the sequences the slot's current child ran before sequence ``upto_k``,
-        rebuilt from their seeds (the last HISTORY_SEQUENCES; warm-up ones first, if it ran
-        them). Built only for a case that does not reproduce without them."""
-        opts, track, hello = opts, opts.track, dict(self.hello or {})
-        seeds = []
-        if self.warm and opts.backend == "cuda" and track.gpu_warmup:
-            seeds += [warmup_seed(i) for i in range(WARMUP_SEQUENCES)]
-        seeds += [sequence_seed(opts, self.index, k) for k in range(self.start_k, upto_k)]
+    def history(self, opts, upto_k: int, seed: int | None = None):
+        """A thunk: the sequences the slot's current child ran before the one it failed in
+        (``seed``, sequence number ``upto_k``), rebuilt from their seeds (the last
+        HISTORY_SEQUENCES; its warm-up sequences first, if it ran them). Built only for a
+        case that does not reproduce without them."""
+        track, hello = opts.track, dict(self.hello or {})
+        warmups = [warmup_seed(i) for i in range(WARMUP_SEQUENCES)] if (
+            self.warm and opts.backend == "cuda" and track.gpu_warmup) else []
+        if seed in warmups:  # it failed while warming up: only the warm-up sequences before it ran
+            seeds = warmups[:warmups.index(seed)]
+        else:
+            seeds = warmups + [sequence_seed(opts, self.index, k) for k in range(self.start_k, upto_k)]
         seeds = seeds[-HISTORY_SEQUENCES:]
         steps, worker_seed = dict(self.found_steps), opts.seed * 7919 + self.index if opts.backend == "cuda" else None
 
