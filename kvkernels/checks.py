@@ -43,10 +43,18 @@ def check_live_tokens(c: PoolConfig, v2p: torch.Tensor, tokens: torch.Tensor, wh
 
 def check_read_table(c: PoolConfig, v2p_t: torch.Tensor, req_to_token, req_idx, seq_lens, *, out, max_pages=None, indptr=None,
                       max_tokens=None, kv_start=None) -> None:
-    """SPEC §2 read-table preconditions, checked on host copies (checked mode only)."""
+    """SPEC §2 read-table preconditions, checked on host copies (checked mode only).
+
+    ``req_to_token`` may be int32 or int64 (SPEC §2); only the rows the batch names are
+    read back, so a server-sized table (max requests x max context) costs what its batch
+    reads, not its size."""
     ps, v2p = c.page_size, v2p_t.tolist()
-    rows, lens, r2t = req_idx.tolist(), seq_lens.tolist(), req_to_token.tolist()
+    rows, lens = req_idx.tolist(), seq_lens.tolist()
+    n_rows = req_to_token.shape[0] if req_to_token.dim() == 2 else 0
     width = req_to_token.shape[1] if req_to_token.dim() == 2 else 0
+    named = sorted({r for r in rows if 0 <= r < n_rows})
+    r2t = dict(zip(named, req_to_token[torch.tensor(named, dtype=torch.int64, device=req_to_token.device)].tolist())) \
+        if named else {}
     starts = [0] * len(rows) if kv_start is None else kv_start.tolist()
     if len(lens) != len(rows):
         raise ContractViolation(f"req_pool_indices has {len(rows)} rows but seq_lens has {len(lens)}")
@@ -60,8 +68,8 @@ def check_read_table(c: PoolConfig, v2p_t: torch.Tensor, req_to_token, req_idx, 
         if len(ptr) != len(rows) + 1 or len(starts) != len(rows):
             raise ContractViolation(f"indptr needs {len(rows) + 1} entries and kv_start_idx {len(rows)}")
     for b, (r, n, start) in enumerate(zip(rows, lens, starts)):
-        if not 0 <= r < len(r2t):
-            raise ContractViolation(f"req_to_token row index {r} (req_pool_indices[{b}]) is outside [0, {len(r2t)})")
+        if r not in r2t:
+            raise ContractViolation(f"req_to_token row index {r} (req_pool_indices[{b}]) is outside [0, {n_rows})")
         if n < 0 or start < 0:
             raise ContractViolation(f"seq_lens[{b}] = {n} / kv_start {start}: negative")
         if max_pages is not None:

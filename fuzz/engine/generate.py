@@ -14,7 +14,7 @@ import random
 import kvref
 
 from . import shapes
-from .ops import Alloc, Clear, Fire, Free, KernelOp, Op
+from .ops import R2T_DTYPES, Alloc, Clear, Fire, Free, KernelOp, Op
 from .spec_side import Capabilities, SpecSide, unsupported
 
 SCENARIOS = {
@@ -57,8 +57,13 @@ def random_config(rng: random.Random) -> kvref.PoolConfig:
 
 
 class OpGenerator:
-    def __init__(self, rng: random.Random, config: kvref.PoolConfig, scenario: str, contract_rate: float = 0.03):
+    """``r2t_dtype``: the dtype of every read table's ``req_to_token`` in this sequence
+    (``sequence_r2t_dtype`` of its seed; int64 for a generator built without one)."""
+
+    def __init__(self, rng: random.Random, config: kvref.PoolConfig, scenario: str, contract_rate: float = 0.03,
+                 r2t_dtype: str = "int64"):
         self.rng = rng
+        self.r2t_dtype = r2t_dtype
         self.ch = shapes.RandomChooser(rng)
         self.config = config
         self.scenario = scenario
@@ -94,6 +99,9 @@ class OpGenerator:
         self._kept = None
 
     def next_op(self, spec: kvref.Allocator) -> Op:
+        return shapes.with_r2t_dtype(self._next_op(spec), self.r2t_dtype)
+
+    def _next_op(self, spec: kvref.Allocator) -> Op:
         ch = self.ch
         if self.rng.random() < self.contract_rate:
             kind, op = shapes.violation_op(ch, self.config, self.live, self._dead_runs(spec), self.raw_bound)
@@ -178,6 +186,17 @@ def sequence_params(seed: int) -> tuple[kvref.PoolConfig, str, random.Random]:
     return config, scenario, rng
 
 
+def sequence_r2t_dtype(seed: int) -> str:
+    """The ``req_to_token`` dtype of a sequence's read tables: int32 (SGLang's) or int64, half
+    the seeds each. From its own RNG, so the op stream of a seed is the one it was before
+    dtypes were drawn, but for the dtype of its read tables. Warm-up sequences take int64
+    for their first four (every page size) and int32 for the next four, so a GPU worker
+    compiles both before it is timed."""
+    if seed >= WARMUP_BASE:
+        return R2T_DTYPES[((seed - WARMUP_BASE) // 4) % 2]
+    return R2T_DTYPES[random.Random(seed * 7_919 + 0x5EED).random() < 0.5]
+
+
 def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec",
                skips=()) -> tuple[kvref.PoolConfig, str, list[Op]]:
     """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
@@ -187,7 +206,7 @@ def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec",
     the runner skips it, and so is an op kind the allocator lacks (``skips``, allocators.py).
     ``hostile`` must be the campaign's (it sets the contract rate)."""
     config, scenario, rng = sequence_params(seed)
-    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile))
+    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile), r2t_dtype=sequence_r2t_dtype(seed))
     side, tier = SpecSide(config), Capabilities(has)
     ops: list[Op] = []
     for _ in range(n_ops):

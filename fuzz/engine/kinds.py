@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .compile_check import ops as _compile_ops  # noqa: F401 - c_* kinds
 from .ops import Op, OpError
+from .production import far as _far_ops  # noqa: F401 - p_read_table_far
 from .production import graph as _graph_ops  # noqa: F401 - g_* kinds
 from .production import ops as _production_ops  # noqa: F401 - p_* kinds
 

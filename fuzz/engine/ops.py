@@ -29,7 +29,7 @@ import kvref
 
 from .oplang import OUT_SLACK_COLS, OUT_SLACK_ROWS, PACKED_SLACK, POISON, Ints, Op, OpError, Rows
 
-__all__ = ["OUT_SLACK_COLS", "OUT_SLACK_ROWS", "PACKED_SLACK", "POISON", "Ints", "Op", "OpError", "Rows"]
+__all__ = ["OUT_SLACK_COLS", "OUT_SLACK_ROWS", "PACKED_SLACK", "POISON", "R2T_DTYPES", "Ints", "Op", "OpError", "Rows"]
 
 
 class PoolOp(Op):
@@ -291,13 +291,24 @@ class Clear(PoolOp):
 # ---- read tables -----------------------------------------------------------------------
 
 
+R2T_DTYPES = ("int64", "int32")  # SPEC §2: a server keeps req_to_token in either (SGLang: int32)
+
+
 @dataclass(frozen=True)
 class _TableOp(PoolOp):
     """Shared by both read-table forms: ``rows`` are the req_to_token rows (the given
-    tokens, then -1 up to ``width``)."""
+    tokens, then -1 up to ``width``), built on the target as ``r2t_dtype`` (each form's
+    last field, default int64: the spec side reads plain ints whatever the dtype)."""
 
     result_field = "out"
     calls_kernels = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.r2t_dtype not in R2T_DTYPES:
+            raise OpError(f"{self.kind} op: r2t_dtype must be one of {R2T_DTYPES}, got {self.r2t_dtype!r}")
+        if self.r2t_dtype == "int32" and any(not -(2**31) <= t < 2**31 for r in self.rows for t in r):
+            raise OpError(f"{self.kind} op: a token of rows does not fit r2t_dtype int32")
 
     def req_to_token(self) -> list[list[int]]:
         w = self.width
@@ -318,6 +329,8 @@ class _TableOp(PoolOp):
         shorter = tuple(r[: max(1, len(r) // 2)] for r in self.rows)
         if shorter != self.rows:
             yield dataclasses.replace(self, rows=shorter)
+        if self.r2t_dtype != R2T_DTYPES[0]:  # and the default req_to_token dtype
+            yield dataclasses.replace(self, r2t_dtype=R2T_DTYPES[0])
 
 
 @dataclass(frozen=True)
@@ -329,6 +342,7 @@ class ReadTable(_TableOp):
     max_pages: int
     width: int
     legacy: bool
+    r2t_dtype: str = "int64"
 
     @property
     def bs(self) -> int:
@@ -408,6 +422,7 @@ class ReadTablePacked(_TableOp):
     indptr: Ints
     max_tokens: int
     width: int
+    r2t_dtype: str = "int64"
 
     def poisoned_out(self) -> list[int]:
         return [POISON] * ((self.indptr[-1] if self.indptr else 0) + PACKED_SLACK)

@@ -90,9 +90,9 @@ class TargetSide:
         return self._guarded("out", values, POISON, torch.int32)
 
     def batch(self, op) -> dict:
-        """req_to_token, req_pool_indices and seq_lens of a read-table op."""
+        """req_to_token (in the op's ``r2t_dtype``), req_pool_indices and seq_lens of a read-table op."""
         rows = op.req_to_token() or [[-1] * op.width]
-        r2t = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), op.width)
+        r2t = torch.tensor(rows, dtype=getattr(torch, op.r2t_dtype)).reshape(len(rows), op.width)
         if self.device.type == "cuda":
             r2t = r2t.pin_memory()
         c, g = self.config, self.zones.guard

@@ -10,12 +10,14 @@ and both generators agree on it.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Callable, Sequence
 
 import kvref
 
 from .ops import (
+    TABLE_OPS,
     Alloc,
     Flush,
     Forward,
@@ -252,6 +254,14 @@ def read_table_op(ch: Chooser, config: kvref.PoolConfig, live, dead=(), broken: 
         b = ch.integer(0, bs - 1)
         lens[b] = max_pages * ps + ch.integer(1, ps + 8)
     return ReadTable(rows, req_idx, lens, max_pages, width, ch.chance(0.3))
+
+
+def with_r2t_dtype(op: Op, dtype: str) -> Op:
+    """``op`` with its ``req_to_token`` in ``dtype`` when it is a read table (one choice per
+    sequence, made by the generator that owns it); any other op as it is."""
+    if isinstance(op, TABLE_OPS) and op.r2t_dtype != dtype:
+        return dataclasses.replace(op, r2t_dtype=dtype)
+    return op
 
 
 def read_table_packed_op(ch: Chooser, config: kvref.PoolConfig, live, dead=()) -> ReadTablePacked:

@@ -25,7 +25,7 @@ import kvref
 
 from . import shapes
 from .knobs import knob_module
-from .ops import Clear, Fire, Op
+from .ops import R2T_DTYPES, Clear, Fire, Op
 from .runner import PoolRun
 from .shapes import HypothesisChooser
 from .tiers import Tier, make_tier
@@ -143,6 +143,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         tier = type(self).tier or make_tier("torch")
         self.config = config
         self.knobs = data.draw(launch_knobs(tier.kernels), label="knobs")
+        self.r2t_dtype = data.draw(st.sampled_from(R2T_DTYPES), label="r2t_dtype")  # one per run, as a sequence
         self.run = PoolRun(config, tier, knobs=self.knobs)
         self.gen = 0
         self.stamp = 1
@@ -151,6 +152,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.cleared_at = 0
 
     def _do(self, op: Op):
+        op = shapes.with_r2t_dtype(op, self.r2t_dtype)
         self.ops.append(op)
         try:
             return self.run.step(op)

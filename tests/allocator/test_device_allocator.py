@@ -153,17 +153,18 @@ def test_lazy_and_eager_agree_after_urgent_flush(tier):
     kvref.invariants.check_lazy_eager_agree(cl, sl, ce, se, wl)
 
 
+@pytest.mark.parametrize("r2t_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
 @pytest.mark.parametrize("seq_len,req,max_pages,needle", [
     (7, 0, 3, "max_pages"),          # needs 4 pages at ps 2
     (2, 5, 3, "row index 5"),        # req_pool_indices past req_to_token
     (-1, 0, 3, "negative"),
 ])
-def test_checked_read_table_refuses_like_the_spec(tier, seq_len, req, max_pages, needle):
+def test_checked_read_table_refuses_like_the_spec(tier, seq_len, req, max_pages, needle, r2t_dtype):
     config = PoolConfig(num_pages=8, min_page=1, page_size=2)
     target = DeviceAllocator(config, tier.kernels, tier.device, checked=True)
     toks = target.alloc(6)
     dev = tier.device
-    r2t = torch.full((1, 8), -1, dtype=torch.int64, device=dev)
+    r2t = torch.full((1, 8), -1, dtype=r2t_dtype, device=dev)
     r2t[0, :6] = toks
     out = torch.full((1, 4), 77, dtype=torch.int32, device=dev)
     kw = dict(req_to_token=r2t, req_pool_indices=torch.tensor([req], device=dev),
@@ -175,3 +176,32 @@ def test_checked_read_table_refuses_like_the_spec(tier, seq_len, req, max_pages,
                                  v2p=target.v2p.tolist(), multiplier=1, page_size=2, max_pages=max_pages,
                                  out=[[77] * 4])
     assert out.tolist() == [[77] * 4]
+
+
+@pytest.mark.parametrize("r2t_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+def test_checked_read_tables_accept_int32_and_int64_rows(tier, r2t_dtype):
+    """SPEC §2: req_to_token may be int32 (SGLang) or int64; checked mode reads back only the
+    rows the batch names (a server's table is max requests x max context)."""
+    config = PoolConfig(num_pages=16, min_page=1, page_size=2, multiplier=3)
+    target = DeviceAllocator(config, tier.kernels, tier.device, checked=True)
+    spec = kvref.Allocator(config)
+    toks = target.alloc(8)
+    spec.alloc(8)
+    dev = tier.device
+    r2t = torch.full((64, 10), -1, dtype=r2t_dtype, device=dev)
+    r2t[37, :8] = toks
+    rows = r2t.tolist()
+    out = torch.full((2, 6), 77, dtype=torch.int32, device=dev)
+    want = [[77] * 6 for _ in range(2)]
+    spec.read_table(req_to_token=rows, req_pool_indices=[37, 37], seq_lens=[8, 3], max_pages=5, out=want)
+    target.build_read_table(req_to_token=r2t, req_pool_indices=torch.tensor([37, 37], device=dev),
+                            seq_lens=torch.tensor([8, 3], device=dev), max_pages=5, out=out[:, :5])
+    assert out.tolist() == want
+    flat = torch.full((8,), 77, dtype=torch.int32, device=dev)
+    want_flat = [77] * 8
+    spec.read_table_packed(req_to_token=rows, req_pool_indices=[37], seq_lens=[5], indptr=[0, 5], max_tokens=5,
+                           out=want_flat, kv_start_idx=[2])
+    target.build_read_table_packed(req_to_token=r2t, req_pool_indices=torch.tensor([37], device=dev),
+                                   seq_lens=torch.tensor([5], device=dev), indptr=torch.tensor([0, 5], device=dev),
+                                   max_tokens=5, out=flat, kv_start_idx=torch.tensor([2], device=dev))
+    assert flat.tolist() == want_flat

@@ -46,6 +46,8 @@ def _wrong_value(hint):
         return 1
     if hint is int:
         return True
+    if hint is str:
+        return 3
     if hint == Rows:
         return [[1], "2"]
     return [1, "2"]
@@ -60,8 +62,9 @@ def test_every_field_is_checked_on_construction(kind):
     cls = Op.registry[kind]
     hints = typing.get_type_hints(cls)
     names = cls.field_names()
-    good = {name: _good_value(hints[name]) for name in names} | getattr(cls, "example", {})  # a record that
-    op = cls(**good)  # checks what its fields mean, not only their types, names a valid instance (``example``)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    good = {name: defaults.get(name, _good_value(hints[name])) for name in names} | getattr(cls, "example", {})
+    op = cls(**good)  # a record that checks what its fields mean, not only their types, names a valid instance
     assert Op.from_json(op.to_json()) == op and hash(op) == hash(Op.from_json(op.to_json()))
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(op, names[0], good[names[0]]) if names else op.__setattr__("x", 1)

@@ -254,7 +254,9 @@ def test_a_production_only_variant_is_found_shrunk_and_replayed(name, variant_di
 def test_a_production_only_variant_is_found_on_cuda(name, variant_dir):
     tier = _tier("cuda", name, variant_dir)
     seed, took, config, ops, d = _find(tier, budget_s=60)
-    assert d is not None and d.kind == VARIANTS[name][0], f"{name}: {d}"
+    kind = VARIANTS[name][0]
+    # On a GPU most sequences also read one far table (p_read_table_far): a read-table bug may show there first.
+    assert d is not None and d.kind in ({kind, "p_read_table_far"} if kind == "p_read_table" else {kind}), f"{name}: {d}"
     _shrink_and_replay(tier, config, ops, d)
 
 

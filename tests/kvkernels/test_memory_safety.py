@@ -9,6 +9,7 @@ kvkernels.triton_kernels' docstring, as plain Python with explicit range checks.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 CANARY32 = 0x5A5A5A5A
@@ -123,7 +124,7 @@ def test_bind_and_alloc_bind_bad_ids(tier, monkeypatch, pages):
         _check(g_v2p, g_p2v, v2p, p2v)
 
 
-def _read_table_setup(tier, rng, *, req_rows, width, rows, ps):
+def _read_table_setup(tier, rng, *, req_rows, width, rows, ps, dtype=torch.int64):
     """req_to_token inside a buffer of poison tokens; v2p inside guards holding POISON_PHYS."""
     poison_tok = (rows - 2) * ps  # page rows - 2 holds a value no other page has
     # Page rows - 2 holds POISON_PHYS, and the sentinel is corrupt (POISON_PHYS + 2), so that a token
@@ -133,7 +134,7 @@ def _read_table_setup(tier, rng, *, req_rows, width, rows, ps):
     r2t = [[rng.randrange(-1, (rows - 2) * ps) for _ in range(width)] for _ in range(req_rows)]
     for r in range(req_rows):  # -1 tokens on live pages of every row: page 0, never v2p[-1]
         r2t[r][ps * (r % 2)] = -1
-    big = torch.full((req_rows + 2 * PAD, width + PAD), poison_tok, dtype=torch.int64, device=tier.device)
+    big = torch.full((req_rows + 2 * PAD, width + PAD), poison_tok, dtype=dtype, device=tier.device)
     r2t_view = big[PAD : PAD + req_rows, :width]
     r2t_view.copy_(torch.tensor(r2t))
     g_v2p = tier.guarded(v2p, canary=POISON_PHYS + 1)
@@ -146,12 +147,15 @@ def _assert_no_poison(values, mult, ps=1):
     assert all(x // ps not in poison for x in flat), "read outside a table (or a wrapped index)"
 
 
-def test_read_tables_hostile_batch(tier, monkeypatch, rng):
-    """seq_lens past max_pages, negative seq_lens, req rows out of range, a too-narrow req_to_token."""
+@pytest.mark.parametrize("r2t_dtype", [torch.int64, torch.int32], ids=["r2t64", "r2t32"])
+def test_read_tables_hostile_batch(tier, monkeypatch, rng, r2t_dtype):
+    """seq_lens past max_pages, negative seq_lens, req rows out of range, a too-narrow req_to_token
+    (int64 or int32, SPEC §2)."""
     tier.shrink_blocks(monkeypatch, cols=4, target=8)
     ps, mult, rows, max_pages = 2, 3, 20, 9
     req_rows, width = 3, 11  # narrower than (max_pages - 1) * ps + 1 = 17: columns 12, 14, 16 are outside
-    v2p, r2t, r2t_view, g_v2p, r2t_buf = _read_table_setup(tier, rng, req_rows=req_rows, width=width, rows=rows, ps=ps)
+    v2p, r2t, r2t_view, g_v2p, r2t_buf = _read_table_setup(tier, rng, req_rows=req_rows, width=width, rows=rows, ps=ps,
+                                                           dtype=r2t_dtype)
     r2t_before = r2t_buf.clone()
     req_idx = [0, 1, -1, req_rows, 2, BIG, 1, 0]
     seq_lens = [5, 500, 7, 7, -3, 4, -(10**6), max_pages * ps]

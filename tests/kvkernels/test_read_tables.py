@@ -35,7 +35,10 @@ def _scenario(rng, *, bs, ps, max_pages, rows=48, req_rows=None, tombstones=0.25
     return v2p, req_to_token, req_idx, seq_lens
 
 
-def _run_read_table(tier, fn, v2p, req_to_token, req_idx, seq_lens, *, bs, ps, mult, max_pages):
+R2T_DTYPES = pytest.mark.parametrize("r2t", [torch.int64, torch.int32], ids=["r2t64", "r2t32"])  # SPEC §2: both
+
+
+def _run_read_table(tier, fn, v2p, req_to_token, req_idx, seq_lens, *, bs, ps, mult, max_pages, r2t=torch.int64):
     """Run ``fn`` on a poisoned out inside a bigger buffer; diff the whole buffer with the spec."""
     buf_rows, buf_cols = bs + EXTRA_ROWS, max_pages + EXTRA_COLS
     expect = [[CANARY32] * buf_cols for _ in range(buf_rows)]
@@ -43,7 +46,7 @@ def _run_read_table(tier, fn, v2p, req_to_token, req_idx, seq_lens, *, bs, ps, m
                     multiplier=mult, page_size=ps, max_pages=max_pages, out=expect)
     buf = torch.full((buf_rows, buf_cols), CANARY32, dtype=torch.int32, device=tier.device)
     out = buf[:, :max_pages]  # row stride > max_pages, as a CUDA-graph buffer sliced to max_pages may have
-    ret = fn(req_to_token=tier.t(req_to_token), req_pool_indices=tier.t(req_idx), seq_lens=tier.t(seq_lens),
+    ret = fn(req_to_token=tier.t(req_to_token, r2t), req_pool_indices=tier.t(req_idx), seq_lens=tier.t(seq_lens),
              v2p=tier.t(v2p), multiplier=mult, page_size=ps, max_pages=max_pages, out=out)
     assert ret is out
     assert buf.cpu().tolist() == expect
@@ -59,28 +62,31 @@ CASES = [  # bs, ps, mult, max_pages
 ]
 
 
+@R2T_DTYPES
 @pytest.mark.parametrize("legacy", [False, True], ids=["strided", "legacy"])
 @pytest.mark.parametrize("bs,ps,mult,max_pages", CASES)
-def test_read_table_matches_spec(tier, rng, legacy, bs, ps, mult, max_pages):
+def test_read_table_matches_spec(tier, rng, legacy, bs, ps, mult, max_pages, r2t):
     fn = tier.k.build_kv_read_table_legacy if legacy else tier.k.build_kv_read_table
-    v2p, r2t, req_idx, seq_lens = _scenario(rng, bs=bs, ps=ps, max_pages=max_pages)
-    expect = _run_read_table(tier, fn, v2p, r2t, req_idx, seq_lens, bs=bs, ps=ps, mult=mult, max_pages=max_pages)
+    v2p, rows, req_idx, seq_lens = _scenario(rng, bs=bs, ps=ps, max_pages=max_pages)
+    expect = _run_read_table(tier, fn, v2p, rows, req_idx, seq_lens, bs=bs, ps=ps, mult=mult, max_pages=max_pages,
+                             r2t=r2t)
     # The scenario must exercise what it claims to: live entries, tombstones, untouched canaries.
     live = [x for row in expect[:bs] for x in row[:max_pages] if x != CANARY32]
     assert live and any(x == 0 for x in live) and any(x > 0 for x in live)
 
 
+@R2T_DTYPES
 @pytest.mark.parametrize("legacy", [False, True], ids=["strided", "legacy"])
 @pytest.mark.parametrize("bs,ps,max_pages", [(1, 1, 45), (3, 2, 30), (7, 3, 19)])
-def test_read_table_small_blocks_loop(tier, monkeypatch, rng, legacy, bs, ps, max_pages):
+def test_read_table_small_blocks_loop(tier, monkeypatch, rng, legacy, bs, ps, max_pages, r2t):
     """BLOCK_COLS=4, TARGET_BLOCKS=8: each strided program loops over several column blocks."""
     tier.shrink_blocks(monkeypatch, cols=4, target=8)
     _, col_programs = launchers.read_table_grid(bs, max_pages, block_cols=4, target_blocks=8)
     assert col_programs * 4 < max_pages  # so the loop really iterates more than once
     fn = tier.k.build_kv_read_table_legacy if legacy else tier.k.build_kv_read_table
-    v2p, r2t, req_idx, _ = _scenario(rng, bs=bs, ps=ps, max_pages=max_pages)
+    v2p, rows, req_idx, _ = _scenario(rng, bs=bs, ps=ps, max_pages=max_pages)
     seq_lens = [max_pages * ps] + [rng.randint(0, max_pages * ps) for _ in range(bs - 1)]
-    _run_read_table(tier, fn, v2p, r2t, req_idx, seq_lens, bs=bs, ps=ps, mult=2, max_pages=max_pages)
+    _run_read_table(tier, fn, v2p, rows, req_idx, seq_lens, bs=bs, ps=ps, mult=2, max_pages=max_pages, r2t=r2t)
 
 
 def test_read_table_refreshes_in_place(tier, rng):
@@ -130,21 +136,22 @@ def _packed_scenario(rng, *, bs, ps, max_tokens, with_start, rows=40):
     return v2p, r2t, req_idx, seq_lens, indptr, starts
 
 
+@R2T_DTYPES
 @pytest.mark.parametrize("with_start", [False, True], ids=["no_kv_start", "kv_start"])
 @pytest.mark.parametrize("bs,ps,mult,max_tokens,small", [(1, 1, 1, 23, True), (6, 4, 3, 30, True),
                                                           (17, 2, 2, 12, False)])
-def test_read_table_packed_matches_spec(tier, monkeypatch, rng, with_start, bs, ps, mult, max_tokens, small):
+def test_read_table_packed_matches_spec(tier, monkeypatch, rng, with_start, bs, ps, mult, max_tokens, small, r2t):
     if small:
         tier.shrink_blocks(monkeypatch, cols=4, target=8)
-    v2p, r2t, req_idx, seq_lens, indptr, starts = _packed_scenario(
+    v2p, rows, req_idx, seq_lens, indptr, starts = _packed_scenario(
         rng, bs=bs, ps=ps, max_tokens=max_tokens, with_start=with_start)
     size = indptr[-1] + 4
     expect = [CANARY32] * size
-    spec.read_table_packed(req_to_token=r2t, req_pool_indices=req_idx, seq_lens=seq_lens, v2p=v2p, indptr=indptr,
+    spec.read_table_packed(req_to_token=rows, req_pool_indices=req_idx, seq_lens=seq_lens, v2p=v2p, indptr=indptr,
                            multiplier=mult, page_size=ps, max_tokens=max_tokens, out=expect, kv_start_idx=starts)
     out = torch.full((size,), CANARY32, dtype=torch.int32, device=tier.device)
     ret = tier.k.build_kv_read_table_packed(
-        req_to_token=tier.t(r2t), req_pool_indices=tier.t(req_idx), seq_lens=tier.t(seq_lens), v2p=tier.t(v2p),
+        req_to_token=tier.t(rows, r2t), req_pool_indices=tier.t(req_idx), seq_lens=tier.t(seq_lens), v2p=tier.t(v2p),
         indptr=tier.t(indptr), multiplier=mult, page_size=ps, max_tokens=max_tokens, out=out,
         kv_start_idx=None if starts is None else tier.t(starts))
     assert ret is out

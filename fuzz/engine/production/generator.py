@@ -20,6 +20,7 @@ from ..boundary import Boundaries, Constants, kernel_constants
 from ..knobs import apply as apply_knobs
 from ..ops import Op
 from .arith import INT32_LIMIT, cdiv, unit_near
+from .far import draw_far_op, far_rng
 from .graph import GReadTable
 from .limits import ScaleLimits
 from .observe import observed_constants
@@ -50,6 +51,7 @@ EAGER_MIX = {k: w for k, w in DEFAULT_MIX.items() if not k.startswith("g_")}
 GRAPH_MIX = {"g_read_table": 1}
 FEATURES = {"p_read_table_packed": "build_kv_read_table_packed", "p_translate": "translate_tokens",
             "g_read_table": None}
+FAR_AT = (1, 4)  # where a sequence's far read table comes (op index, inclusive): early, so a short run meets it
 
 
 class ScaleGenerator:
@@ -60,18 +62,28 @@ class ScaleGenerator:
 
     def __init__(self, rng: random.Random, config: kvref.PoolConfig, constants: Constants,
                  limits: ScaleLimits | None = None, *, features: set | None = None, mix: dict | None = None,
-                 legacy: bool = False, big: float = 0.1):
+                 legacy: bool = False, big: float = 0.1, r2t_dtype: str = "int32",
+                 far: random.Random | None = None):
         self.rng, self.config, self.constants = rng, config, constants
+        self.r2t_dtype = r2t_dtype  # every req_to_token of the sequence (p_rows, g_read_table)
         self.big = big  # share of read tables at the limits' full size instead of a boundary
         self.limits = limits or ScaleLimits()
         self.bounds = Boundaries(constants, rng)
         self.features = features  # None: every optional function is there
         self.legacy = legacy
+        far_ok = mix is None or "p_read_table_far" in mix  # a mix of its own (a benchmark's) names it or has none
         mix = dict(DEFAULT_MIX if mix is None else mix)
         for kind, fn in FEATURES.items():
             if kind in mix and features is not None and fn is not None and fn not in features:
                 del mix[kind]
+        if not self.limits.far_r2t:
+            mix.pop("p_read_table_far", None)  # it takes gigabytes: only where the limits allow it
         self.mix = mix
+        # One far read table (p_read_table_far) in a ``far_r2t`` share of the sequences of the default
+        # mix, drawn from its own RNG ``far`` (the rest of the stream is unchanged by it).
+        self.far = far or rng
+        self.far_at = (far.randint(*FAR_AT) if far is not None and far_ok and self.limits.far_r2t
+                       and far.random() < self.limits.far_r2t else None)
         self.cap = config.num_pages - config.min_page
         self.sigma = (config.min_page, self.cap, unit_near(rng.randrange(1, max(2, self.cap)), self.cap),
                       rng.randrange(self.cap))
@@ -144,6 +156,9 @@ class ScaleGenerator:
             return op
         if self.emitted == 0:
             return self._setup()
+        if self.far_at is not None and self.emitted >= self.far_at:
+            self.far_at = None
+            return self._p_read_table_far()
         kinds = list(self.mix)
         kind = self.rng.choices(kinds, weights=[self.mix[k] for k in kinds])[0]
         op = getattr(self, "_" + kind)()
@@ -216,7 +231,8 @@ class ScaleGenerator:
         else:
             src = (0, self.config.table_rows, 1, 0, 0, self.config.table_rows, rng.randrange(1, 1 << 20),
                    rng.randrange(1 << 20))
-        op = PRows(seed=rng.randrange(1 << 30), rows=rows, width=width, src=src, pad_every=rng.choice((0, 0, 13, 97)))
+        op = PRows(seed=rng.randrange(1 << 30), rows=rows, width=width, src=src, pad_every=rng.choice((0, 0, 13, 97)),
+                   dtype=self.r2t_dtype)
         self.rows = (rows, width)
         self.pending.append(self._tag(op, width=f"{width} tokens", rows=str(rows)))
         return op
@@ -305,6 +321,9 @@ class ScaleGenerator:
     def _g_read_table(self) -> Op:
         return draw_graph_op(self)
 
+    def _p_read_table_far(self) -> Op:
+        return draw_far_op(self, self.far)
+
 
 def draw_graph_op(gen) -> GReadTable:
     """A g_read_table for a ScaleGenerator: batch and width at the constants' boundaries,
@@ -338,7 +357,7 @@ def draw_graph_op(gen) -> GReadTable:
     long_len = min(maxlen, n_long if packed else n_long * ps)
     op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
                     cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
-                    tombs=rng.choice((0, 1, 8)), packed=packed)
+                    tombs=rng.choice((0, 1, 8)), packed=packed, dtype=gen.r2t_dtype)
     return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))
 
 
@@ -366,6 +385,12 @@ def scale_info(tier, knobs: dict | None = None, *, observe: bool = True) -> dict
             "gpu": str(tier.device).startswith("cuda")}
 
 
+def sequence_r2t_dtype(seed: int) -> str:
+    """The ``req_to_token`` dtype of a production sequence: int32 (SGLang's) or int64, half the
+    seeds each, from an RNG of its own (the rest of the stream is the one it was before)."""
+    return ("int32", "int64")[random.Random(seed * 1_000_033 + 0x5EED).random() < 0.5]
+
+
 _OBSERVED: dict = {}  # per kernel set and knobs: what its launches showed (probed once per process)
 
 
@@ -382,7 +407,8 @@ def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: 
     config = scale_config(rng, constants, limits)
     features = set(info["features"])
     gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
-                         legacy="build_kv_read_table_legacy" in features, big=big)
+                         legacy="build_kv_read_table_legacy" in features, big=big, r2t_dtype=sequence_r2t_dtype(seed),
+                         far=far_rng(seed))
     return config, gen
 
 

@@ -23,6 +23,7 @@ torch ops during the call (a graph would recompute it on replay; the emulation c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -201,6 +202,7 @@ class GReadTable(ScaleOp):
     steps: int
     tombs: int
     packed: bool
+    dtype: str = "int32"  # of the captured req_to_token (p_rows' dtype)
 
     def supported_by(self, tier):
         return not self.packed or tier.has("build_kv_read_table_packed")
@@ -213,7 +215,7 @@ class GReadTable(ScaleOp):
             return f"g_read_table: bs {self.bs}, max_pages {self.max_pages} do not fit rows {self.rows} x {self.width}"
         if not 0 <= self.cap_len <= maxlen or not 0 <= self.long_len <= maxlen or self.steps < 0 or self.tombs < 0:
             return "g_read_table: cap_len / long_len / steps / tombs out of range"
-        return PRows(self.seed, self.rows, self.width, self.src, 0).invalid(run)
+        return PRows(self.seed, self.rows, self.width, self.src, 0, self.dtype).invalid(run)
 
     def elements(self):
         return self.bs * self.max_pages * (self.steps + 1)
@@ -254,7 +256,7 @@ class GReadTable(ScaleOp):
     # ---- running it ---------------------------------------------------------------------------------------
     def execute(self, run, i):
         cfg, dev, ps = run.config, run.device, run.config.page_size
-        rows_src = PRows(self.seed, self.rows, self.width, self.src, 0)
+        rows_src = PRows(self.seed, self.rows, self.width, self.src, 0, self.dtype)
         o_r2t = rows_src.build(cfg, dev)
         t_r2t = o_r2t.clone()
         bs = self.bs
@@ -348,7 +350,8 @@ class GReadTable(ScaleOp):
         s = hash_int(step, self.seed + 7)
         r = s % self.rows
         lo, span, a, b, k0, m, c, d = self.src
-        row = PRows(s, 1, self.width, (lo, span, a, b, k0, m, c, d + s % (1 << 20)), 0).build(run.config, run.device)
+        row = PRows(s, 1, self.width, (lo, span, a, b, k0, m, c, d + s % (1 << 20)), 0, self.dtype).build(
+            run.config, run.device)
         o_r2t[r:r + 1].copy_(row)
         t_r2t[r:r + 1].copy_(row)
         if self.tombs:
@@ -364,3 +367,5 @@ class GReadTable(ScaleOp):
         yield from self._shrink_fields(("max_pages",), {"max_pages": 1})
         yield from self._shrink_fields(("tombs", "cap_len", "long_len"))
         yield from self._shrink_fields(("rows",), {"rows": 1})
+        if self.dtype != "int32":
+            yield dataclasses.replace(self, dtype="int32")

@@ -23,6 +23,10 @@ class ScaleLimits:
     max_programs: int | None = None  # read-table programs per launch (the interpreter's cost)
     graph_steps: int = 32
     graph_programs: int | None = None
+    # The share of sequences with one read table past 2^31 elements (p_read_table_far: 8-34 GB of
+    # device memory for a moment, asked for first), early in the sequence. Off where a run may not
+    # take the memory (the interpreter's CI: its smoke test turns it on, tests/fuzz/test_far.py).
+    far_r2t: float = 0.75
 
     @classmethod
     def production(cls) -> ScaleLimits:
@@ -33,13 +37,13 @@ class ScaleLimits:
         """Production constants, sizes the interpreter runs in about a second per op."""
         return cls(pool_pages=1 << 17, pool_pages_paged=1 << 14, max_ids=1 << 14, max_bs=512, max_step_bs=2048,
                    max_row_tokens=1 << 17, max_read_elems=1 << 21, max_r2t_elems=1 << 22, max_packed=1 << 20,
-                   max_programs=2200, graph_steps=6, graph_programs=300)
+                   max_programs=2200, graph_steps=6, graph_programs=300, far_r2t=0.0)
 
     @classmethod
     def small(cls) -> ScaleLimits:
         return cls(pool_pages=1 << 12, pool_pages_paged=1 << 9, page_sizes=(1, 2, 4), max_ids=700, max_bs=40,
                    max_step_bs=40, max_row_tokens=1 << 11, max_read_elems=1 << 14, max_r2t_elems=1 << 16,
-                   max_packed=1 << 14, max_programs=300, graph_steps=4, graph_programs=120)
+                   max_packed=1 << 14, max_programs=300, graph_steps=4, graph_programs=120, far_r2t=0.0)
 
     @classmethod
     def for_tier(cls, tier) -> ScaleLimits:

@@ -26,7 +26,7 @@ import torch
 import kvref
 
 from .. import vector_oracle as vo
-from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Ints, Op
+from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
 from .arith import LONG, affine_error, affine_ids, cdiv, hash_int, hash_tensor, shrunk_ints
 from .compare import Compare, packed_live, table_live
@@ -178,7 +178,8 @@ class PRows(ScaleOp):
     ``lo + (a * (k0 + (c * x + d) mod m) + b) mod span`` (src = (lo, span, a, b, k0, m, c, d):
     an affine walk over a slice of bound pages, or over the whole pool), its tokens
     ``page * ps + o``; ``-1`` at pages whose hash is 0 mod ``pad_every`` (when > 0) and past
-    each row's fill (the full width, or for a quarter of the rows a seeded shorter one)."""
+    each row's fill (the full width, or for a quarter of the rows a seeded shorter one).
+    ``dtype``: the tensor's, int32 (SGLang's ``req_to_token``) or int64 (SPEC §2: both)."""
 
     kind = "p_rows"
     prerequisite = True
@@ -187,8 +188,11 @@ class PRows(ScaleOp):
     width: int
     src: Ints
     pad_every: int
+    dtype: str = "int32"
 
     def invalid(self, run):
+        if self.dtype not in R2T_DTYPES:
+            return f"p_rows: dtype must be one of {R2T_DTYPES}, got {self.dtype!r}"
         if self.rows < 1 or self.width < 1:
             return "p_rows: rows and width must be >= 1"
         if len(self.src) != 8:
@@ -206,7 +210,7 @@ class PRows(ScaleOp):
         ps, w = config.page_size, self.width
         ppr = cdiv(w, ps)
         lo, span, a, b, k0, m, c, d = self.src
-        out = torch.empty((self.rows, w), dtype=torch.int32, device=device)
+        out = torch.empty((self.rows, w), dtype=getattr(torch, self.dtype), device=device)
         fills = torch.tensor(self.fills(), dtype=LONG, device=device)
         step = max(1, BUILD_CHUNK // max(1, ppr * ps))
         offs = torch.arange(ps, dtype=LONG, device=device)
@@ -236,6 +240,8 @@ class PRows(ScaleOp):
             yield dataclasses.replace(self, pad_every=0)
         if self.seed:
             yield dataclasses.replace(self, seed=0)
+        if self.dtype != "int32":
+            yield dataclasses.replace(self, dtype="int32")
 
 
 def _seq_lens(seed: int, bs: int, cap: int, long_len: int, n_long: int) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ..generate import OpGenerator, contract_rate, regenerate, sequence_params
+from ..generate import OpGenerator, contract_rate, regenerate, sequence_params, sequence_r2t_dtype
 from ..knobs import choose
 from ..runner import PoolRun
 from ..tiers import OPTIONAL
@@ -36,7 +36,8 @@ class SmallTrack(Track):
     def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
                      check_every=1) -> Sequence:
         config, scenario, rng = sequence_params(seed)
-        gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile))
+        gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
+                          r2t_dtype=sequence_r2t_dtype(seed))
         run = PoolRun(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
                       beat=beat, check_every=check_every)
         ops, d = [], None

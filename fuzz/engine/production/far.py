@@ -1,0 +1,324 @@
+"""``p_read_table_far``: read tables past the int32 address boundary, built only where they are read.
+
+A server's ``req_to_token`` is max running requests x max context (SGLang keeps it as one int32
+tensor of ``[size + 1, max_context_len]``): a few thousand slots of 1M-token contexts is more
+than 2^31 elements. A kernel that computes a row's element offset ``row * stride(0)`` in int32
+is right until that product passes 2^31, and then reads far before the table (an illegal address
+on a GPU, a SIGSEGV or garbage under the interpreter). The page-table form of the read table
+has the same boundary in ``out``: ``b * out.stride(0)`` passes 2^31 at bs x max_pages > 2^31
+(thousands of rows of 1M columns at page size 1), the usual ``tl.program_id(0) * stride``
+computed in int32. The other tables stay far below it: v2p/p2v hold at most ~2^20 pages (int64
+offsets < 2^21), a packed out holds one batch's tokens, translate one batch's ids.
+
+The op reaches that boundary without the memory of a second copy: its ``read`` rows are built
+once (``PRows`` over ``len(read)`` rows: the oracle's whole ``req_to_token``), and the target's
+``[rows, width]`` tensor is ``torch.empty`` with only those rows (and two red-zone rows on each
+side) written; ``out`` in the far-out form likewise (only the live batch rows, their neighbours
+and the red-zone rows are poisoned and compared; every other batch row has ``seq_lens`` 0 and
+must write nothing). On the CPU untouched pages of an ``empty`` tensor cost no physical memory
+(Linux maps them on first touch), so the interpreter runs the real 2^31 boundary in a few MB
+(``tests/fuzz/test_far.py``). On a GPU ``empty`` does allocate: the op first asks
+``torch.cuda.mem_get_info`` and answers "not applicable" with a note (never a finding) when the
+device lacks the memory and a margin for the other workers on it, and gives its memory back to
+the device afterwards (``empty_cache``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+from dataclasses import dataclass
+
+import torch
+
+from .. import vector_oracle as vo
+from ..boundary import Boundaries
+from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, R2T_DTYPES, Ints
+from ..verdict import Divergence, Outcome, crash
+from .arith import LONG, cdiv, hash_int, shrunk_ints
+from .compare import Compare, packed_live
+from .ops import PRows, ScaleOp
+
+FAR = 1 << 31  # the element offset an int32 product cannot hold
+FAR_GUARD = 2  # red-zone rows on each side of the target's req_to_token
+FAR_MARGIN = 16 << 30  # bytes a far op leaves free on a GPU for the other workers (at least; 1/8 of it too)
+
+
+def far_room(device: torch.device, need: int, mem_info=None) -> str | None:
+    """Why ``need`` bytes cannot be allocated on ``device`` now (None: they can). On a GPU the
+    free memory (plus what this process's caching allocator holds unused) must cover ``need``
+    and a margin; on the CPU nothing is checked here, since a far op touches only the rows it
+    reads (a refused allocation is answered as not applicable where it happens)."""
+    if device.type != "cuda":
+        return None
+    free, total = (mem_info or torch.cuda.mem_get_info)(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    margin = max(FAR_MARGIN, total // 8)
+    if free < need + margin:
+        return (f"needs {need / 2**30:.1f} GiB plus a {margin / 2**30:.0f} GiB margin; "
+                f"{free / 2**30:.1f} GiB of {total / 2**30:.0f} GiB free")
+    return None
+
+
+@dataclass(frozen=True)
+class PReadTableFar(ScaleOp):
+    """read_table (``packed``: the CSR form, ``max_pages`` then counts tokens) over a target
+    ``req_to_token`` of ``rows`` x ``width`` (``dtype``) of which only the ``read`` rows exist,
+    into an ``out`` of ``bs`` rows of which only the ``live`` ones have a length: batch row
+    ``live[j]`` reads row ``read[j % len(read)]`` with ``seq_lens`` ``long_len`` for ``j == 0``
+    and a seeded one in ``[1, long_len]`` after; every other batch row reads ``read[0]`` with length
+    0. The rows' tokens are ``PRows(seed, len(read), width, src, 0)``'s. Packed: ``live`` is
+    every batch row, ``indptr`` their running sum."""
+
+    kind = "p_read_table_far"
+    seed: int
+    rows: int
+    width: int
+    read: Ints
+    bs: int
+    live: Ints
+    max_pages: int
+    src: Ints
+    long_len: int
+    packed: bool = False
+    legacy: bool = False
+    dtype: str = "int32"
+
+    def supported_by(self, tier):
+        if self.packed:
+            return tier.has("build_kv_read_table_packed")
+        return not self.legacy or tier.has("build_kv_read_table_legacy")
+
+    def _rows_op(self) -> PRows:
+        return PRows(self.seed, max(1, len(self.read)), self.width, self.src, 0, self.dtype)
+
+    def invalid(self, run):
+        ps = run.config.page_size
+        if self.dtype not in R2T_DTYPES:
+            return f"p_read_table_far: dtype must be one of {R2T_DTYPES}, got {self.dtype!r}"
+        if self.rows < 1 or self.width < 1 or self.bs < 1 or not self.read or not self.live:
+            return "p_read_table_far: rows, width, bs, read and live must not be empty"
+        if len(set(self.read)) != len(self.read) or not all(0 <= r < self.rows for r in self.read):
+            return f"p_read_table_far: read {self.read} must be distinct rows of [0, {self.rows})"
+        if list(self.live) != sorted(set(self.live)) or not all(0 <= b < self.bs for b in self.live):
+            return f"p_read_table_far: live {self.live} must be ascending distinct batch rows of [0, {self.bs})"
+        if self.packed and (self.legacy or tuple(self.live) != tuple(range(self.bs))):
+            return "p_read_table_far: a packed table has every batch row live and no legacy grid"
+        cap = self.max_pages if self.packed else self.max_pages * ps
+        fits = self.max_pages <= self.width if self.packed else (self.max_pages - 1) * ps < self.width
+        if self.max_pages < 1 or not fits or not 0 <= self.long_len <= cap:
+            return f"p_read_table_far: max_pages {self.max_pages} / long_len {self.long_len} do not fit width {self.width}"
+        return self._rows_op().invalid(run)
+
+    def lens(self, ps: int) -> list[int]:
+        """seq_lens of the live batch rows: ``long_len``, then seeded ones in [1, max(1, long_len)]."""
+        top = max(1, self.long_len)
+        return [self.long_len if j == 0 else 1 + hash_int(j, self.seed) % top for j in range(len(self.live))]
+
+    def elements(self):
+        return len(self.live) * self.max_pages
+
+    def need_bytes(self) -> int:
+        """Bytes of the target's buffers (req_to_token with its red zones, and out)."""
+        r2t = (self.rows + 2 * FAR_GUARD) * self.width * (4 if self.dtype == "int32" else 8)
+        return r2t + (0 if self.packed else (self.bs + 2) * (self.max_pages + OUT_SLACK_COLS) * 4)
+
+    # ---- running it ---------------------------------------------------------------------------
+    def execute(self, run, i):
+        dev = run.device
+        why = far_room(dev, self.need_bytes())
+        if why is None:
+            try:
+                return self._execute(run, i)
+            except _NoRoom as exc:
+                why = str(exc)
+            finally:
+                if dev.type == "cuda":
+                    with contextlib.suppress(Exception):  # a sticky fault of the target is reported, not this
+                        torch.cuda.empty_cache()  # the far op's gigabytes go back to the device for other workers
+        run.notes.append(f"step {i} {self.kind}: not applicable: {why}")
+        return Outcome({"far": "not applicable", "why": why})
+
+    def _execute(self, run, i):
+        cfg, dev, ps = run.config, run.device, run.config.page_size
+        compact = self._rows_op().build(cfg, dev)  # the oracle's req_to_token: row k is the target's read[k]
+        canary = run.table_canary * ps  # a token whose page is v2p's red zone (ScaleRun.set_rows)
+        buf = _empty((self.rows + 2 * FAR_GUARD, self.width), compact.dtype, dev)
+        buf[:FAR_GUARD].fill_(canary)
+        buf[FAR_GUARD + self.rows:].fill_(canary)
+        r2t = buf[FAR_GUARD:FAR_GUARD + self.rows]
+        read_t = torch.tensor(self.read, dtype=LONG, device=dev)
+        r2t.index_copy_(0, read_t, compact)
+        k, lens = len(self.read), self.lens(ps)
+        live_t = torch.tensor(self.live, dtype=LONG, device=dev)
+        req = torch.full((self.bs,), self.read[0], dtype=LONG, device=dev)
+        req.index_copy_(0, live_t, torch.tensor([self.read[j % k] for j in range(len(self.live))], dtype=LONG,
+                                                device=dev))
+        seq = torch.zeros(self.bs, dtype=LONG, device=dev).index_copy_(0, live_t, torch.tensor(lens, dtype=LONG,
+                                                                                                 device=dev))
+        oracle = dict(req_to_token=compact, seq_lens=torch.tensor(lens, dtype=LONG, device=dev), v2p=run.o_v2p,
+                      req_pool_indices=torch.tensor([j % k for j in range(len(self.live))], dtype=LONG, device=dev))
+        target = dict(req_to_token=r2t, req_pool_indices=req, seq_lens=seq, v2p=run.t_v2p.view)
+        common = dict(multiplier=cfg.multiplier, page_size=ps)
+        cmp = (self._packed if self.packed else self._table)(run, i, oracle, target, common, lens)
+        # req_to_token is an input: its red zones and the rows it holds must come back unchanged.
+        guards = torch.cat([buf[:FAR_GUARD].reshape(-1), buf[FAR_GUARD + self.rows:].reshape(-1)])
+        flags = torch.stack([guards.ne(canary).any(), r2t.index_select(0, read_t).ne(compact).any()])
+        try:
+            zone, changed = flags.tolist()
+        except Exception as exc:  # noqa: BLE001 - an asynchronous device fault of the target surfaces here
+            raise crash(i, self, exc, f"the device faulted after {self.kind}: {exc}") from None
+        if zone:
+            raise Divergence(i, self, "memory", "req_to_token", "canary", "overwritten",
+                             "red zone around req_to_token was written")
+        if changed:
+            at, e, g = vo.first_mismatch(compact, r2t.index_select(0, read_t))
+            raise Divergence(i, self, "state", "req_to_token", e, g,
+                             f"req_to_token row {self.read[at[0]]} column {at[1]} changed (an input)")
+        run.check(i, self, [cmp])
+        return Outcome(None)
+
+    def _table(self, run, i, oracle, target, common, lens) -> Compare:
+        dev, ps, cols = run.device, run.config.page_size, self.max_pages + OUT_SLACK_COLS
+        o_buf = torch.full((len(self.live), cols), POISON, dtype=torch.int32, device=dev)
+        vo.read_table(max_pages=self.max_pages, out=o_buf[:, :self.max_pages], **oracle, **common)
+        # Buffer rows compared: the red-zone rows 0 and bs + 1, each live row and its neighbours.
+        checked = sorted({0, self.bs + 1} | {b + d for b in self.live for d in (0, 1, 2)})
+        checked_t = torch.tensor(checked, dtype=LONG, device=dev)
+        t_buf = _empty((self.bs + 2, cols), torch.int32, dev)
+        t_buf.index_fill_(0, checked_t, POISON)
+        fn = "build_kv_read_table_legacy" if self.legacy else "build_kv_read_table"
+        _call(run, i, self, lambda kern: getattr(kern, fn)(out=t_buf[1:1 + self.bs, :self.max_pages],
+                                                          max_pages=self.max_pages, **target, **common))
+        at_row = {b: checked.index(b + 1) for b in self.live}
+        expected = torch.full((len(checked), cols), POISON, dtype=torch.int32, device=dev)
+        expected.index_copy_(0, torch.tensor([at_row[b] for b in self.live], dtype=LONG, device=dev), o_buf)
+        n_cols = [min(cdiv(n, ps), self.max_pages) for n in lens]
+
+        def live():
+            mask = torch.zeros(expected.shape, dtype=torch.bool, device=dev)
+            for b, n in zip(self.live, n_cols):
+                mask[at_row[b], :n] = True
+            return mask
+
+        return Compare("out", expected, t_buf.index_select(0, checked_t), live=live,
+                       where=lambda at: f"out[{checked[at[0]] - 1}][{at[1]}]")
+
+    def _packed(self, run, i, oracle, target, common, lens) -> Compare:
+        dev = run.device
+        indptr = [0]
+        for n in lens:
+            indptr.append(indptr[-1] + n)
+        total = indptr[-1]
+        o_buf, t_buf = (torch.full((total + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
+                        for _ in range(2))
+        ip = torch.tensor(indptr, dtype=LONG, device=dev)
+        vo.read_table_packed(indptr=ip, out=o_buf[PACKED_SLACK:PACKED_SLACK + total], kv_start_idx=None,
+                             max_tokens=self.max_pages, **oracle, **common)
+        _call(run, i, self, lambda kern: kern.build_kv_read_table_packed(
+            indptr=ip.clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + total], max_tokens=self.max_pages,
+            **target, **common))
+        spans = list(zip(indptr[:-1], lens))
+        return Compare("out", o_buf, t_buf, live=lambda: packed_live(o_buf.numel(), spans, dev),
+                       where=lambda at: f"out[{at - PACKED_SLACK}]")
+
+    # ---- shrinking: the smallest table that still holds the rows read ----------------------------
+    def shrink(self):
+        k = len(self.read)
+        for j in range(len(self.live)):
+            one = (self.read[j % k],)
+            if self.packed:
+                yield dataclasses.replace(self, read=one, bs=1, live=(0,), long_len=self.lens(1)[j])
+            elif len(self.live) > 1 or k > 1:
+                yield dataclasses.replace(self, read=one, live=(self.live[j],))
+        if self.rows > max(self.read) + 1:
+            yield dataclasses.replace(self, rows=max(self.read) + 1)
+        if not self.packed and self.bs > max(self.live) + 1:
+            yield dataclasses.replace(self, bs=max(self.live) + 1)
+        for c in shrunk_ints(self.max_pages, 1):
+            yield dataclasses.replace(self, max_pages=c, long_len=min(self.long_len, c))
+        for c in shrunk_ints(self.long_len):
+            yield dataclasses.replace(self, long_len=c)
+        if self.legacy:
+            yield dataclasses.replace(self, legacy=False)
+        if self.dtype != "int32":
+            yield dataclasses.replace(self, dtype="int32")
+        if self.seed:
+            yield dataclasses.replace(self, seed=0)
+
+
+class _NoRoom(Exception):
+    pass
+
+
+def _call(run, i: int, op, fn):
+    """``run.call_target``, but a target that runs out of memory on a far table (a torch path
+    that builds bs x max_pages temporaries, say) makes the op not applicable, not a finding:
+    the op is about address arithmetic, not about how much memory a kernel set may take."""
+    try:
+        return fn(run.tier.kernels)
+    except torch.OutOfMemoryError as exc:
+        raise _NoRoom(f"the kernel set ran out of memory: {str(exc)[:200]}") from None
+    except Exception as exc:  # noqa: BLE001 - any other exception of the target is a finding
+        raise crash(i, op, exc, f"the target raised {type(exc).__name__}: {exc}") from None
+
+
+def _empty(shape, dtype, device) -> torch.Tensor:
+    """``torch.empty``, or ``_NoRoom`` when the allocator refuses it (a not-applicable answer)."""
+    try:
+        return torch.empty(shape, dtype=dtype, device=device)
+    except (torch.OutOfMemoryError, RuntimeError, MemoryError) as exc:
+        raise _NoRoom(f"allocating {shape} {dtype} failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+# ---- drawing one ----------------------------------------------------------------------------------
+
+
+def far_rng(seed: int) -> random.Random:
+    """A production sequence's far-op RNG: its own, so the rest of the stream stays what it was."""
+    return random.Random(seed * 1_000_037 + 0xFA2)
+
+
+def draw_far_op(gen, rng: random.Random) -> PReadTableFar:
+    """A p_read_table_far for a ScaleGenerator (``gen``: geometry, bound pages, constants, the
+    sequence's dtype), every choice from ``rng``. Three in four reach past 2^31 in req_to_token
+    (rows just past the boundary: the first row whose offset passes it, the one before, the last,
+    one near 2^29, and past 2^32 in a sixth of the int32 ones); at page size 1 one in four
+    reaches past it in out instead (a batch of thousands of rows, four of them live)."""
+    cfg, lim = gen.config, gen.limits
+    ps = cfg.page_size
+    bounds = Boundaries(gen.constants, rng)
+    features = gen.features
+    lo, span, a, b = gen.sigma
+    if gen.bound and rng.random() < 0.7:
+        s, e = rng.choice(gen.bound)
+        src = (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+    else:
+        src = (0, cfg.table_rows, 1, 0, 0, cfg.table_rows, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+    seed = rng.randrange(1 << 30)
+    if ps == 1 and rng.random() < 0.25:  # far out: bs x max_pages past 2^31, a small req_to_token
+        max_pages = rng.choice((1 << 18, 1 << 19, 1 << 20))
+        first = cdiv(FAR, max_pages + OUT_SLACK_COLS)  # the first batch row whose out offset passes 2^31
+        bs = first + rng.choice((1, 2, 9))
+        read = tuple(rng.sample(range(4), rng.choice((1, 2))))
+        op = PReadTableFar(seed=seed, rows=4, width=max_pages + rng.choice((0, 1, 7)), read=read, bs=bs,
+                           live=tuple(sorted({0, first - 1, first, bs - 1})), max_pages=max_pages, src=src,
+                           long_len=max_pages, legacy=gen.legacy and rng.random() < 0.2, dtype=gen.r2t_dtype)
+        return gen._tag(op, far="out", bs=str(bs), max_pages=str(max_pages))
+    width = rng.choice((1 << 17, 1 << 18, 1 << 19, 1 << 20, (1 << 18) + ps * rng.randrange(1, 64)))
+    first = cdiv(FAR, width)  # the first row whose offset passes 2^31
+    past_2_32 = gen.r2t_dtype == "int32" and rng.random() < 1 / 6
+    rows = (cdiv(2 * FAR, width) if past_2_32 else first) + rng.choice((1, 1, 2, 17))
+    read = [first, first - 1, rows - 1, cdiv(1 << 29, width)] + ([cdiv(2 * FAR, width)] if past_2_32 else [])
+    read = list(dict.fromkeys(r for r in read if r < rows))
+    rng.shuffle(read)
+    n_live = len(read) + rng.choice((0, 0, 1, 3))
+    packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
+    col_cap = max(1, min(width if packed else cdiv(width, ps), lim.max_read_elems // n_live, 1 << 16))
+    cols, tag = bounds.size(1, col_cap)
+    long_len = max(1, cols if packed else cols * ps - rng.randrange(ps))
+    op = PReadTableFar(seed=seed, rows=rows, width=width, read=tuple(read), bs=n_live, live=tuple(range(n_live)),
+                       max_pages=cols, src=src, long_len=long_len, packed=packed,
+                       legacy=not packed and gen.legacy and rng.random() < 0.2, dtype=gen.r2t_dtype)
+    return gen._tag(op, far="req_to_token", rows=f"{rows} x {width}", max_pages=tag)
