@@ -409,18 +409,26 @@ class ReadTablePacked(_TableOp):
     max_tokens: int
     width: int
 
+    def capacity(self) -> int:
+        """The elements of the ``out`` the kernel gets: ``max_tokens`` (SPEC §2: every caller
+        passes the buffer captured at max_tokens), or ``indptr[-1]`` for a case written before
+        that rule whose indptr ends past it."""
+        return max(self.max_tokens, self.indptr[-1] if self.indptr else 0, 0)
+
     def poisoned_out(self) -> list[int]:
-        return [POISON] * ((self.indptr[-1] if self.indptr else 0) + PACKED_SLACK)
+        """The output buffer: poison everywhere, ``PACKED_SLACK`` elements past the
+        kernel's ``capacity()`` so a write past it lands somewhere visible."""
+        return [POISON] * (self.capacity() + PACKED_SLACK)
 
     def supported_by(self, tier) -> bool:
         return tier.has("build_kv_read_table_packed")
 
     def spec(self, s):
-        out = self.poisoned_out()
+        out = [POISON] * self.capacity()  # the spec sees the buffer the kernel sees
         s.read_table_packed(req_to_token=self.req_to_token(), req_pool_indices=list(self.req_idx),
                             seq_lens=list(self.seq_lens), indptr=list(self.indptr), max_tokens=self.max_tokens,
                             out=out, kv_start_idx=None if self.kv_start is None else list(self.kv_start))
-        return out
+        return out + [POISON] * PACKED_SLACK
 
     def _packed_args(self, t) -> dict:
         kv_start = None if self.kv_start is None else t.positions("kv_start", self.kv_start, self.width)
@@ -429,20 +437,40 @@ class ReadTablePacked(_TableOp):
 
     def target(self, t):
         out = t.poisoned(self.poisoned_out())
-        t.alloc.build_read_table_packed(out=out, **self._packed_args(t))
+        t.alloc.build_read_table_packed(out=out[: self.capacity()], **self._packed_args(t))
         return out.tolist()
+
+    def hostile_class(self, s, tier):
+        """SPEC §2: even when seq_lens and indptr disagree, nothing is written at or past
+        max_tokens. Only that break is promised: indptr ascending from 0 or more to
+        ``indptr[bs] <= max_tokens``, and the op with each seq_lens entry cut to its row's
+        indptr span must be one the spec accepts."""
+        bs, ptr = len(self.req_idx), self.indptr
+        if len(ptr) != bs + 1 or len(self.seq_lens) != bs or ptr[0] < 0 or ptr[-1] > self.max_tokens:
+            return None
+        if any(ptr[b] > ptr[b + 1] for b in range(bs)):
+            return None
+        spans = [self.indptr[b + 1] - self.indptr[b] for b in range(bs)]
+        repaired = dataclasses.replace(self, seq_lens=tuple(min(n, w) for n, w in zip(self.seq_lens, spans)))
+        try:
+            repaired.spec(s)
+        except kvref.ContractViolation:
+            return None
+        return "read_table_packed_seq_lens"
 
     def probe(self, t):
         out = t.poisoned(self.poisoned_out())
         t.kernels.build_kv_read_table_packed(v2p=t.v2p, multiplier=t.config.multiplier,
-                                             page_size=t.config.page_size, out=out, **self._packed_args(t))
+                                             page_size=t.config.page_size, out=out[: self.capacity()],
+                                             **self._packed_args(t))
         return out.tolist()
 
     def outside_writes(self, out: list[int]) -> tuple[str, int] | None:
-        end = self.indptr[-1] if self.indptr else 0
-        for j, x in enumerate(out):
-            if j >= max(end, 0) and x != POISON:
-                return f"out[{j}] past indptr[-1]={end}", x
+        """The first element written at or past the kernel's ``out`` (``max_tokens``), if any."""
+        cap = self.capacity()
+        for j in range(cap, len(out)):
+            if out[j] != POISON:
+                return f"out[{j}] at or past max_tokens={self.max_tokens} (out holds {cap})", out[j]
         return None
 
     def shrink(self):
@@ -451,6 +479,9 @@ class ReadTablePacked(_TableOp):
                 start = None if self.kv_start is None else (self.kv_start[b],)
                 yield dataclasses.replace(self, req_idx=(self.req_idx[b],), seq_lens=(n,), kv_start=start,
                                           indptr=(0, n), max_tokens=max(n, 1))
+        end = max(self.indptr[-1] if self.indptr else 0, 1)
+        if self.max_tokens > end:
+            yield dataclasses.replace(self, max_tokens=end)
         yield from self._renumbered_rows()
         yield from self._shorter_rows()
 
