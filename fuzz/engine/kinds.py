@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .ops import Op, OpError
 from .production import graph as _graph_ops  # noqa: F401 - g_* kinds
+from .production import hostile as _hostile_ops  # noqa: F401 - p_*_any / p_*_overflow / p_*_disagree kinds
 from .production import ops as _production_ops  # noqa: F401 - p_* kinds
 
 __all__ = ["parse_ops", "kinds"]

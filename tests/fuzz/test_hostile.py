@@ -208,3 +208,100 @@ def test_a_set_that_asserts_out_holds_max_tokens_fuzzes_clean_at_small_scale(bac
         assert seq.divergence is None, f"seed {seed}: {seq.divergence}"
         packed += seq.stats.by_kind.get("read_table_packed", 0)
     assert packed >= 2
+
+
+# ---- production scale: every SPEC-promised hostile class, at production sizes ---------------------
+
+HOSTILE_PROBES = ("p_free_unbind_any", "p_read_table_overflow", "p_read_table_packed_disagree")
+INDEP = str(REPO / "tests/fixtures/kernels/foreign/indep.py")
+
+
+def test_production_streams_probe_unless_hostile_is_off_and_regenerate_follows_the_mode():
+    from fuzz.engine.production.generator import HOSTILE_MIX, generator, scale_info
+    from fuzz.engine.tracks.production import ProductionTrack
+
+    assert set(HOSTILE_MIX) == set(HOSTILE_PROBES)
+    tier = make_tier("torch")
+    info = ProductionTrack().worker_info(tier)
+    drawn = {"off": set(), "spec": set()}
+    for seed in range(8):
+        for hostile in drawn:
+            _, gen = generator(seed, scale_info(tier), hostile=hostile)
+            ops = [gen.next_op() for _ in range(30)]
+            drawn[hostile] |= {op.kind for op in ops}
+        if seed < 2:  # the stream is a function of (seed, info, hostile); all probes what spec does
+            assert ProductionTrack().regenerate(seed, 30, info, hostile="spec")[2] == ops
+            assert ProductionTrack().regenerate(seed, 30, info, hostile="all")[2] == ops
+    assert not drawn["off"] & set(HOSTILE_PROBES)
+    assert set(HOSTILE_PROBES) <= drawn["spec"], drawn["spec"]
+
+
+def _hostile_runs(tier, *, budget_s: float, stop_when_found: bool, n_ops: int = 12):
+    """Production sequences of the hostile mix, seeds 0, 1, ...: (divergences by op kind, probes by class, seconds)."""
+    import time
+
+    from fuzz.engine.production.generator import HOSTILE_MIX
+
+    mix = {**HOSTILE_MIX, "p_rows": 1, "p_free_unbind": 1}
+    start, seed, found, probed = time.monotonic(), 0, {}, {}
+    while time.monotonic() - start < budget_s:
+        seq = get_track("production").run_sequence(tier, seed, n_ops, deadline=start + budget_s, mix=mix)
+        for k, v in seq.stats.hostile.items():
+            probed[k] = probed.get(k, 0) + v
+        assert not any("refused" in n for n in seq.run.notes), seq.run.notes
+        d = seq.divergence
+        if d is not None:
+            found.setdefault(d.kind, (seed, time.monotonic() - start, seq, d))
+            if stop_when_found and set(HOSTILE_PROBES) <= set(found):
+                break
+        seed += 1
+    return found, probed, time.monotonic() - start
+
+
+@needs_interpreter
+def test_production_probes_find_a_kernel_set_that_trusts_its_callers():
+    """trusting.py (lane masks only): each probe kind is a memory finding at production
+    sizes, within a minute, and the case shrinks and replays with its signature."""
+    import time
+
+    from fuzz.engine.dispatch import replay
+    from fuzz.engine.minimize import Minimizer
+
+    tier = make_tier("interpret", TRUSTING)
+    found, probed, took = _hostile_runs(tier, budget_s=60, stop_when_found=True)
+    assert set(HOSTILE_PROBES) <= set(found), (sorted(found), took)
+    for kind in HOSTILE_PROBES:
+        seed, at, seq, d = found[kind]
+        print(f"{kind}: seed {seed} at {at:.1f} s: {d}")
+        assert d.oracle == "memory" and d.refusal, str(d)
+    seed, at, seq, d = found["p_free_unbind_any"]
+    m = Minimizer(tier, d.signature, deadline=time.monotonic() + 10)
+    config, ops, d2 = m.run(seq.config, seq.ops[: d.step + 1])
+    assert d2.signature == d.signature and len(ops) <= d.step + 1
+    d3, _ = replay(config, [op.to_json() for op in ops], tier)
+    assert d3 is not None and d3.signature == d.signature
+    d4, run = replay(config, [op.to_json() for op in ops], tier, hostile="off")
+    assert d4 is None and run.stats.contract_ops >= 1  # the probe is refused, not run, under off
+
+
+@needs_interpreter
+@pytest.mark.parametrize("kernels", ["indep", "kvkernels"])
+def test_production_probes_stay_clean_on_sets_that_mask_everything(kernels):
+    tier = make_tier("interpret", INDEP if kernels == "indep" else "kvkernels")
+    found, probed, took = _hostile_runs(tier, budget_s=20, stop_when_found=False, n_ops=6)
+    assert not found, {k: str(v[3]) for k, v in found.items()}
+    assert set(probed) >= {"free_unbind", "read_table_seq_lens"} and sum(probed.values()) >= 4, probed
+
+
+def test_production_translate_of_bad_ids_counts_as_the_translate_class():
+    from fuzz.engine.production.ops import PSetup, PTranslate
+    from fuzz.engine.production.run import ScaleRun
+
+    config = kvref.PoolConfig(num_pages=300)
+    for hostile, counted in (("spec", {"translate": 1}), ("off", {})):
+        run = ScaleRun(config, make_tier("torch"), hostile=hostile)
+        run.step(PSetup(5, (1, 299, 1, 0, 0), (1, 299, 1, 0, 0)))
+        run.step(PTranslate(1, 50, (1, 299, 1, 0), 0))
+        run.step(PTranslate(1, 50, (1, 299, 1, 0), 7))
+        run.finish()
+        assert run.stats.hostile == counted, hostile
