@@ -15,8 +15,9 @@ Each record knows, in one place:
 
 Two families: ``PoolOp`` (one allocator: the state machine of SPEC §3 and the read
 tables over its v2p) and ``KernelOp`` (kernel-level ops on a second pair of raw tables
-of the pool's size, straight through the kernel set, no allocator). A new op is one
-class here plus its builder in ``shapes`` and its tests.
+of the pool's size, straight through the kernel set, no allocator: defined in
+``raw_ops``, re-exported here). A new op is one class here (or there) plus its builder
+in ``shapes`` and its tests.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import kvref
 
 from .oplang import OUT_SLACK_COLS, OUT_SLACK_ROWS, PACKED_SLACK, POISON, Ints, Op, OpError, Rows
 
-__all__ = ["OUT_SLACK_COLS", "OUT_SLACK_ROWS", "PACKED_SLACK", "POISON", "Ints", "Op", "OpError", "Rows"]
+__all__ = ["OUT_SLACK_COLS", "OUT_SLACK_ROWS", "PACKED_SLACK", "POISON", "Ints", "KAllocBind", "KBind", "KFreeUnbind",
+           "KernelOp", "Op", "OpError", "Rows"]
 
 
 class PoolOp(Op):
@@ -59,35 +61,6 @@ class PoolOp(Op):
     def probe(self, t):
         """The op's kernels on ``t`` (a probe side); None when the op calls no kernel."""
         return None
-
-
-class KernelOp(Op):
-    """A kernel-level op on raw tables: ``spec`` on the spec's lists, ``target`` through
-    the kernel set on the target's tables (``runner.TargetSide`` over raw tables). Every
-    kind has a field ``v`` (the virtual pages it names). A refused kernel-level op is
-    probed by running it unchecked on guarded copies of the tables."""
-
-    def spec(self, v2p: list[int], p2v: list[int]):
-        raise NotImplementedError
-
-    def target(self, t):
-        raise NotImplementedError
-
-    calls_kernels: ClassVar[bool] = True
-
-    def hostile_class(self, raw: dict, tier) -> str | None:
-        return None
-
-    def probe(self, t):
-        return self.target(t)
-
-    def page_ids(self):
-        return iter(self.v)
-
-    def _subsets(self) -> Iterator[tuple[int, ...]]:
-        n = len(self.v)
-        if n > 1:
-            yield from (tuple(range(0, n // 2)), tuple(range(n // 2, n)), *((b,) for b in range(n)))
 
 
 def _translated(tier) -> str | None:
@@ -489,76 +462,7 @@ class ReadTablePacked(_TableOp):
 TABLE_OPS = (ReadTable, ReadTablePacked)
 
 
-# ---- kernel-level ops on raw tables ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KBind(KernelOp):
-    kind = "k_bind"
-    v: Ints
-    p: Ints
-
-    def page_ids(self):
-        return iter(self.v + self.p)
-
-    def spec(self, v2p, p2v):
-        return kvref.kernels.bind(v2p, p2v, self.v, self.p)
-
-    def target(self, t):
-        return t.kernels.bind_inplace(t.pages("v", self.v), t.pages("p", self.p), t.v2p, t.p2v)
-
-    def bound(self) -> list[tuple[int, int]]:
-        return list(zip(self.v, self.p))
-
-    def shrink(self):
-        for keep in self._subsets():
-            yield KBind(tuple(self.v[j] for j in keep), tuple(self.p[j] for j in keep))
-
-
-@dataclass(frozen=True)
-class KAllocBind(KernelOp):
-    kind = "k_alloc_bind"
-    v: Ints
-    start: int
-
-    def page_ids(self):
-        return iter(self.v + (self.start, self.start + len(self.v)))
-
-    def spec(self, v2p, p2v):
-        return kvref.kernels.alloc_bind(v2p, p2v, self.v, self.start)
-
-    def target(self, t):
-        return t.kernels.alloc_bind_inplace(t.pages("v", self.v), t.v2p, t.p2v, self.start).tolist()
-
-    def bound(self) -> list[tuple[int, int]]:
-        return [(v, self.start + i) for i, v in enumerate(self.v)]
-
-    def shrink(self):
-        for keep in self._subsets():
-            yield KAllocBind(tuple(self.v[j] for j in keep), self.start)
-
-
-@dataclass(frozen=True)
-class KFreeUnbind(KernelOp):
-    kind = "k_free_unbind"
-    v: Ints
-
-    def spec(self, v2p, p2v):
-        return kvref.kernels.free_unbind(v2p, p2v, self.v)
-
-    def target(self, t):
-        return t.kernels.free_unbind_inplace(t.pages("v", self.v), t.v2p, t.p2v).tolist()
-
-    def hostile_class(self, raw, tier):
-        return "free_unbind"  # SPEC §2: never write outside the tables, whatever the input
-
-    def bound(self) -> list[tuple[int, int]]:
-        return []
-
-    def shrink(self):
-        for keep in self._subsets():
-            yield KFreeUnbind(tuple(self.v[j] for j in keep))
-
+from .raw_ops import KAllocBind, KBind, KernelOp, KFreeUnbind  # noqa: E402 - registered after the pool ops
 
 POOL_KINDS = tuple(k for k, c in Op.registry.items() if issubclass(c, PoolOp))
 KERNEL_KINDS = tuple(k for k, c in Op.registry.items() if issubclass(c, KernelOp))
