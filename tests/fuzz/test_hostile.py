@@ -249,6 +249,7 @@ def _hostile_runs(tier, *, budget_s: float, stop_when_found: bool, n_ops: int = 
         for k, v in seq.stats.hostile.items():
             probed[k] = probed.get(k, 0) + v
         assert not any("refused" in n for n in seq.run.notes), seq.run.notes
+        assert seq.stats.contract_ops == 0, [op.to_json() for op in seq.ops]  # every probe is well formed
         d = seq.divergence
         if d is not None:
             found.setdefault(d.kind, (seed, time.monotonic() - start, seq, d))

@@ -353,6 +353,8 @@ class ScaleGenerator:
         rng, ps = self.rng, self.config.page_size
         bs, mp, bs_tag, mp_tag = self.table_shape(self.limits.max_row_tokens // ps)
         self._need_rows((mp - 1) * ps + 1)
+        if (2 * self.rows[1] - 1) // ps < mp:  # too narrow to read one page past max_pages inside the red zone
+            self.rows_op((mp + 1) * ps)
         over_max = ((2 * self.rows[1] - 1) // ps - (mp - 1)) * ps  # reads stay inside req_to_token's red zone
         over = rng.choice((1, ps, ps + 1, rng.randint(1, 8 * ps), self.bounds.size(1, over_max)[0]))
         R = self.rows[0]
