@@ -26,5 +26,5 @@ exec "$PY" -m fuzz run --backend "$KVFUZZ_BACKEND" --kernels "${KVFUZZ_KERNELS:-
   --hostile "${KVFUZZ_HOSTILE:-$([ -n "${KVFUZZ_KERNELS:-}" ] && echo spec || echo all)}" \
   --budget-s "${KVFUZZ_BUDGET_S:-120}" --workers "${KVFUZZ_WORKERS:-$(nproc)}" \
   --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" \
-  --op-timeout "${KVFUZZ_OP_TIMEOUT:-60}" --check-every "${KVFUZZ_CHECK_EVERY:-1}" --out "$OUT" \
+  --op-timeout "${KVFUZZ_OP_TIMEOUT:-auto}" --check-every "${KVFUZZ_CHECK_EVERY:-1}" --out "$OUT" \
   --summary "$OUT/summary.json" --junit-xml "$OUT/junit.xml" --baseline "${KVFUZZ_BASELINE:-}"

@@ -21,7 +21,7 @@ fi
 KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
   PATH="$(dirname "$PY"):$PATH" bash ci/fuzz.sh || status=1
 "$PY" -m fuzz run --backend "$BACKEND" --scale production --kernels "${KVFUZZ_KERNELS:-kvkernels}" \
-  --budget-s "${KVFUZZ_PRODUCTION_S:-1800}" --workers "$([ "$GPUS" -gt 0 ] && echo "$GPUS" || nproc)" \
+  --budget-s "${KVFUZZ_PRODUCTION_S:-1800}" --cache-dir "${KVFUZZ_CACHE_DIR:-$HOME/.cache/kvfuzz/triton}" --workers "$([ "$GPUS" -gt 0 ] && echo "$GPUS" || nproc)" \
   --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" --check-every "$CHECK_EVERY" \
   --out "$OUT/production" --summary "$OUT/production/summary.json" --junit-xml "$OUT/production/junit.xml" \
   || status=1

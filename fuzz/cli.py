@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 from .engine.generate import HOSTILE
+from .engine.launches import MODES as ORDERS
 from .engine.supervise import EXIT_HARNESS
 from .engine.tiers import BACKENDS, SetupError, select_backend
 from .sync import cli as check_sync_cli
@@ -33,6 +34,20 @@ def _shard(text: str) -> tuple[int, int]:
     if n < 1 or not 0 <= i < n:
         raise argparse.ArgumentTypeError(f"--shard {text}: need 0 <= I < N")
     return i, n
+
+
+def _timeout(text: str) -> float | None:
+    return None if text == "auto" else _positive(float)(text)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def _positive(kind):
@@ -71,16 +86,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N", help="this machine's share of the seeds")
     run.add_argument("--ops-per-sequence", type=_positive(int), default=None,
                      help="ops per generated sequence (default: 200; 24 at --scale production)")
-    run.add_argument("--scale", choices=("small", "production"), default="small",
+    run.add_argument("--scale", choices=("small", "production", "compile"), default="small",
                      help="small pools through the allocator (small), or kernel-level ops at production shapes "
-                          "drawn at the kernel set's own block boundaries, CUDA-graph replay included (production)")
+                          "drawn at the kernel set's own block boundaries, CUDA-graph replay included (production), "
+                          "or every Triton kernel compiled for a GPU target at the specializations a run meets: ints "
+                          "equal to 1, divisible by 16, neither; no GPU needed (compile)")
     run.add_argument("--check-every", type=_positive(int), default=1,
                      help="compare the whole state every N ops (results are compared after every op)")
     run.add_argument("--hostile", choices=HOSTILE, default="spec",
                      help="contract-breaking inputs: only where SPEC promises memory safety (spec), none (off), "
                           "or every one, run unchecked (all)")
-    run.add_argument("--op-timeout", type=_positive(float), default=60.0,
-                     help="seconds without progress before a worker is a 'timeout' case")
+    run.add_argument("--op-timeout", type=_timeout, default="auto", metavar="S|auto",
+                     help="seconds one op may run before its worker is a 'timeout' case (default: auto, 10x the "
+                          "longest op seen, 10 to 60 s); an op still running when the budget ends is waited for "
+                          "this long and reported")
+    run.add_argument("--reproduce", type=_count, default=5, metavar="N",
+                     help="replay each finding N times in a fresh child before trusting it: the case records "
+                          "its rate (reproduced k/N, flaky when 0 < k < N); 0 writes cases as found")
+    run.add_argument("--program-order", choices=("auto", *ORDERS), default="auto",
+                     help="the order the interpreter runs a launch's programs in (auto: a seeded order per "
+                          "sequence on --backend interpret, recorded in the case; a GPU keeps its own)")
+    run.add_argument("--cache-dir", metavar="DIR",
+                     help="Triton's kernel cache for every worker (TRITON_CACHE_DIR): keep it between runs and a "
+                          "GPU campaign does not spend its first seconds compiling")
     run.add_argument("--progress-s", type=_positive(float), default=30.0,
                      help="seconds between progress lines when stderr is not a terminal")
     run.add_argument("--summary", metavar="FILE", help="write a JSON summary here")
@@ -97,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
     rp.add_argument("--kernels", help="default: the case's kernel set (knobs it lacks are dropped, with a warning)")
     rp.add_argument("--op-timeout", type=_positive(float), default=60.0)
+    rp.add_argument("--hostile", choices=HOSTILE, help="default: the mode the case was found in")
+    rp.add_argument("--tries", type=_positive(int), default=None,
+                    help="replays before PASS (default: the case's reproduction runs if it is flaky, else 1); "
+                         "exit 1 at the first failure")
     rp.add_argument("--in-process", action="store_true", help="replay in this process (for a debugger)")
     rp.add_argument("--sanitizer", choices=("memcheck", "racecheck", "initcheck", "synccheck"),
                     help="replay under compute-sanitizer on a GPU and put its first report into the case")
@@ -108,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     mn.add_argument("--kernels", help="default: the case's kernel set")
     mn.add_argument("--budget-s", type=_positive(float), default=60.0)
     mn.add_argument("--op-timeout", type=_positive(float), default=60.0)
+    mn.add_argument("--hostile", choices=HOSTILE, help="default: the mode the case was found in")
     mn.add_argument("--out", help="default: rewrite the case in place")
 
     mg = command("merge", "merge shards' or nights' outputs: one case per signature, one summary, one JUnit file")
@@ -165,7 +198,8 @@ def _cmd_run(args) -> int:
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
-                           check_every=args.check_every)
+                           check_every=args.check_every, reproduce=args.reproduce, program_order=args.program_order,
+                           cache_dir=args.cache_dir)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     verdict = None if baseline is None else baseline.compare(
@@ -186,6 +220,7 @@ def _cmd_run(args) -> int:
           f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
           + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
           + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
+          + (f" compile_s={s.compile_s:.1f}" if s.compile_s else "")
           + (f" interrupted={s.interrupted}" if s.interrupted else ""))
     if verdict is not None:
         print(f"kvfuzz run: {verdict.text()}"
@@ -196,7 +231,8 @@ def _cmd_run(args) -> int:
                                 options={"seed": args.seed, "budget_s": args.budget_s, "workers": args.workers,
                                          "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
-                                         "op_timeout": args.op_timeout}, baseline=verdict)
+                                         "op_timeout": args.op_timeout or "auto", "reproduce": args.reproduce,
+                                         "program_order": opts.order()}, baseline=verdict)
     if args.summary:
         reports.write(args.summary, reports.dumps(data))
     if args.junit_xml:
@@ -262,30 +298,80 @@ def _cmd_replay(args) -> int:
         from .tools.sanitizer import replay_under_sanitizer
 
         return replay_under_sanitizer(case, Path(args.case), spec, args.sanitizer)
-    where = f"backend={spec.backend} kernels={kernels}"
+    mode = _mode(args, case)
+    history = (case.history or {}).get("sequences") or None
+    tries = args.tries or ((case.reproduced or {}).get("n") or 5 if case.flaky else 1)
+    where = f"backend={spec.backend} kernels={kernels} hostile={mode['hostile']}" + (
+        f" program_order={mode['program_order']}" if mode.get("program_order", "launch") != "launch" else "") + (
+        f" after {len(history)} earlier sequences (the worker's history)" if history else "")
+    d, tried = None, 0
     if args.in_process:
-        from .engine.dispatch import replay
-
-        d, run = replay(case.config, case.ops, spec.make(), knobs=case.knobs, strict_knobs=own)
-        dropped = run.dropped_knobs
+        d, dropped, tried = _replay_here(case, spec, mode, history, own), None, 1
+        dropped = getattr(d, "dropped", None) or []
     else:
         executor = _executor(spec, args.op_timeout)
         try:
-            d = _verdict(lambda: executor.run(case.config, case.ops, case.knobs, strict_knobs=own), "replay")
+            while d is None and tried < tries:
+                tried += 1
+                fresh = tried > 1
+                d = _verdict(lambda: executor.run(case.config, case.ops, case.knobs, mode, strict_knobs=own,
+                                                  history=history, fresh=fresh), "replay")  # noqa: B023
         finally:
             executor.close()
         dropped = executor.notes.get("dropped_knobs", [])
     if dropped:
         print(f"kvfuzz replay: warning: {kernels} has no launch knob {', '.join(dropped)}; dropped", file=sys.stderr)
+    rate = _rate_text(case)
     if d is None:
-        print(f"PASS {args.case}: {len(case.ops)} ops agree with the spec ({where})")
+        print(f"PASS {args.case}: {len(case.ops)} ops agree with the spec in {tried} tr{'y' if tried == 1 else 'ies'} "
+              f"({where}){rate}")
         return 0
     same = "same signature" if d.signature == case.signature else f"NEW signature (case has {case.signature})"
-    print(f"FAIL {args.case}: {d} [{same}; {where}]")
+    print(f"FAIL {args.case}: {d.signature}: {d} [{same}; {where}; failed on try {tried} of {tries}]{rate}")
     fault = getattr(d, "fault", None)
     if fault is not None and fault.stderr:
         print("stderr of the replay (the fault's Python stack first):\n  " + "\n  ".join(_fault_lines(fault.stderr)))
     return 1
+
+
+def _mode(args, case) -> dict:
+    """The case's run mode, with the flags that override it."""
+    mode = dict(case.run_mode)
+    if getattr(args, "hostile", None):
+        mode["hostile"] = args.hostile
+    return mode
+
+
+def _rate_text(case) -> str:
+    r = case.reproduced
+    if not r:
+        return ""
+    text = f"; found reproducing {r.get('k')}/{r.get('n')}" + (" (flaky)" if case.flaky else "")
+    note = (case.history or {}).get("note")
+    return text + (f"; {note}" if note else "")
+
+
+def _replay_here(case, spec, mode: dict, history, own: bool):
+    """The replay in this process (a debugger's): the same mode and history as a child's."""
+    import kvref
+
+    from .engine.dispatch import replay
+    from .engine.kinds import parse_ops
+    from .engine.worker import _knobs_of, set_order
+
+    tier = spec.make()
+    for past in history or ():
+        set_order(tier, mode, past.get("seed"))
+        replay(kvref.PoolConfig.from_json(past["config"]), parse_ops(past["ops"]), tier, knobs=_knobs_of(tier, past),
+               hostile=mode["hostile"], check_every=mode.get("check_every", 1), strict_knobs=False)
+    set_order(tier, mode)
+    d, run = replay(case.config, case.ops, tier, knobs=case.knobs, strict_knobs=own, hostile=mode["hostile"],
+                    check_every=mode.get("check_every", 1))
+    if d is not None:
+        d.dropped = run.dropped_knobs
+    elif run.dropped_knobs:
+        print(f"kvfuzz replay: warning: dropped launch knobs {', '.join(run.dropped_knobs)}", file=sys.stderr)
+    return d
 
 
 def _fault_lines(lines: list[str], n: int = 12) -> list[str]:
@@ -296,15 +382,18 @@ def _fault_lines(lines: list[str], n: int = 12) -> list[str]:
 
 def _cmd_minimize(args) -> int:
     from .engine.case import load_case
-    from .engine.minimize import Minimizer, NotReproducible
+    from .engine.minimize import Minimizer, NotReproducible, hostile_kind
 
     case = load_case(args.case)
     spec, _, own = _case_spec(args, case)
+    mode = _mode(args, case)
+    history = (case.history or {}).get("sequences") or None
     executor = _executor(spec, args.op_timeout)
     deadline = time.monotonic() + args.budget_s
-    m = Minimizer(None, case.signature, deadline=deadline,
-                  judge=lambda config, ops: executor.run(config, ops, case.knobs, deadline=deadline + 30,
-                                                         strict_knobs=own))
+    tries = (case.reproduced or {}).get("n") or 5 if case.flaky else 1
+    m = Minimizer(None, case.signature, deadline=deadline, hostile=hostile_kind(case), tries=tries,
+                  judge=lambda config, ops: executor.run(config, ops, case.knobs, mode, deadline=deadline + 30,
+                                                         strict_knobs=own, history=history))
     try:
         config, ops, d = _verdict(lambda: m.run(case.config, case.ops), "minimize")
     except NotReproducible as exc:
@@ -312,13 +401,11 @@ def _cmd_minimize(args) -> int:
         return 1
     finally:
         executor.close()
-    out = case.with_minimized(config, ops, d).write(Path(args.out or args.case))
+    out = case.with_minimized(config, ops, d, passes=m.report()).write(Path(args.out or args.case))
     print(f"minimized {args.case}: {len(case.ops)} -> {len(ops)} ops in {m.replays} replays "
-          f"({m.saved} more spared by the cache); written to {out}")
+          f"({m.saved} more spared by the cache; passes tried/kept: "
+          f"{', '.join(f'{k} {v}' for k, v in m.report().items()) or 'none'}); written to {out}")
     return 0
-
-
-# ---- merge ----------------------------------------------------------------------------------------
 
 
 def _cmd_merge(args) -> int:

@@ -20,3 +20,35 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip_cuda)
+
+
+@pytest.fixture(autouse=True)
+def every_minimized_case_keeps_its_signature(monkeypatch):
+    """Pins, across the whole suite, that whatever any test minimizes replays with the
+    signature it was minimized for: the minimizer's answer is judged once more, afresh,
+    by the same judge (a flaky one gets its tries). A case that drifts to another
+    signature fails the test that made it. Campaigns run in subprocesses are covered by
+    their own replay checks."""
+    from fuzz.engine import minimize
+
+    real = minimize.Minimizer.run
+
+    def checked(self, config, ops):
+        config2, ops2, failure = real(self, config, ops)
+        assert failure.signature == self.signature, f"minimized to {failure.signature}, not {self.signature}"
+        from fuzz.engine.supervise import Cancelled
+
+        for _ in range(self.tries):
+            try:
+                again = self.judge(config2, ops2)
+            except (TimeoutError, Cancelled):  # the campaign ended under it: nothing to judge with
+                return config2, ops2, failure
+            if self.same(again):
+                break
+        else:
+            raise AssertionError(f"the minimized case ({len(ops2)} ops) no longer fails with {self.signature}: "
+                                 f"{again}")
+        return config2, ops2, failure
+
+    monkeypatch.setattr(minimize.Minimizer, "run", checked)
+    yield

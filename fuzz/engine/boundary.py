@@ -36,7 +36,7 @@ class Constants:
 
     blocks: dict = field(default_factory=dict)  # name -> value: names with BLOCK and without TARGET
     targets: dict = field(default_factory=dict)  # name -> value: names with TARGET
-    source: str = "module"  # "module": read from the kernel set; "sweep": none found
+    source: str = "module"  # "module", "launches", "module+launches": where they came from; "sweep": none found
 
     def to_json(self) -> dict:
         return {"source": self.source, "blocks": dict(self.blocks), "targets": dict(self.targets)}
@@ -50,23 +50,38 @@ class Constants:
 
 
 def _module_constants(mod: ModuleType) -> dict[str, int]:
+    """Upper-case ints naming a BLOCK or a TARGET, private ones (``_BLOCK_COLS``) included."""
     found = {}
     for name, value in vars(mod).items():
-        if name.startswith("_") or not name.isupper():
+        if name.startswith("__") or not name.lstrip("_").isupper():
             continue
         if ("BLOCK" in name or "TARGET" in name) and isinstance(value, int) and not isinstance(value, bool) and value > 0:
             found[name] = value
     return found
 
 
-def kernel_constants(kernels: ModuleType) -> Constants:
-    """The BLOCK/TARGET constants of a kernel set, read now (knobs applied or not)."""
+def kernel_constants(kernels: ModuleType, observed: tuple[dict, dict] | None = None) -> Constants:
+    """The BLOCK/TARGET constants of a kernel set, read now (knobs applied or not), plus the
+    ``observed`` (blocks, targets) its launches showed (``production.observe``; named
+    ``launch:...``). ``source`` says where they came from: ``module``, ``launches``, both
+    (``module+launches``), or ``sweep`` when there were none (powers of two instead)."""
     found: dict[str, int] = {}
     for mod in (kernels, getattr(kernels, "launchers", None)):
         if isinstance(mod, ModuleType):
             found.update(_module_constants(mod))
-    blocks = {k: v for k, v in found.items() if "TARGET" not in k}
-    targets = {k: v for k, v in found.items() if "TARGET" in k}
+    blocks, targets = {}, {}
+    for name in sorted(found, key=lambda n: (n.startswith("_"), n)):  # one name per value, public first
+        kind = targets if "TARGET" in name else blocks
+        if found[name] not in kind.values():
+            kind[name] = found[name]
+    sources = ["module"] if found else []
+    seen_blocks, seen_targets = observed or ({}, {})
+    new_blocks = {k: v for k, v in seen_blocks.items() if v not in blocks.values()}
+    new_targets = {k: v for k, v in seen_targets.items() if v not in targets.values()}
+    if new_blocks or new_targets:
+        blocks.update(new_blocks)
+        targets.update(new_targets)
+        sources.append("launches")
     if not blocks and not targets:
         sweep = {f"2^{j}": 1 << j for j in range(SWEEP_MAX_LOG2 + 1)}
         return Constants(dict(sweep), dict(sweep), "sweep")
@@ -74,7 +89,17 @@ def kernel_constants(kernels: ModuleType) -> Constants:
         targets = {f"{k}(as target)": v for k, v in blocks.items()}
     if not blocks:
         blocks = {f"{k}(as block)": v for k, v in targets.items()}
-    return Constants(blocks, targets, "module")
+    return Constants(blocks, targets, "+".join(sources))
+
+
+def describe(constants: dict) -> str:
+    """One line for a run's log: which boundaries it draws around and where each came from."""
+    if constants.get("source") == "sweep":
+        return ("no BLOCK/TARGET constants and no block sizes seen at launches: drawing sizes from a "
+                f"power-of-two sweep up to 2^{SWEEP_MAX_LOG2}")
+    parts = [f"{name.removeprefix('launch:')}={value} ({'launch' if name.startswith('launch:') else 'module'})"
+             for kind in ("blocks", "targets") for name, value in sorted(constants.get(kind, {}).items())]
+    return "drawing sizes around " + ", ".join(parts)
 
 
 def bs_steps(target: int, hi: int) -> list[int]:
@@ -127,7 +152,7 @@ class Boundaries:
             raise ValueError(f"empty range [{lo}, {hi}]")
         rng = self.rng
         if rng.random() < self.aim:
-            if self.c.source == "module" and rng.random() < 0.75:
+            if self.c.source != "sweep" and rng.random() < 0.75:
                 cands, small = self._candidates(lo, hi)
                 if cands:
                     # Small multiples are where a second program/trip first appears: weight them up.

@@ -31,25 +31,27 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import kvref
 
 from . import tracks
 from .case import Case, write_case
+from .confirm import DEFAULT_TRIES, Confirmer
 from .kinds import parse_ops
-from .minimize import Minimizer, NotReproducible
+from .slot import Slot
+from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, Summary, health, steady_rate
 from .supervise import (
-    CONTRACT,
     CTX,
     EXIT_HARNESS,
     EXIT_RESTART,
     OP,
     OPS,
+    PHASE,
     SEED,
     SEQ,
-    SEQS,
+    SETUP,
     Cancelled,
     Child,
     Executor,
@@ -59,8 +61,11 @@ from .supervise import (
 from .tiers import SetupError, TierSpec
 from .verdict import Finding, Signature
 
-MAX_RESTARTS_WITHOUT_PROGRESS = 5
-HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
+REPRODUCE_S = 20.0  # a finding's reproduction rate gets at least this long, even past the budget
+SETUP_GRACE_S = 10.0  # past the budget, how long a worker still setting up may take to report
+MINIMIZE_FLOOR_S = 15.0  # and then at least this long to be shrunk
+HISTORY_S = 60.0  # and one that may need its worker's history this much longer again
+AUTO_TIMEOUT = (10.0, 60.0)  # --op-timeout auto: 10x the longest op seen, inside these bounds
 
 
 @dataclass
@@ -77,7 +82,10 @@ class CampaignOptions:
     scale: str = "small"  # the track (``tracks``): "small" or "production"
     check_every: int = 1  # full state checks every N ops (results are still diffed every op)
     hostile: str = "spec"
-    op_timeout: float = 60.0
+    op_timeout: float | None = None  # None: auto (10x the longest op seen, 10 s to 60 s)
+    reproduce: int = DEFAULT_TRIES  # fresh-child replays of a finding before it is trusted
+    program_order: str = "auto"  # the interpreter's program order: auto = random per sequence there
+    cache_dir: str | None = None  # Triton's kernel cache for every child (kept between runs: no recompiles)
     progress_s: float = 30.0
     minimize: bool = True
     minimize_s: float = 0.0  # extra seconds past the budget for minimizing what was found
@@ -95,44 +103,20 @@ class CampaignOptions:
     def tier_spec(self) -> TierSpec:
         return TierSpec(self.backend, self.kernels, self.factory, self.factory_arg)
 
+    def child_env(self) -> dict:
+        return {"TRITON_CACHE_DIR": str(Path(self.cache_dir).resolve())} if self.cache_dir else {}
 
-def sequence_seed(opts: CampaignOptions, worker: int, k: int) -> int:
-    shard_i, shard_n = opts.shard
-    index = (k * opts.workers + worker) * shard_n + shard_i
-    return opts.seed * 1_000_003 + index
+    def order(self) -> str:
+        if self.program_order == "auto":
+            return "random" if self.backend == "interpret" else "launch"
+        return self.program_order
 
-
-@dataclass
-class Summary:
-    ops: int = 0
-    contract_ops: int = 0
-    sequences: int = 0
-    elapsed_s: float = 0.0
-    cases: list = field(default_factory=list)
-    paths: list = field(default_factory=list)
-    by_kind: dict = field(default_factory=dict)
-    by_scenario: dict = field(default_factory=dict)
-    hostile: dict = field(default_factory=dict)
-    launches: int = 0
-    elements: int = 0  # production scale: result elements diffed against the vectorized oracle
-    faults: int = 0  # worker deaths and hangs (crash and timeout cases included)
-    restarts: int = 0
-    occurrences: dict = field(default_factory=dict)  # signature -> times seen
-    harness_errors: list = field(default_factory=list)
-    interrupted: str | None = None
-    health: list = field(default_factory=list)  # why a run without failures is still not clean
-    steady_ops_per_s: float | None = None  # after the workers' warm-up (GPU: no Triton compile in it)
-    found_after: dict = field(default_factory=dict)  # signature -> seconds into the run
-
-    @property
-    def ops_per_s(self) -> float:
-        return self.ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def exit_code(self) -> int:
-        """3: the harness failed; 1: failures found; 2: not clean for another reason (the
-        health checks); 0: clean."""
-        return 3 if self.harness_errors else 1 if self.cases else 2 if self.health else 0
+    def mode(self, seed: int | None = None) -> dict:
+        """Every option that changes what a sequence runs, as a case records it."""
+        mode = {"hostile": self.hostile, "check_every": self.check_every, "program_order": self.order()}
+        if seed is not None and mode["program_order"] != "launch":
+            mode["order_seed"] = seed
+        return mode
 
 
 def visible_gpus() -> list[str | None]:
@@ -143,37 +127,6 @@ def visible_gpus() -> list[str | None]:
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())] or [None]
-
-
-class _Slot:
-    """One worker position: its current child and what the parent knows of it."""
-
-    def __init__(self, index: int):
-        self.index = index
-        self.child: Child | None = None
-        self.hello: dict | None = None
-        self.knobs: dict | None = None  # the current child's launch knobs (it says when they change)
-        self.done = False
-        self.restarts = 0
-        self.stuck = 0  # restarts in a row that ran no op
-        self.reported_harness = False  # the current child sent its harness error itself
-        self.counted = {"ops": 0, "sequences": 0, "contract_ops": 0}  # exact, from earlier children's heartbeats
-        self.stats: dict = {}  # the current child's last stats report
-        self.kept: list[dict] = []  # the last stats reports of earlier children
-
-    def retire(self) -> int:
-        """Count the current child's work (its heartbeat is exact, its last report may be a
-        little behind) and close it; the ops it ran."""
-        child = self.child
-        ran = child.slots[OPS]
-        for key, slot in (("ops", OPS), ("sequences", SEQS), ("contract_ops", CONTRACT)):
-            self.counted[key] += child.slots[slot]
-        if self.stats:
-            self.kept.append(self.stats)
-        self.stats = {}
-        child.close()
-        self.child = None
-        return ran
 
 
 class Campaign:
@@ -195,10 +148,11 @@ class Campaign:
     def _gpu(self, turn: int) -> str | None:
         return self.gpus[turn % len(self.gpus)]
 
-    def _spawn(self, slot: _Slot, start_k: int) -> None:
+    def _spawn(self, slot: Slot, start_k: int) -> None:
+        slot.start_k, slot.warm, slot.found_steps = start_k, slot.restarts == 0, {}
         slot.child = Child("fuzz.engine.worker:fuzz_main",
                            (self.opts, slot.index, start_k, self.deadline_wall, self.queue, slot.restarts == 0),
-                           log_dir=self.log_dir, gpu=self._gpu(slot.index))
+                           log_dir=self.log_dir, gpu=self._gpu(slot.index), env=self.opts.child_env())
         slot.knobs = None
 
     # ---- the run -----------------------------------------------------------------------
@@ -213,7 +167,7 @@ class Campaign:
         self.log_dir = Path(tempfile.mkdtemp(prefix="kvfuzz-logs-"))
         self.queue = CTX.Queue()
         self.gpus = visible_gpus() if opts.backend == "cuda" else [None]
-        self.slots = [_Slot(w) for w in range(opts.workers)]
+        self.slots = [Slot(w) for w in range(opts.workers)]
         for slot in self.slots:
             self._spawn(slot, 0)
         previous = self._install_signals()
@@ -224,9 +178,19 @@ class Campaign:
             self._shutdown()
         return self._summarize()
 
+    def op_timeout(self) -> float:
+        """``--op-timeout``, or auto: 10x the longest op any worker ran so far, 10 s to 60 s."""
+        if self.opts.op_timeout is not None:
+            return self.opts.op_timeout
+        longest = max([s.longest for s in self.slots] + [s.child.longest for s in self.slots if s.child is not None])
+        lo, hi = AUTO_TIMEOUT
+        return min(hi, max(lo, 10 * longest))
+
     def _loop(self) -> None:
+        """Until the budget ends, and past it while a worker is still inside an op: an op
+        that hangs when the budget ends is waited for up to the op timeout and reported, so a
+        late hang is a case, never a clean exit."""
         last_line = time.monotonic()
-        grace = min(self.opts.op_timeout, 10.0)
         while True:
             self._drain(0.1)
             for slot in self.slots:
@@ -235,9 +199,21 @@ class Campaign:
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now
-            if self.stop or all(s.done for s in self.slots) or now > self.deadline + grace:
+            if now > self.deadline + SETUP_GRACE_S:
+                self._past_deadline()
+            if self.stop or all(s.done for s in self.slots) or now > self.deadline + self.op_timeout() + 30:
                 break
         self._drain(0.0)
+
+    def _past_deadline(self) -> None:
+        """Workers stop at their next op once the budget is over; one still setting up (a
+        restarted worker importing) has no op to finish and is let go, after a grace that
+        lets a first worker report why it could not set up (a setup error is exit 2)."""
+        for slot in self.slots:
+            child = slot.child
+            if not slot.done and child is not None and child.alive() and child.slots[PHASE] == SETUP:
+                slot.retire()
+                slot.done = True
 
     def _line_every(self) -> float:
         return 0.5 if self.progress is not None and self.progress.isatty() else self.opts.progress_s
@@ -259,14 +235,22 @@ class Campaign:
         slot = self.slots[w]
         if kind == "hello":
             slot.hello = msg[2]
+            for note in slot.hello.get("notes", ()):
+                if note not in self.summary.notes:
+                    self.summary.notes.append(note)
+                    if self.progress is not None:
+                        self.progress.write(f"[kvfuzz] {note}\n")
+                        self.progress.flush()
         elif kind == "knobs":
             slot.knobs = msg[2]
         elif kind == "stats":
             slot.stats = msg[2]
         elif kind == "finding":
             p = msg[2]
+            slot.found_steps[p["seed"]] = p["divergence"]["step"]
             self._record(Finding.of_divergence(p["divergence"]), kvref.PoolConfig.from_json(p["config"]),
-                         parse_ops(p["ops"]), p["seed"], p["scenario"], p["knobs"], p.get("extra"))
+                         parse_ops(p["ops"]), p["seed"], p["scenario"], p["knobs"], p.get("extra"),
+                         history=slot.history(self.opts, p["k"], p["seed"]) if "k" in p else None)
         elif kind == "setup":
             if slot.hello is None and slot.restarts == 0:
                 raise SetupError(msg[2])
@@ -278,16 +262,18 @@ class Campaign:
             slot.done = True
 
     # ---- deaths and hangs -------------------------------------------------------------------
-    def _watch(self, slot: _Slot) -> None:
+    def _watch(self, slot: Slot) -> None:
         child = slot.child
         if slot.done or child is None:
             return
         if child.alive():
-            if child.stalled(self.opts.op_timeout):
+            timeout = self.op_timeout()
+            if child.stalled(timeout):
                 step = child.slots[OP]
+                slot.last_op_s = child.running_for()
                 child.kill()
                 self._drain(0.2)
-                self._fault(slot, child.fault(True, self.opts.op_timeout), step)
+                self._fault(slot, child.fault(True, timeout), step)
             return
         self._drain(0.2)  # what it said before it went
         if slot.done:
@@ -307,7 +293,7 @@ class Campaign:
         else:
             self._fault(slot, child.fault(), child.slots[OP])
 
-    def _fault(self, slot: _Slot, fault, step: int) -> None:
+    def _fault(self, slot: Slot, fault, step: int) -> None:
         """A worker died (or hung) running op ``step`` of its current sequence."""
         child = slot.child
         self.summary.faults += 1
@@ -316,10 +302,11 @@ class Campaign:
         config, scenario, ops = track.regenerate(seed, step + 1, slot.hello or {}, hostile=self.opts.hostile)
         extra = dict(track.case_extra) or None
         finding = Finding.of_fault(fault, ops, step)
-        self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra)
+        self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra,
+                     history=slot.history(self.opts, child.slots[SEQ], seed))
         self._restart(slot)
 
-    def _restart(self, slot: _Slot) -> None:
+    def _restart(self, slot: Slot) -> None:
         child = slot.child
         next_k = child.slots[SEQ] + 1  # past the sequence it died in (a warm-up one says k - 1)
         ran = slot.retire()
@@ -333,7 +320,7 @@ class Campaign:
         self._spawn(slot, next_k)
 
     # ---- cases ---------------------------------------------------------------------------------
-    def _record(self, finding, config, ops, seed, scenario, knobs, extra=None) -> None:
+    def _record(self, finding, config, ops, seed, scenario, knobs, extra=None, history=None) -> None:
         sig = finding.signature
         with self.lock:
             self.summary.occurrences[sig] = self.summary.occurrences.get(sig, 0) + 1
@@ -341,7 +328,7 @@ class Campaign:
                 return
             case = Case.found(config=config, ops=ops, divergence=finding, original_len=len(ops), seed=seed,
                               scenario=scenario, tier=self.opts.backend, kernels=self.spec.name, knobs=knobs,
-                              extra=extra)
+                              extra=extra, mode=self.opts.mode(seed))
             self.cases[sig] = case
             self.paths[sig] = write_case(case, Path(self.opts.out), keep_shorter=True)
             self.summary.found_after[sig] = time.monotonic() - self.start
@@ -350,39 +337,50 @@ class Campaign:
               f"-> {self.paths[sig]}", file=self.out, flush=True)
         if self.opts.stop_after is not None and len(self.cases) >= self.opts.stop_after:
             self.stop = self.stop or "enough failures"
-        if self.opts.minimize:
-            t = threading.Thread(target=self._minimize, args=(case,), daemon=True)
-            self.threads.append(t)
+        if self.opts.reproduce or self.opts.minimize:
+            t = threading.Thread(target=self._confirm, args=(case, history), daemon=True)
+            _, minimize_by = self._confirm_deadlines(history)
+            self.threads.append((t, minimize_by + self.op_timeout() + 10))
             t.start()
 
-    def _minimize(self, case: Case) -> None:
-        deadline = max(self.deadline, time.monotonic()) + self.opts.minimize_s
+    def _confirm_deadlines(self, history) -> tuple[float, float]:
+        """(rate by, minimize by) for a finding made now: the budget's end (plus --minimize-s
+        for shrinking), but never less than REPRODUCE_S to rate it (HISTORY_S more when it may
+        need its worker's history) and MINIMIZE_FLOOR_S more to shrink it, so a finding made in
+        the budget's last seconds is still confirmed and minimized."""
+        now = time.monotonic()
+        rate_by = max(self.deadline, now + REPRODUCE_S + (HISTORY_S if history is not None else 0))
+        minimize_by = max(self.deadline + self.opts.minimize_s, now + REPRODUCE_S + MINIMIZE_FLOOR_S)
+        return rate_by, minimize_by if self.opts.minimize else rate_by
+
+    def _confirm(self, case: Case, history: list | None) -> None:
+        """Reproduction rate, history and minimization (``confirm``), then the case rewritten."""
+        rate_by, deadline = self._confirm_deadlines(history)
         # A hang hangs for good: candidates need not wait a whole op-timeout to show it.
-        timeout = min(self.opts.op_timeout, 10.0) if case.signature.oracle == "timeout" else self.opts.op_timeout
+        timeout = min(self.op_timeout(), 10.0) if case.signature.oracle == "timeout" else self.op_timeout()
         with self.lock:
             self._gpu_turn += 1
-            executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(self._gpu_turn))
+            executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(self._gpu_turn),
+                                env=self.opts.child_env())
             self.executors.append(executor)
+        confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
+                              minimize=self.opts.minimize,
+                              rate_deadline=rate_by)
+        def publish(better: Case) -> None:
+            with self.lock:
+                self.cases[case.signature] = better
+                self.paths[case.signature] = write_case(better, Path(self.opts.out), keep_shorter=True,
+                                                        same_length=True)
 
-        def judge(config, ops):
-            return executor.run(config, ops, case.knobs, self.opts.hostile, deadline=deadline + 5,
-                                check_every=self.opts.check_every)
-
-        m = Minimizer(None, case.signature, deadline=deadline, judge=judge)
         try:
-            config, ops, failure = m.run(case.config, case.ops)
-        except NotReproducible:
-            return  # flaky, or the fault needs the worker's history: keep the case as found
+            done = confirmer.confirm(case, history, publish)
         except (SetupFailed, HarnessFailed, TimeoutError, Cancelled) as exc:
             if isinstance(exc, HarnessFailed) and not self.stop:
                 self.summary.harness_errors.append(str(exc))
             return
         finally:
             executor.close()
-        smaller = case.with_minimized(config, ops, failure)
-        with self.lock:
-            self.cases[case.signature] = smaller
-            self.paths[case.signature] = write_case(smaller, Path(self.opts.out), keep_shorter=True)
+        publish(done)
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
     def ops_so_far(self) -> int:
@@ -417,12 +415,15 @@ class Campaign:
     def _shutdown(self) -> None:
         for slot in self.slots:
             if slot.child is not None:
+                slot.last_op_s = max(slot.last_op_s, slot.child.running_for())
                 slot.retire()
         if self.stop and self.stop not in ("enough failures",):
             for executor in list(self.executors):
                 executor.shutdown()
-        for t in self.threads:
-            t.join(timeout=max(1.0, self.deadline + self.opts.minimize_s + 10 - time.monotonic()))
+        for t, until in self.threads:
+            t.join(timeout=max(1.0, until - time.monotonic()))
+        for executor in list(self.executors):  # a confirmation still running past its time: stop its child
+            executor.shutdown()
         if self.progress is not None and self.progress.isatty():
             self.progress.write("\n")
         shutil.rmtree(self.log_dir, ignore_errors=True)
@@ -437,44 +438,20 @@ class Campaign:
             s.contract_ops += slot.counted["contract_ops"]
             for stats in slot.kept:
                 s.launches += stats.get("launches", 0)
+                s.compile_s += stats.get("compile_s", 0.0)
                 s.elements += stats.get("elements", 0)
                 for key in ("by_kind", "by_scenario", "hostile"):
                     mine = getattr(s, key)
                     for k, v in stats.get(key, {}).items():
                         mine[k] = mine.get(k, 0) + v
+        s.op_timeout_s = round(self.op_timeout(), 2)
+        s.workers = [{"worker": slot.index, "last_op_s": round(slot.last_op_s, 2), "restarts": slot.restarts,
+                      "longest_op_s": round(slot.longest, 3)} for slot in self.slots]
         s.cases = list(self.cases.values())
         s.paths = [self.paths[c.signature] for c in s.cases]
-        s.health = self._health()
-        s.steady_ops_per_s = self._steady_rate()
+        s.health = health(s, self.slots, self.opts)
+        s.steady_ops_per_s = steady_rate(self.slots)
         return s
-
-    def _steady_rate(self) -> float | None:
-        """Ops per second of the workers' timed part: from each worker's end of warm-up to
-        its last report (None when no worker got that far)."""
-        spans = [(st["steady"], st["now"]) for slot in self.slots for st in slot.kept if st.get("steady")]
-        if not spans:
-            return None
-        start = min(t for (t, _), _ in spans)
-        end = max(t for _, (t, _) in spans)
-        ops = sum(now_ops - ops0 for (_, ops0), (_, now_ops) in spans)
-        return ops / (end - start) if end > start else None
-
-    def _health(self) -> list[str]:
-        """A run without failures is clean only if it exercised what the kernel set has."""
-        s = self.summary
-        if s.ops == 0:
-            return ["the campaign ran no ops (a budget too short to finish one?)"]
-        if s.faults or s.cases or s.interrupted or self.opts.max_sequences is not None:
-            return []  # cut short on purpose, or the counts of a dead worker are partial
-        if s.ops < HEALTHY_OPS or s.sequences < 10:
-            return []  # too short a run for a missing kind to mean anything (each is >= 1% of ops)
-        has = {fn for slot in self.slots if slot.hello for fn in slot.hello.get("has", ())}
-        expected = self.opts.track.expected_kinds(has)
-        missing = sorted(expected - set(s.by_kind))
-        if missing:
-            return [f"no {', '.join(missing)} op ran although the kernel set provides it (a longer budget?)"]
-        return []
-
 
 def run_campaign(opts: CampaignOptions, progress=None, out=None) -> Summary:
     """Run a supervised campaign. ``progress``: where progress lines go (default: stderr)."""

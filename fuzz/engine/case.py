@@ -183,16 +183,18 @@ def _fault_of(failure) -> dict | None:
     return None if fault is None else fault.to_json()
 
 
-def write_case(case: Case, directory: Path, *, keep_shorter: bool = False) -> Path:
+def write_case(case: Case, directory: Path, *, keep_shorter: bool = False, same_length: bool = False) -> Path:
     """Write ``case`` as its file in ``directory``; with ``keep_shorter``, not over a case
-    of the same signature with no more ops (a second campaign into the same folder)."""
+    of the same signature with fewer ops (a second campaign into the same folder), nor one
+    with as many unless ``same_length`` (the confirmed version of the case found)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / case.filename()
     if keep_shorter and path.exists():
         try:
             old = load_case(path)
-            if old.signature == case.signature and len(old.ops) <= len(case.ops):
+            if old.signature == case.signature and (len(old.ops) < len(case.ops)
+                                                    or len(old.ops) == len(case.ops) and not same_length):
                 return path
         except CaseError:
             pass

@@ -8,6 +8,7 @@ executor's job) parses them here, never through an import side effect elsewhere.
 
 from __future__ import annotations
 
+from .compile_check import ops as _compile_ops  # noqa: F401 - c_* kinds
 from .ops import Op, OpError
 from .production import graph as _graph_ops  # noqa: F401 - g_* kinds
 from .production import hostile as _hostile_ops  # noqa: F401 - p_*_any / p_*_overflow / p_*_disagree kinds

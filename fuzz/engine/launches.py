@@ -38,11 +38,14 @@ import inspect
 import math
 import random
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 MODES = ("launch", "reversed", "shuffled", "interleaved", "random")
 _COUNT = [0]
+_COMPILE = [0.0]  # seconds spent in compiled launches that blocked the host (a compile: launches are async)
+COMPILE_MIN_S = 0.2  # a compiled launch that held the host this long compiled (or loaded) its kernel
 _LOCAL = threading.local()  # .depth: launches this thread is inside; .recorders: Recorders entered here
 _OBSERVERS: list = []
 _ORDER = {"mode": "launch", "seed": 0, "launches": 0}
@@ -87,9 +90,15 @@ def _wrap(original):
             return original(self, *args, **kwargs)
         _COUNT[0] += 1
         recorders = getattr(_LOCAL, "recorders", ())
-        if getattr(_LOCAL, "depth", 0) or not (recorders or _OBSERVERS):
-            with _inside():
-                return original(self, *args, **kwargs)
+        nested = getattr(_LOCAL, "depth", 0) > 0
+        if nested or not (recorders or _OBSERVERS):
+            t0 = time.perf_counter()
+            try:
+                with _inside():
+                    return original(self, *args, **kwargs)
+            finally:
+                if not nested:
+                    _note_compile(self, time.perf_counter() - t0)
         launch = _describe(self, args, kwargs, original)
         for rec in recorders:
             rec.launches.append(launch)
@@ -102,15 +111,28 @@ def _wrap(original):
                 return dims
 
             kwargs["grid"] = resolve
+        t0 = time.perf_counter()
         try:
             with _inside():
                 return original(self, *args, **kwargs)
         finally:
+            _note_compile(self, time.perf_counter() - t0)
             for callback in list(_OBSERVERS):
                 callback(launch)
 
     run._kvfuzz_original = original
     return functools.update_wrapper(run, original, assigned=("__name__", "__qualname__", "__doc__"))
+
+
+def _note_compile(fn, seconds: float) -> None:
+    """A compiled (not interpreted) outermost launch that held the host: count it as compile."""
+    if seconds >= COMPILE_MIN_S and type(fn).__name__ != "InterpretedFunction":
+        _COMPILE[0] += seconds
+
+
+def compile_seconds() -> float:
+    """Host seconds this process spent in launches that compiled (compiled tier only)."""
+    return _COMPILE[0]
 
 
 def install() -> bool:
@@ -226,9 +248,11 @@ class Seen:
 # ---- program order on the interpreter -------------------------------------------------------------
 
 
-def order_for(mode: str, seed: int, launch: int, n: int) -> list[int]:
-    """The order, as positions in launch order, of the ``n`` programs of the ``launch``-th
-    interpreted launch: ``reversed``; ``shuffled`` (a permutation drawn from seed and launch);
+def order_for(mode: str, seed: int, launch, n: int) -> list[int]:
+    """The order, as positions in launch order, of the ``n`` programs of an interpreted
+    launch of kernel ``launch`` (its name: the draw depends on the seed and the kernel, never
+    on how many launches came before, so a minimized case, which launches less before the
+    failing op, draws the same order for it): ``reversed``; ``shuffled`` (a permutation);
     ``interleaved`` (the residue classes of a drawn stride 2..4, from a drawn class on: even
     ids then odd, or by three or four); ``random`` (one of those three, drawn per launch)."""
     rng = random.Random(f"kvfuzz-order:{seed}:{launch}")
@@ -248,8 +272,7 @@ def order_for(mode: str, seed: int, launch: int, n: int) -> list[int]:
 
 
 def set_program_order(mode: str = "launch", seed: int = 0) -> None:
-    """Set the order process-wide (a worker process) and restart the per-launch counter, so
-    a case replayed from its start draws the same order for each launch."""
+    """Set the order process-wide (a worker process: once per sequence, with its seed)."""
     if mode not in MODES:
         raise ValueError(f"program order {mode!r}: choose one of {', '.join(MODES)}")
     _ORDER.update(mode=mode, seed=int(seed), launches=0)
@@ -307,8 +330,9 @@ def _install_order() -> None:
     def ordered(self, *args, **kwargs):
         if _ORDER["mode"] == "launch" or not hasattr(builder, "set_grid_idx") or not callable(getattr(self, "fn", 0)):
             return call(self, *args, **kwargs)
-        launch, _ORDER["launches"] = _ORDER["launches"], _ORDER["launches"] + 1
-        fn, self.fn = self.fn, (deferred := _Deferred(self.fn, builder, launch))
+        _ORDER["launches"] += 1
+        key = getattr(self.fn, "__name__", "?")
+        fn, self.fn = self.fn, (deferred := _Deferred(self.fn, builder, key))
         try:
             out = call(self, *args, **kwargs)
         finally:

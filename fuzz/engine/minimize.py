@@ -47,8 +47,11 @@ def local_judge(tier, knobs: dict | None = None, **kw) -> Callable:
 def hostile_kind(failure) -> str | None:
     """The class of hostile input a failure was found with: the spec's refusal with its
     numbers and id lists blanked (None for a failure on valid input)."""
-    data = failure.to_json() if failure is not None and hasattr(failure, "to_json") else None
-    refusal = (data or {}).get("refusal")
+    if failure is None:
+        return None
+    refusal = getattr(failure, "refusal", None)  # a Divergence
+    if refusal is None and isinstance(getattr(failure, "divergence", None), dict):  # a Finding, a Case
+        refusal = failure.divergence.get("refusal")
     if not refusal:
         return None
     return re.sub(r"-?\d+", "N", re.sub(r"\[[^\]]*\]", "[..]", refusal))

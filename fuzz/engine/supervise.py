@@ -86,6 +86,7 @@ class Child:
         self.proc.start()
         self._seen = None
         self._since = time.monotonic()
+        self.longest = 0.0  # the longest an op ran (between two heartbeats while running ops)
 
     def alive(self) -> bool:
         return self.proc.is_alive()
@@ -98,11 +99,17 @@ class Child:
         importing the kernel set and its smoke test, which may compile: 4x as long)."""
         now, seen = time.monotonic(), self.progress()
         if seen != self._seen:
+            if self._seen is not None and self._seen[3] == RUNNING:
+                self.longest = max(self.longest, now - self._since)
             self._seen, self._since = seen, now
             return False
         phase = self.slots[PHASE]
         limit = timeout if phase == RUNNING else max(4 * timeout, 120.0) if phase == SETUP else None
         return limit is not None and now - self._since > limit
+
+    def running_for(self) -> float:
+        """Seconds the current op has run (0 when the child is not running ops)."""
+        return time.monotonic() - self._since if self.slots[PHASE] == RUNNING and self.alive() else 0.0
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -138,12 +145,17 @@ def _child_entry(entry: str, args: tuple, slots, log: str, gpu: str | None, env:
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a campaign ends
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    # Both streams to the log: a child reports through its queue or pipe only, so whatever a
+    # kernel set prints (progress, debug dumps, partial lines) can neither garble the
+    # parent's output nor pass for it; its last lines go into a fault's case.
     os.dup2(fd, 2)
+    os.dup2(fd, 1)
     import faulthandler
     import importlib
     import sys
 
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     faulthandler.enable(sys.stderr)
     module, name = entry.split(":")
     try:
@@ -164,9 +176,9 @@ class Executor:
     request then starts a fresh child."""
 
     def __init__(self, tier_spec, *, op_timeout: float, log_dir: Path, gpu: str | None = None,
-                 launch_blocking: bool = True):
+                 launch_blocking: bool = True, env: dict | None = None):
         self.tier_spec, self.op_timeout, self.log_dir, self.gpu = tier_spec, op_timeout, log_dir, gpu
-        self.env = {"CUDA_LAUNCH_BLOCKING": "1"} if launch_blocking else {}
+        self.env = {**(env or {}), **({"CUDA_LAUNCH_BLOCKING": "1"} if launch_blocking else {})}
         self.child: Child | None = None
         self.conn = None
         self.closed = False  # for good (shutdown): a job in flight ends with Cancelled
@@ -179,16 +191,23 @@ class Executor:
         child_end.close()
         self.conn = parent_end
 
-    def run(self, config, ops: list[Op], knobs: dict | None = None, hostile: str = "spec",
-            deadline: float | None = None, strict_knobs: bool = True, check_every: int = 1) -> Finding | None:
-        """The failure of ``ops`` from a fresh pool, or None. Raises ``SetupFailed`` when the
-        child cannot build its tier, ``TimeoutError`` past ``deadline`` (monotonic)."""
+    def run(self, config, ops: list[Op], knobs: dict | None = None, mode: dict | None = None,
+            deadline: float | None = None, strict_knobs: bool = True, history: list | None = None,
+            fresh: bool = False) -> Finding | None:
+        """The failure of ``ops`` from a fresh pool, or None. ``mode``: the run options a case
+        records (hostile, check_every, program_order, order_seed); ``history``: sequences
+        (``{"config", "ops", "knobs", "seed"}`` JSON) the same process runs first, their
+        failures ignored, for a fault that needs what came before it; ``fresh``: in a new
+        process (no history of earlier jobs). Raises ``SetupFailed`` when the child cannot
+        build its tier, ``TimeoutError`` past ``deadline`` (monotonic)."""
         if self.closed:
             raise Cancelled("the executor was closed")
+        if fresh:
+            self.close()
         if self.child is None or not self.child.alive():
             self._start()
         self.conn.send({"config": config.to_json(), "ops": [op.to_json() for op in ops], "knobs": knobs,
-                        "hostile": hostile, "strict_knobs": strict_knobs, "check_every": check_every})
+                        "mode": dict(mode or {}), "strict_knobs": strict_knobs, "history": list(history or [])})
         while True:
             conn, child = self.conn, self.child
             if conn is None or child is None:
@@ -219,7 +238,7 @@ class Executor:
                 raise TimeoutError("the replay outlived its deadline")
 
     def _fault(self, child: Child, ops: list[Op], timed_out: bool) -> Finding:
-        step = child.slots[OP]
+        step = child.slots[OP] if child.slots[SEQ] >= 0 else -1  # SEQ < 0: in the history, not the case
         if timed_out:
             child.kill()
         fault = child.fault(timed_out, self.op_timeout)

@@ -154,11 +154,26 @@ def is_cuda_error(exc: BaseException) -> bool:
             or "Error [CUDA]" in text)
 
 
+COMPILE_ERRORS = ("CompilationError", "PTXASError")  # Triton's, raised when a launch compiles
+
+
+def is_compile_error(exc: BaseException) -> bool:
+    """A Triton kernel that did not compile at this launch's specialization: the frontend's
+    CompilationError (and its subclasses), ptxas, or an MLIR pass failure. Matched by class
+    name and module, so this leaf imports no Triton."""
+    if any(c.__name__ in COMPILE_ERRORS and c.__module__.startswith("triton") for c in type(exc).__mro__):
+        return True
+    return isinstance(exc, RuntimeError) and "PassManager::run failed" in str(exc)
+
+
 def crash_field(exc: BaseException) -> str:
-    """The signature field of a crash: the CUDA error's name, else the exception type."""
+    """The signature field of a crash: the CUDA error's name, ``compile-error`` for a kernel
+    that did not compile at that input (``is_compile_error``), else the exception type."""
     if is_cuda_error(exc):
         text = str(exc).lower()
         return next((name for words, name in CUDA_ERRORS if words in text), "cuda-error")
+    if is_compile_error(exc):
+        return "compile-error"
     return type(exc).__name__
 
 

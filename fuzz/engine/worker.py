@@ -15,6 +15,27 @@ import traceback
 from .supervise import CONTRACT, EXIT_HARNESS, EXIT_RESTART, IDLE, SEQ, Beat
 
 
+def set_order(tier, mode: dict, seed: int | None = None) -> None:
+    """The program order of a sequence on the interpreter (``launches``; compiled launches
+    keep the GPU's own): ``mode["program_order"]``, drawn from the sequence's seed."""
+    if tier.backend == "interpret":
+        from .launches import set_program_order
+
+        set_program_order(mode.get("program_order", "launch"), mode.get("order_seed", 0) if seed is None else seed)
+
+
+def _knobs_of(tier, past: dict) -> dict | None:
+    """The launch knobs an earlier sequence of a worker ran with, decided as the worker did."""
+    how = past.get("knobs_from")
+    if not how:
+        return past.get("knobs")
+    from . import tracks
+    from .knobs import choose
+
+    worker = None if how.get("worker_seed") is None else choose(tier.kernels, how["worker_seed"])
+    return tracks.get(how["track"]).choose_knobs(tier, how["seed"], worker)
+
+
 def _tier(spec, report) -> object | None:
     from .tiers import SetupError
 
@@ -35,14 +56,20 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     if tier is None:
         return
     from . import tracks
-    from .campaign import sequence_seed
     from .generate import WARMUP_BASE, WARMUP_SEQUENCES, warmup_seed
     from .knobs import choose as choose_knobs
-    from .tiers import count_launches
+    from .launches import compile_seconds
+    from .slot import sequence_seed
+    from .tiers import SetupError, count_launches
     from .verdict import RunStats, poisoned
 
     track = tracks.get(opts.scale)
-    hello = {"kernels": tier.kernels_name, **track.worker_info(tier)}  # what the parent rebuilds ops from
+    try:
+        info = track.worker_info(tier)  # what the parent rebuilds ops from
+    except SetupError as exc:
+        queue.put(("setup", worker, str(exc)))
+        return
+    hello = {"kernels": tier.kernels_name, **info}
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
     elements = 0  # result elements diffed against the oracle
@@ -59,12 +86,14 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         queue.put(("stats", worker, {"ops": stats.ops, "contract_ops": stats.contract_ops, "by_kind": stats.by_kind,
                                      "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
                                      "launches": count_launches(), "final": final, "steady": steady,
+                                     "compile_s": compile_seconds(),
                                      "elements": elements,
                                      "now": (time.time(), stats.ops)}))
 
     k = start_k
     try:
-        while time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences):
+        while (time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences)
+               and not track.exhausted(tier)):
             if warm_left:
                 warm_left -= 1
                 seed = warmup_seed(WARMUP_SEQUENCES - 1 - warm_left)
@@ -74,6 +103,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                     steady = (time.time(), stats.ops)
                 seed = sequence_seed(opts, worker, k)
                 beat.sequence(k, seed)
+            set_order(tier, opts.mode(), seed)
             knobs = track.choose_knobs(tier, seed, worker_knobs)
             if knobs != sent_knobs:
                 queue.put(("knobs", worker, knobs))
@@ -91,7 +121,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             if d is not None:
                 queue.put(("finding", worker, {"seed": seed, "scenario": scenario, "config": seq.config.to_json(),
                                                "ops": [op.to_json() for op in seq.ops[: d.step + 1]],
-                                               "divergence": d.to_json(), "knobs": knobs, "extra": seq.extra}))
+                                               "divergence": d.to_json(), "knobs": knobs, "extra": seq.extra,
+                                               "k": k if seed < WARMUP_BASE else k - 1}))
                 if poisoned(d):
                     report()
                     sys.exit(EXIT_RESTART)
@@ -124,11 +155,19 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
             job = conn.recv()
         except (EOFError, OSError):
             return
-        beat.sequence(0, 0)
+        mode = job.get("mode") or {}
         try:
+            for k, past in enumerate(job.get("history") or ()):  # what the dead worker ran before
+                beat.sequence(-1 - k, past.get("seed") or 0)
+                set_order(tier, mode, past.get("seed"))
+                replay(kvref.PoolConfig.from_json(past["config"]), parse_ops(past["ops"]), tier, knobs=_knobs_of(tier, past),
+                       hostile=mode.get("hostile", "spec"), check_every=mode.get("check_every", 1), strict_knobs=False,
+                       beat=beat)
+            beat.sequence(0, 0)
+            set_order(tier, mode)
             d, run = replay(kvref.PoolConfig.from_json(job["config"]), parse_ops(job["ops"]), tier,
-                            knobs=job["knobs"], hostile=job["hostile"], beat=beat,
-                            strict_knobs=job.get("strict_knobs", True), check_every=job.get("check_every", 1))
+                            knobs=job["knobs"], hostile=mode.get("hostile", "spec"), beat=beat,
+                            strict_knobs=job.get("strict_knobs", True), check_every=mode.get("check_every", 1))
         except SetupError as exc:
             conn.send(("setup", str(exc)))
             return

@@ -49,8 +49,12 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "elements_per_s": round(summary.elements / summary.elapsed_s, 1) if summary.elapsed_s > 0 else 0.0,
         "hostile_classes": dict(sorted(summary.hostile.items())),
         "triton_launches": summary.launches,
+        "compile_s": round(getattr(summary, "compile_s", 0.0), 2),
         "faults": summary.faults,
         "restarts": summary.restarts,
+        "op_timeout_s": getattr(summary, "op_timeout_s", None),
+        "notes": getattr(summary, "notes", []),
+        "workers": getattr(summary, "workers", []),
         "interrupted": summary.interrupted,
         "health": summary.health,
         "harness_errors": summary.harness_errors,
@@ -58,6 +62,9 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
                       "original_ops": c.lengths.get("original"), "minimized_ops": c.lengths.get("minimized"),
                       "occurrences": summary.occurrences.get(c.signature, 1),
                       "found_after_s": round(summary.found_after.get(c.signature, 0.0), 3),
+                      "reproduced": c.reproduced, "flaky": bool(c.flaky), "mode": c.mode,
+                      "needs_history": bool((c.history or {}).get("sequences")),
+                      "history_note": (c.history or {}).get("note"),
                       "message": (c.divergence or {}).get("message")}
                      for c, p in zip(summary.cases, summary.paths)],
         "versions": {**environment(), "kvfuzz": kvfuzz_version()},
@@ -88,9 +95,13 @@ def junit_xml(summary, *, backend: str, kernels: str, baseline=None) -> str:
             ET.SubElement(tc, "skipped", message=f"known failure: {reason}"[:500]).text = \
                 f"case file: {path}\nbaseline: {baseline.source}\n"
             continue
-        failure = ET.SubElement(tc, "failure", message=str(d.get("message", ""))[:500],
+        r = case.reproduced or {}
+        rate = f" [reproduced {r.get('k')}/{r.get('n')}{', flaky' if case.flaky else ''}]" if r else ""
+        failure = ET.SubElement(tc, "failure", message=(str(d.get("message", ""))[:480] + rate),
                                 type=d.get("oracle", "divergence"))
-        failure.text = f"case file: {path}\nreplay: kvfuzz replay {path}\n"
+        failure.text = (f"case file: {path}\nreplay: kvfuzz replay {path}\n"
+                        + (f"reproduced: {r.get('k')}/{r.get('n')}{' (flaky)' if case.flaky else ''}\n" if r else "")
+                        + (f"{(case.history or {}).get('note')}\n" if (case.history or {}).get("note") else ""))
         failures += 1
     failed_kinds = {c.signature.op for c in summary.cases}
     for kind, count in sorted(summary.by_kind.items()):

@@ -20,12 +20,14 @@ def _module(**consts) -> types.ModuleType:
 
 
 def test_constants_are_read_from_the_module_and_its_launchers():
-    launchers = _module(BLOCK_COLS=512, TARGET_BLOCKS=1024, BLOCK_IDS=1024, INTERPRET=True, _BLOCK_PRIVATE=3)
+    launchers = _module(BLOCK_COLS=512, TARGET_BLOCKS=1024, BLOCK_IDS=1024, INTERPRET=True, _BLOCK_PRIVATE=64,
+                        _TARGET_HIDDEN=2048, __BLOCK_DUNDER=9)
     mod = _module(launchers=launchers, BLOCK=128, block_lower=7, NAME="x", FLAG_BLOCK=True)
     c = kernel_constants(mod)
     assert c.source == "module"
-    assert c.blocks == {"BLOCK": 128, "BLOCK_COLS": 512, "BLOCK_IDS": 1024}
-    assert c.targets == {"TARGET_BLOCKS": 1024}
+    # private constants count (SGLang's _BLOCK_COLS / _TARGET_BLOCKS are how real sets name them)
+    assert c.blocks == {"BLOCK": 128, "BLOCK_COLS": 512, "BLOCK_IDS": 1024, "_BLOCK_PRIVATE": 64}
+    assert c.targets == {"TARGET_BLOCKS": 1024, "_TARGET_HIDDEN": 2048}
     assert ("BLOCK_COLS", 512, "TARGET_BLOCKS", 1024) in c.pairs()
 
 
@@ -73,3 +75,28 @@ def test_trip_pages_give_a_second_trip_at_that_bs():
         cp = cdiv(1024, bs)
         assert cp * 512 + 1 in cols  # the first column of the second trip
         assert b.min_trip_pages(bs) == [(cp * 512 + 1, "cdiv(TARGET_BLOCKS,bs)*BLOCK_COLS+1")]
+
+
+def test_launches_show_the_literal_block_sizes_of_a_set_that_names_none():
+    """literal_blocks.py writes its block sizes into its launchers (B=256, BLOCK_COLS=128 passed as
+    literals, a grid capped at cdiv(2048, bs)): no module constant says so, its launches do."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        import pytest
+
+        pytest.skip("the interpreter tier's twin runs on the GPU box")
+    from fuzz.engine.boundary import describe
+    from fuzz.engine.production.observe import observed_constants
+    from fuzz.engine.tiers import make_tier
+
+    tier = make_tier("interpret", str(FOREIGN / "literal_blocks.py"))
+    assert kernel_constants(tier.kernels).source == "sweep"  # nothing to read by name
+    seen = observed_constants(tier.kernels, "cpu")
+    c = kernel_constants(tier.kernels, seen)
+    assert c.source == "launches"
+    assert 256 in c.blocks.values() and 128 in c.blocks.values(), c
+    assert list(c.targets.values()) == [2048], c
+    line = describe(c.to_json())
+    assert "(launch)" in line and "2048" in line and "sweep" not in line
+    assert "power-of-two sweep" in describe(kernel_constants(tier.kernels).to_json())

@@ -21,12 +21,13 @@ import pytest
 
 import kvref
 from fuzz.cli import build_parser
-from fuzz.engine.campaign import CampaignOptions, run_campaign, sequence_seed
+from fuzz.engine.campaign import CampaignOptions, run_campaign
 from fuzz.engine.case import SCHEMA, CaseError, Signature, load_case
 from fuzz.engine.dispatch import replay
 from fuzz.engine.kinds import parse_ops
 from fuzz.engine.minimize import Minimizer, NotReproducible
 from fuzz.engine.ops import POISON, Op
+from fuzz.engine.slot import sequence_seed
 from fuzz.engine.tiers import make_tier
 from fuzz.engine.tracks import get as get_track
 from kvkernels import checks

@@ -52,7 +52,7 @@ def _wrong_value(hint):
 
 
 def _good_value(hint):
-    return {int: 3, bool: False}.get(hint, [[1, 2]] if hint == Rows else [1, 2])
+    return {int: 3, bool: False, str: "x"}.get(hint, [[1, 2]] if hint == Rows else [1, 2])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -60,8 +60,8 @@ def test_every_field_is_checked_on_construction(kind):
     cls = Op.registry[kind]
     hints = typing.get_type_hints(cls)
     names = cls.field_names()
-    good = {name: _good_value(hints[name]) for name in names}
-    op = cls(**good)
+    good = {name: _good_value(hints[name]) for name in names} | getattr(cls, "example", {})  # a record that
+    op = cls(**good)  # checks what its fields mean, not only their types, names a valid instance (``example``)
     assert Op.from_json(op.to_json()) == op and hash(op) == hash(Op.from_json(op.to_json()))
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(op, names[0], good[names[0]]) if names else op.__setattr__("x", 1)
@@ -222,5 +222,6 @@ def test_the_minimizer_never_replays_a_candidate_twice(monkeypatch):
     m = Minimizer(tier, d.signature)
     small_config, small, small_d = m.run(config, ops)
     assert small_d.signature == d.signature and len(small) <= 2
-    assert len(calls) == len(set(calls)) == m.replays
+    # +1: the suite's own check (tests/conftest.py) judges the minimized case once more
+    assert len(calls) - 1 == len(set(calls)) == m.replays
     assert m.saved > 0  # the strategies did revisit candidates

@@ -15,7 +15,7 @@ import pytest
 
 import kvref
 from fuzz.engine.case import Case, Signature, load_case, write_case
-from fuzz.engine.ops import parse_ops
+from fuzz.engine.kinds import parse_ops
 from fuzz.tools.baseline import BaselineError, load_baseline
 from fuzz.tools.merge import MergeUsageError, merge
 from tests.fuzz.test_engine import FAKES, kvfuzz, show

@@ -25,6 +25,7 @@ from .arith import INT32_LIMIT, cdiv, unit_near
 from .graph import GReadTable
 from .hostile import FAR_MAX, PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree
 from .limits import ScaleLimits
+from .observe import observed_constants
 from .ops import PAllocBind, PBind, PFreeUnbind, PReadTable, PReadTablePacked, PRows, PSetup, PTranslate
 
 
@@ -425,13 +426,23 @@ def kernel_features(tier) -> set:
             if tier.has(fn)}
 
 
-def scale_info(tier, knobs: dict | None = None) -> dict:
+def scale_info(tier, knobs: dict | None = None, *, observe: bool = True) -> dict:
     """What a production op stream depends on besides its seed, as JSON: the kernel set's
-    constants (at ``knobs``), its optional functions and whether it runs on a GPU. A
-    supervisor rebuilds a dead worker's ops from this and the seed (``regenerate``)."""
+    constants (at ``knobs``; with ``observe``, also the block sizes and grids its launches
+    show: ``observe.observed_constants``), its optional functions and whether it runs on a
+    GPU. A supervisor rebuilds a dead worker's ops from this and the seed (``regenerate``)."""
     apply_knobs(tier.kernels, knobs)
-    return {"constants": kernel_constants(tier.kernels).to_json(), "features": sorted(kernel_features(tier)),
+    seen = None
+    if observe and tier.backend != "torch":
+        key = (id(tier.kernels), tuple(sorted((knobs or {}).items())))
+        if key not in _OBSERVED:
+            _OBSERVED[key] = observed_constants(tier.kernels, tier.device)
+        seen = _OBSERVED[key]
+    return {"constants": kernel_constants(tier.kernels, seen).to_json(), "features": sorted(kernel_features(tier)),
             "gpu": str(tier.device).startswith("cuda")}
+
+
+_OBSERVED: dict = {}  # per kernel set and knobs: what its launches showed (probed once per process)
 
 
 def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: dict | None = None,

@@ -1,17 +1,19 @@
 """The tracks, by name: each a kind of sequence behind one protocol (``base.Track``).
 
-``small`` (the allocator state machine on small pools) and ``production`` (kernel-level
-ops at production shapes). ``of_ops`` picks the track that owns a sequence's ops, which
+``small`` (the allocator state machine on small pools), ``production`` (kernel-level
+ops at production shapes) and ``compile`` (every kernel compiled for a GPU target at the
+specializations a campaign meets, no GPU needed). ``of_ops`` picks the track that owns a sequence's ops, which
 is how a case replays on the right runner without saying which.
 """
 
 from __future__ import annotations
 
 from .base import Sequence, Track
+from .compile import CompileTrack
 from .production import ProductionTrack
 from .small import SmallTrack
 
-TRACKS: dict[str, Track] = {t.name: t for t in (SmallTrack(), ProductionTrack())}
+TRACKS: dict[str, Track] = {t.name: t for t in (SmallTrack(), ProductionTrack(), CompileTrack())}
 
 __all__ = ["TRACKS", "Sequence", "Track", "get", "of_ops"]
 

@@ -66,6 +66,11 @@ class Track:
         """Op kinds a long clean run must have run (``has``: the set's optional functions)."""
         return set()
 
+    def exhausted(self, tier) -> bool:
+        """Whether this process has run every sequence this track can make for ``tier``'s set
+        (a finite track such as ``compile``): a worker may stop before its budget ends."""
+        return False
+
     def replay(self, config: kvref.PoolConfig, ops: list[Op], tier, **kw) -> tuple[Divergence | None, object]:
         """Run ``ops`` from a fresh state; the first divergence (or None) and the runner."""
         run = self.runner(config, tier, **kw)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from ..boundary import describe
 from ..production.generator import generator, regenerate, scale_info
 from ..production.run import ScaleRun
 from ..tiers import OPTIONAL
@@ -23,7 +24,9 @@ class ProductionTrack(Track):
     case_extra = {"scale": "production"}
 
     def worker_info(self, tier) -> dict:
-        return {"has": [fn for fn in OPTIONAL if tier.has(fn)], "scale": scale_info(tier)}
+        info = scale_info(tier)
+        return {"has": [fn for fn in OPTIONAL if tier.has(fn)], "scale": info,
+                "notes": [f"boundaries: {describe(info['constants'])}"]}
 
     def runner(self, config, tier, *, guard_rows=None, **kw):
         return ScaleRun(config, tier, **kw)

@@ -1,0 +1,83 @@
+"""The parent's record of one worker position: its current child and what it knows of it.
+
+Also where a worker's history is rebuilt from (the sequences its current child ran since
+it started), for a finding that needs what came before it (``confirm``).
+"""
+
+from __future__ import annotations
+
+from .generate import WARMUP_SEQUENCES, warmup_seed
+from .supervise import CONTRACT, OPS, SEQS, Child
+
+HISTORY_SEQUENCES = 256  # how far back a worker's history reaches for a case that needs it
+
+
+def sequence_seed(opts, worker: int, k: int) -> int:
+    """Shard ``I/N`` takes sequence numbers ``k`` with ``k % N == I``; worker ``w`` of ``W``
+    inside it every W-th of those."""
+    shard_i, shard_n = opts.shard
+    index = (k * opts.workers + worker) * shard_n + shard_i
+    return opts.seed * 1_000_003 + index
+
+
+class Slot:
+    """One worker position: its current child and what the parent knows of it."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.child: Child | None = None
+        self.hello: dict | None = None
+        self.knobs: dict | None = None  # the current child's launch knobs (it says when they change)
+        self.done = False
+        self.restarts = 0
+        self.stuck = 0  # restarts in a row that ran no op
+        self.reported_harness = False  # the current child sent its harness error itself
+        self.counted = {"ops": 0, "sequences": 0, "contract_ops": 0}  # exact, from earlier children's heartbeats
+        self.stats: dict = {}  # the current child's last stats report
+        self.kept: list[dict] = []  # the last stats reports of earlier children
+        self.start_k = 0  # the current child's first sequence number
+        self.warm = False  # whether the current child ran warm-up sequences first
+        self.found_steps: dict[int, int] = {}  # seed -> the step its sequence stopped at (a finding)
+        self.last_op_s = 0.0  # how long the last op of this slot had run when the run ended
+        self.longest = 0.0  # the longest op of its earlier children
+
+    def retire(self) -> int:
+        """Count the current child's work (its heartbeat is exact, its last report may be a
+        little behind) and close it; the ops it ran."""
+        child = self.child
+        ran = child.slots[OPS]
+        self.longest = max(self.longest, child.longest)
+        for key, slot in (("ops", OPS), ("sequences", SEQS), ("contract_ops", CONTRACT)):
+            self.counted[key] += child.slots[slot]
+        if self.stats:
+            self.kept.append(self.stats)
+        self.stats = {}
+        child.close()
+        self.child = None
+        return ran
+
+    def history(self, opts, upto_k: int, seed: int | None = None):
+        """A thunk: the sequences the slot's current child ran before the one it failed in
+        (``seed``, sequence number ``upto_k``), rebuilt from their seeds (the last
+        HISTORY_SEQUENCES; its warm-up sequences first, if it ran them). Built only for a
+        case that does not reproduce without them."""
+        track, hello = opts.track, dict(self.hello or {})
+        warmups = [warmup_seed(i) for i in range(WARMUP_SEQUENCES)] if (
+            self.warm and opts.backend == "cuda" and track.gpu_warmup) else []
+        if seed in warmups:  # it failed while warming up: only the warm-up sequences before it ran
+            seeds = warmups[:warmups.index(seed)]
+        else:
+            seeds = warmups + [sequence_seed(opts, self.index, k) for k in range(self.start_k, upto_k)]
+        seeds = seeds[-HISTORY_SEQUENCES:]
+        steps, worker_seed = dict(self.found_steps), opts.seed * 7919 + self.index if opts.backend == "cuda" else None
+
+        def build() -> list[dict]:
+            out = []
+            for seed in seeds:
+                config, _, ops = track.regenerate(seed, steps.get(seed, opts.n_ops() - 1) + 1, hello,
+                                                  hostile=opts.hostile)
+                out.append({"seed": seed, "config": config.to_json(), "ops": [op.to_json() for op in ops],
+                            "knobs_from": {"track": track.name, "seed": seed, "worker_seed": worker_seed}})
+            return out
+
+        return build

@@ -1,0 +1,77 @@
+"""What a campaign reports: its counts, its cases and whether a run without failures is clean."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
+MAX_RESTARTS_WITHOUT_PROGRESS = 5
+
+
+@dataclass
+class Summary:
+    ops: int = 0
+    contract_ops: int = 0
+    sequences: int = 0
+    elapsed_s: float = 0.0
+    cases: list = field(default_factory=list)
+    paths: list = field(default_factory=list)
+    by_kind: dict = field(default_factory=dict)
+    by_scenario: dict = field(default_factory=dict)
+    hostile: dict = field(default_factory=dict)
+    launches: int = 0
+    compile_s: float = 0.0  # worker seconds in launches that compiled (compiled tier; the rest fuzzed)
+    elements: int = 0  # production scale: result elements diffed against the vectorized oracle
+    faults: int = 0  # worker deaths and hangs (crash and timeout cases included)
+    restarts: int = 0
+    occurrences: dict = field(default_factory=dict)  # signature -> times seen
+    harness_errors: list = field(default_factory=list)
+    interrupted: str | None = None
+    health: list = field(default_factory=list)  # why a run without failures is still not clean
+    steady_ops_per_s: float | None = None  # after the workers' warm-up (GPU: no Triton compile in it)
+    found_after: dict = field(default_factory=dict)  # signature -> seconds into the run
+    op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
+    notes: list = field(default_factory=list)  # what the workers said of the run (e.g. the boundaries drawn at)
+    workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """3: the harness failed; 1: failures found; 2: not clean for another reason (the
+        health checks); 0: clean."""
+        return 3 if self.harness_errors else 1 if self.cases else 2 if self.health else 0
+
+
+def steady_rate(slots) -> float | None:
+    """Ops per second of the workers' timed part: from each worker's end of warm-up to
+    its last report (None when no worker got that far)."""
+    spans = [(st["steady"], st["now"]) for slot in slots for st in slot.kept if st.get("steady")]
+    if not spans:
+        return None
+    start = min(t for (t, _), _ in spans)
+    end = max(t for _, (t, _) in spans)
+    ops = sum(now_ops - ops0 for (_, ops0), (_, now_ops) in spans)
+    return ops / (end - start) if end > start else None
+
+
+def health(s, slots, opts) -> list[str]:
+    """A run without failures is clean only if it exercised what the kernel set has."""
+    if s.ops == 0:
+        return ["the campaign ran no ops (a budget too short to finish one?)"]
+    stuck = [slot.index for slot in slots if slot.stuck >= MAX_RESTARTS_WITHOUT_PROGRESS]
+    if stuck:
+        return [f"worker {', '.join(map(str, stuck))} stopped making progress: {MAX_RESTARTS_WITHOUT_PROGRESS} "
+                f"restarts in a row ran no op"]
+    if s.faults or s.cases or s.interrupted or opts.max_sequences is not None:
+        return []  # cut short on purpose, or the counts of a dead worker are partial
+    if s.ops < HEALTHY_OPS or s.sequences < 10:
+        return []  # too short a run for a missing kind to mean anything (each is >= 1% of ops)
+    has = {fn for slot in slots if slot.hello for fn in slot.hello.get("has", ())}
+    expected = opts.track.expected_kinds(has)
+    missing = sorted(expected - set(s.by_kind))
+    if missing:
+        return [f"no {', '.join(missing)} op ran although the kernel set provides it (a longer budget?)"]
+    return []

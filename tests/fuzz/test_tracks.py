@@ -1,0 +1,85 @@
+"""One engine, two tracks: the same campaign, worker, replay and minimizer for both scales.
+
+The production track's cases replay in this process (``--in-process``) as the small
+track's do, a CUDA fault is named the same at either scale, and a worker that met one is
+replaced (its context would be poisoned)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import kvref
+from fuzz.engine import tracks
+from fuzz.engine.case import Case, load_case, write_case
+from fuzz.engine.dispatch import replay
+from fuzz.engine.ops import Alloc, ReadTable
+from fuzz.engine.production.ops import PReadTable, PRows, PSetup
+from fuzz.engine.tiers import make_tier
+from fuzz.engine.verdict import poisoned
+from tests.fuzz.test_engine import REPO, kvfuzz, show
+
+FAKE = REPO / "tests/fuzz/fixtures/kernels/fake_cuda_fault.py"
+PAST_PREFIX = REPO / "tests/fuzz/fixtures/kernels/past_prefix.py"
+CONFIG = kvref.PoolConfig(num_pages=300)
+PRODUCTION_OPS = [PSetup(n=200, v=(1, 299, 7, 3, 0), p=(1, 200, 11, 5, 0)),
+                  PRows(seed=3, rows=4, width=40, src=(0, 301, 1, 0, 0, 301, 17, 9), pad_every=0),
+                  PReadTable(seed=5, bs=3, max_pages=30, req=(1, 0, 4), long_len=20, n_long=1, legacy=False)]
+
+
+def test_the_tracks_own_their_ops():
+    assert tracks.of_ops([Alloc(2)]).name == "small"
+    assert tracks.of_ops(PRODUCTION_OPS).name == "production"
+    assert tracks.of_ops([]).name == "small"
+    with pytest.raises(ValueError, match="mixes"):
+        tracks.of_ops([Alloc(2), *PRODUCTION_OPS])
+
+
+@pytest.mark.parametrize("scale", ["small", "production"])
+def test_a_cuda_fault_has_one_name_at_either_scale(scale):
+    tier = make_tier("torch", str(FAKE))
+    if scale == "small":
+        ops = [Alloc(4), ReadTable(rows=((1, 2), (3, 4)), req_idx=(0, 1), seq_lens=(2, 2), max_pages=2, width=2,
+                                   legacy=False)]
+        config = kvref.PoolConfig(num_pages=8)
+    else:
+        ops, config = PRODUCTION_OPS, CONFIG
+    d, _ = replay(config, ops, tier)
+    assert d is not None and d.signature.oracle == "crash" and d.signature.field == "cuda-illegal-address", d
+    assert poisoned(d)
+
+
+def _case(tmp_path, config, ops, kernels, signature_from) -> str:
+    d, _ = replay(config, ops, make_tier("torch", str(kernels)))
+    assert d is not None
+    case = Case.found(config=config, ops=ops, divergence=d, original_len=len(ops), tier="torch",
+                      kernels=str(kernels))
+    return str(write_case(case, tmp_path))
+
+
+@pytest.mark.parametrize("scale", ["small", "production"])
+def test_replay_in_process_works_at_either_scale(scale, tmp_path):
+    if scale == "small":
+        ops = [Alloc(4), ReadTable(rows=((2, 3, 4, 5),), req_idx=(0,), seq_lens=(3,), max_pages=4, width=4,
+                                   legacy=False)]
+        path = _case(tmp_path, kvref.PoolConfig(num_pages=12), ops, PAST_PREFIX, "read_table")
+    else:
+        path = _case(tmp_path, CONFIG, PRODUCTION_OPS, FAKE, "p_read_table")
+    case = load_case(path)
+    for flags in (("--in-process",), ()):
+        r = kvfuzz("replay", path, *flags, timeout=240)
+        assert r.returncode == 1, show(r)
+        assert "same signature" in r.stdout and str(case.signature) in r.stdout, show(r)
+
+
+@pytest.mark.slow
+def test_a_worker_that_met_a_cuda_fault_is_replaced(tmp_path):
+    summary = tmp_path / "summary.json"
+    r = kvfuzz("run", "--backend", "torch", "--kernels", FAKE, "--scale", "production", "--budget-s", 15,
+               "--out", tmp_path / "cases", "--summary", summary, timeout=240)
+    assert r.returncode == 1, show(r)
+    data = json.loads(summary.read_text())
+    sigs = {f["signature"] for f in data["failures"]}
+    assert "p_read_table/crash/cuda-illegal-address" in sigs or "g_read_table/crash/cuda-illegal-address" in sigs, sigs
+    assert data["restarts"] >= 1, data  # the poisoned worker asked to be replaced

@@ -1,0 +1,154 @@
+"""Verdicts a user can act on: every fault is a case that replays, every correct set is clean.
+
+Each fixture (tests/fixtures/kernels/foreign/, see its README) runs in a 45 s interpreter
+campaign with the default flags, as a new user would run it: a late hang, an exit on the
+Nth call of a process, a SIGKILL, a bug that fires on one call in three, a correct set
+that spams both streams, and a correct set that takes seconds per op. The faulty ones must
+give exit 1 and a case whose replay exits 1 (the flaky one within its retries, its rate in
+the case); the correct ones exit 0 with no case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import kvref
+from fuzz.engine.case import load_case
+from fuzz.engine.minimize import Minimizer, hostile_kind
+from fuzz.engine.ops import Alloc, Free
+from fuzz.engine.verdict import Finding, Signature
+from tests.fuzz.test_engine import REPO, kvfuzz, show
+
+FOREIGN = REPO / "tests/fixtures/kernels/foreign"
+BUDGET_S = 45
+needs_interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                       reason="Triton's interpreter is off (a GPU is present)")
+
+# fixture -> (the oracle/field its case must have, or None for a correct set; extra environment)
+VERDICTS = {
+    "hang_late": (("timeout", "no-progress"), {"KVFUZZ_FIXTURE_HANG_AFTER": "late"}),
+    "exit_nth": (("crash", "exit-0"), {"KVFUZZ_FIXTURE_EXIT_AT": "300"}),
+    "sigkill": (("crash", "SIGKILL"), {}),
+    "flaky": (("state", None), {}),
+    "noisy": (None, {}),
+    "slow": (None, {"KVFUZZ_FIXTURE_SLOW_S": "0.4"}),
+}
+
+
+def _env(extra: dict, start: float) -> dict:
+    env = dict(extra)
+    if env.get("KVFUZZ_FIXTURE_HANG_AFTER") == "late":  # the hang starts 35 s into the 45 s budget
+        env["KVFUZZ_FIXTURE_HANG_AFTER"] = str(start + 35)
+    return env
+
+
+@pytest.mark.slow
+@needs_interpreter
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_every_fixture_gets_the_right_verdict_with_default_flags(name, tmp_path):
+    expected, extra = VERDICTS[name]
+    out, summary_file = tmp_path / "cases", tmp_path / "summary.json"
+    start = time.time()
+    env = _env(extra, start)
+    r = kvfuzz("run", "--backend", "interpret", "--kernels", FOREIGN / f"{name}.py", "--budget-s", BUDGET_S,
+               "--out", out, "--summary", summary_file, timeout=BUDGET_S + 240, **env)
+    summary = json.loads(summary_file.read_text())
+    if expected is None:
+        assert r.returncode == 0, show(r)
+        assert summary["failures"] == [] and not list(out.glob("*.json")), show(r)
+        assert "PASS" not in r.stdout.split("kvfuzz run:")[0] or name != "noisy", "a child's stdout reached ours"
+        return
+    assert r.returncode == 1, show(r)
+    oracle, field = expected
+    mine = [f for f in summary["failures"]
+            if f["signature"].split("/")[1] == oracle and (field is None or f["signature"].split("/")[2] == field)]
+    assert mine, show(r)
+    if name == "hang_late":
+        assert min(f["found_after_s"] for f in mine) >= 30, mine  # it started late, and was still reported
+        assert summary["elapsed_s"] < BUDGET_S + 90, summary["elapsed_s"]
+    # Each such case replays with exit 1 (a flaky one within its retries), with no flag given.
+    reproducible = [f for f in mine if (f.get("reproduced") or {}).get("k")]
+    assert reproducible, mine
+    for f in reproducible:
+        case = load_case(f["case"])
+        assert case.reproduced["n"] >= 1 and case.mode["hostile"] == "spec"
+        if 0 < case.reproduced["k"] < case.reproduced["n"]:
+            assert case.flaky
+        rr = kvfuzz("replay", f["case"], timeout=300, **env)
+        assert rr.returncode == 1, show(rr)
+        assert "FAIL" in rr.stdout and str(case.signature) in rr.stdout, show(rr)
+
+
+# ---- the minimizer keeps the hostile class it was found in --------------------------------------------
+
+
+def _finding(sig: Signature, refusal: str | None) -> Finding:
+    data = {"step": 0, "op": {"op": sig.op}, "oracle": sig.oracle, "field": sig.field, "message": ""}
+    if refusal is not None:
+        data["refusal"] = refusal
+    return Finding(sig, 0, data)
+
+
+def test_a_candidate_in_another_hostile_class_does_not_count():
+    sig = Signature("read_table", "memory", "out")
+    original = _finding(sig, "read_table: seq_lens[0]=9 needs 3 pages > max_pages 2")
+    elsewhere = _finding(sig, "read_table: token 77 of row 0 is past v2p (40 rows)")
+    assert hostile_kind(original) != hostile_kind(elsewhere)
+    ops = [Alloc(2), Free((1, 2)), Alloc(2)]
+
+    def judge(config, cand):  # any other candidate "fails" only in the other class
+        return original if list(cand) == ops else elsewhere
+
+    m = Minimizer(None, sig, judge=judge, hostile=hostile_kind(original))
+    _, kept, failure = m.run(kvref.PoolConfig(num_pages=8), ops)
+    assert kept == ops and hostile_kind(failure) == hostile_kind(original)
+    m2 = Minimizer(None, sig, judge=judge)  # without the class, the minimizer would have slid
+    assert len(m2.run(kvref.PoolConfig(num_pages=8), ops)[1]) < len(ops)
+
+
+def test_a_flaky_candidate_counts_when_it_fails_once_in_its_tries():
+    sig = Signature("free", "state", "p2v")
+    calls = {"n": 0}
+
+    def judge(config, cand):  # fails on every third run, whatever the candidate
+        calls["n"] += 1
+        return _finding(sig, None) if calls["n"] % 3 == 0 else None
+
+    ops = [Alloc(2), Free((1, 2)), Alloc(2), Alloc(2)]
+    m = Minimizer(None, sig, judge=judge, tries=3)
+    _, kept, _ = m.run(kvref.PoolConfig(num_pages=8), ops)
+    assert len(kept) < len(ops) and m.report()
+
+
+@pytest.mark.slow
+@needs_interpreter
+def test_a_case_found_with_hostile_all_replays_in_that_mode(tmp_path):
+    """trusting.py trusts its callers: only --hostile all runs it on every refused op. The case
+    records the mode, and a replay without flags fails the same way."""
+    out = tmp_path / "cases"
+    r = kvfuzz("run", "--backend", "interpret", "--kernels", FOREIGN / "trusting.py", "--hostile", "all",
+               "--budget-s", 25, "--out", out, timeout=300)
+    assert r.returncode == 1, show(r)
+    cases = [load_case(p) for p in sorted(out.glob("*.json"))]
+    hostile = [c for c in cases if (c.divergence or {}).get("refusal") and (c.reproduced or {}).get("k")]
+    assert hostile, show(r)
+    case = hostile[0]
+    assert case.mode["hostile"] == "all"
+    rr = kvfuzz("replay", case.path, timeout=240)
+    assert rr.returncode == 1 and "hostile=all" in rr.stdout, show(rr)
+    assert str(case.signature) in rr.stdout, show(rr)
+    spec = kvfuzz("replay", case.path, "--hostile", "off", timeout=240)
+    assert spec.returncode == 0, show(spec)  # the override is honoured: unprobed, it agrees with the spec
+
+
+def test_a_case_without_a_mode_replays_in_the_defaults(tmp_path):
+    data = json.loads(Path(REPO / "tests/corpus/lazy_flush_inflight_pending.json").read_text())
+    assert "mode" not in data
+    case = load_case(REPO / "tests/corpus/lazy_flush_inflight_pending.json")
+    assert case.run_mode == {"hostile": "spec", "check_every": 1}
+    assert "mode" not in json.loads(case.dumps())  # read and written back unchanged
