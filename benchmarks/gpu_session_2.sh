@@ -5,10 +5,12 @@
 #           the Nth call, SIGKILL, one call in three, noisy, slow) as campaigns on CUDA with
 #           default flags, each case replayed; production-only bugs of sets with literal
 #           block sizes, and a free whose programs race for their output slots
-#   part 2: physical limits and speed: the int32-offset read table past 2^31 elements,
-#           compile errors at one specialization, SGLang's kernels through the adapter,
-#           throughput (kvfuzz bench, production elements/s, small-shape campaigns with 4
-#           and 8 workers), compile time cold and with a warm --cache-dir
+#   part 2: physical limits: the CUDA-marked tests again (merged branches), the int32-offset
+#           read table past 2^31 elements, our kernels and indep at production scale, packed
+#           out capacity, hostile probes at production scale, compile errors at one
+#           specialization, SGLang's kernels through the adapter (EXTRA_PYTHONPATH=.sgl/site)
+#   part 3: speed: production elements/s, small-shape campaigns with 4 and 8 workers,
+#           compile time cold and with a warm --cache-dir
 set -u
 PART=${1:-1}
 OUT=${OUT:-benchmarks/results/gpu-run}
@@ -62,19 +64,31 @@ campaign() {  # NAME BUDGET EXTRA...: a campaign on CUDA, then each of its cases
     (campaign kvkernels_production 15 --scale production > /tmp/p6.txt) &
     wait
     cat /tmp/p1.txt /tmp/p2.txt /tmp/p3.txt /tmp/p4.txt /tmp/p5.txt /tmp/p6.txt
-  else
-    step "int32 row offsets past 2^31 elements (15 s each)"
-    (campaign int32_offset 15 --scale production --kernels $FOREIGN/int32_offset.py > /tmp/q1.txt) &
-    (campaign indep_production 15 --scale production --kernels $FOREIGN/indep.py > /tmp/q2.txt) &
+  elif [ "$PART" = 2 ]; then
+    step "pytest -m cuda (with the merged branches)"
+    timeout 200 $PY -m pytest -q -p no:cacheprovider -n 8 -m cuda tests 2>&1 | tail -15
+    step "int32 row offsets past 2^31 elements (15 s each; 1 and 4 workers); our kernels and indep at production scale"
+    campaign int32_offset_w1 15 --scale production --kernels $FOREIGN/int32_offset.py
+    campaign int32_offset_w4 15 --scale production --workers 4 --kernels $FOREIGN/int32_offset.py
+    (campaign kvkernels_production 30 --scale production > /tmp/q1.txt) &
+    (campaign indep_production 30 --scale production --kernels $FOREIGN/indep.py > /tmp/q2.txt) &
+    (campaign packed_capacity 20 --scale production --kernels tests/fuzz/fixtures/kernels/asserts_out_capacity.py > /tmp/q3.txt) &
+    (campaign trusting_production 20 --scale production --kernels $FOREIGN/trusting.py > /tmp/q4.txt) &
     wait
-    cat /tmp/q1.txt /tmp/q2.txt
-    step "a kernel that does not compile at one specialization (20 s)"
-    campaign compile_fails_at_1 20 --kernels $FOREIGN/compile_fails_at_1.py
+    cat /tmp/q1.txt /tmp/q2.txt /tmp/q3.txt /tmp/q4.txt
+    step "a kernel that does not compile at one specialization: as a crash case (20 s), and the compile track (60 s)"
+    (campaign compile_fails_at_1 20 --kernels $FOREIGN/compile_fails_at_1.py > /tmp/c1.txt) &
+    (campaign compile_track 60 --scale compile --kernels $FOREIGN/compile_fails_at_1.py > /tmp/c2.txt) &
+    (campaign compile_track_kvkernels 60 --scale compile > /tmp/c3.txt) &
+    wait
+    cat /tmp/c1.txt /tmp/c2.txt /tmp/c3.txt
     step "SGLang's kernels through the adapter (CUDA wrappers), hostile spec, 20 s each scale"
     (campaign sglang_small 20 --kernels kvfuzz-sglang > /tmp/s1.txt) &
     (campaign sglang_production 20 --kernels kvfuzz-sglang --scale production > /tmp/s2.txt) &
     wait
     cat /tmp/s1.txt /tmp/s2.txt
+  fi
+  if [ "$PART" = 3 ]; then
     step "throughput: production elements/s (benchmarks/scale_gpu.py --seconds 15)"
     timeout 200 $PY benchmarks/scale_gpu.py --seconds 15 --find-seconds 20 --out "$OUT/scale-gpu.json" 2>&1 | tail -14
     step "throughput: small shapes, 8 and 4 workers, fully checked and --check-every 16 (30 s each)"

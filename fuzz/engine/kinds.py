@@ -12,6 +12,7 @@ from .compile_check import ops as _compile_ops  # noqa: F401 - c_* kinds
 from .ops import Op, OpError
 from .production import far as _far_ops  # noqa: F401 - p_read_table_far
 from .production import graph as _graph_ops  # noqa: F401 - g_* kinds
+from .production import hostile as _hostile_ops  # noqa: F401 - p_*_any / p_*_overflow / p_*_disagree kinds
 from .production import ops as _production_ops  # noqa: F401 - p_* kinds
 
 __all__ = ["parse_ops", "kinds"]

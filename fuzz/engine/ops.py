@@ -15,8 +15,9 @@ Each record knows, in one place:
 
 Two families: ``PoolOp`` (one allocator: the state machine of SPEC §3 and the read
 tables over its v2p) and ``KernelOp`` (kernel-level ops on a second pair of raw tables
-of the pool's size, straight through the kernel set, no allocator). A new op is one
-class here plus its builder in ``shapes`` and its tests.
+of the pool's size, straight through the kernel set, no allocator: defined in
+``raw_ops``, re-exported here). A new op is one class here (or there) plus its builder
+in ``shapes`` and its tests.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import kvref
 
 from .oplang import OUT_SLACK_COLS, OUT_SLACK_ROWS, PACKED_SLACK, POISON, Ints, Op, OpError, Rows
 
-__all__ = ["OUT_SLACK_COLS", "OUT_SLACK_ROWS", "PACKED_SLACK", "POISON", "R2T_DTYPES", "Ints", "Op", "OpError", "Rows"]
+__all__ = ["OUT_SLACK_COLS", "OUT_SLACK_ROWS", "PACKED_SLACK", "POISON", "R2T_DTYPES", "Ints", "KAllocBind", "KBind",
+           "KFreeUnbind", "KernelOp", "Op", "OpError", "Rows"]
 
 
 class PoolOp(Op):
@@ -59,35 +61,6 @@ class PoolOp(Op):
     def probe(self, t):
         """The op's kernels on ``t`` (a probe side); None when the op calls no kernel."""
         return None
-
-
-class KernelOp(Op):
-    """A kernel-level op on raw tables: ``spec`` on the spec's lists, ``target`` through
-    the kernel set on the target's tables (``runner.TargetSide`` over raw tables). Every
-    kind has a field ``v`` (the virtual pages it names). A refused kernel-level op is
-    probed by running it unchecked on guarded copies of the tables."""
-
-    def spec(self, v2p: list[int], p2v: list[int]):
-        raise NotImplementedError
-
-    def target(self, t):
-        raise NotImplementedError
-
-    calls_kernels: ClassVar[bool] = True
-
-    def hostile_class(self, raw: dict, tier) -> str | None:
-        return None
-
-    def probe(self, t):
-        return self.target(t)
-
-    def page_ids(self):
-        return iter(self.v)
-
-    def _subsets(self) -> Iterator[tuple[int, ...]]:
-        n = len(self.v)
-        if n > 1:
-            yield from (tuple(range(0, n // 2)), tuple(range(n // 2, n)), *((b,) for b in range(n)))
 
 
 def _translated(tier) -> str | None:
@@ -424,18 +397,26 @@ class ReadTablePacked(_TableOp):
     width: int
     r2t_dtype: str = "int64"
 
+    def capacity(self) -> int:
+        """The elements of the ``out`` the kernel gets: ``max_tokens`` (SPEC §2: every caller
+        passes the buffer captured at max_tokens), or ``indptr[-1]`` for a case written before
+        that rule whose indptr ends past it."""
+        return max(self.max_tokens, self.indptr[-1] if self.indptr else 0, 0)
+
     def poisoned_out(self) -> list[int]:
-        return [POISON] * ((self.indptr[-1] if self.indptr else 0) + PACKED_SLACK)
+        """The output buffer: poison everywhere, ``PACKED_SLACK`` elements past the
+        kernel's ``capacity()`` so a write past it lands somewhere visible."""
+        return [POISON] * (self.capacity() + PACKED_SLACK)
 
     def supported_by(self, tier) -> bool:
         return tier.has("build_kv_read_table_packed")
 
     def spec(self, s):
-        out = self.poisoned_out()
+        out = [POISON] * self.capacity()  # the spec sees the buffer the kernel sees
         s.read_table_packed(req_to_token=self.req_to_token(), req_pool_indices=list(self.req_idx),
                             seq_lens=list(self.seq_lens), indptr=list(self.indptr), max_tokens=self.max_tokens,
                             out=out, kv_start_idx=None if self.kv_start is None else list(self.kv_start))
-        return out
+        return out + [POISON] * PACKED_SLACK
 
     def _packed_args(self, t) -> dict:
         kv_start = None if self.kv_start is None else t.positions("kv_start", self.kv_start, self.width)
@@ -444,20 +425,40 @@ class ReadTablePacked(_TableOp):
 
     def target(self, t):
         out = t.poisoned(self.poisoned_out())
-        t.alloc.build_read_table_packed(out=out, **self._packed_args(t))
+        t.alloc.build_read_table_packed(out=out[: self.capacity()], **self._packed_args(t))
         return out.tolist()
+
+    def hostile_class(self, s, tier):
+        """SPEC §2: even when seq_lens and indptr disagree, nothing is written at or past
+        max_tokens. Only that break is promised: indptr ascending from 0 or more to
+        ``indptr[bs] <= max_tokens``, and the op with each seq_lens entry cut to its row's
+        indptr span must be one the spec accepts."""
+        bs, ptr = len(self.req_idx), self.indptr
+        if len(ptr) != bs + 1 or len(self.seq_lens) != bs or ptr[0] < 0 or ptr[-1] > self.max_tokens:
+            return None
+        if any(ptr[b] > ptr[b + 1] for b in range(bs)):
+            return None
+        spans = [self.indptr[b + 1] - self.indptr[b] for b in range(bs)]
+        repaired = dataclasses.replace(self, seq_lens=tuple(min(n, w) for n, w in zip(self.seq_lens, spans)))
+        try:
+            repaired.spec(s)
+        except kvref.ContractViolation:
+            return None
+        return "read_table_packed_seq_lens"
 
     def probe(self, t):
         out = t.poisoned(self.poisoned_out())
         t.kernels.build_kv_read_table_packed(v2p=t.v2p, multiplier=t.config.multiplier,
-                                             page_size=t.config.page_size, out=out, **self._packed_args(t))
+                                             page_size=t.config.page_size, out=out[: self.capacity()],
+                                             **self._packed_args(t))
         return out.tolist()
 
     def outside_writes(self, out: list[int]) -> tuple[str, int] | None:
-        end = self.indptr[-1] if self.indptr else 0
-        for j, x in enumerate(out):
-            if j >= max(end, 0) and x != POISON:
-                return f"out[{j}] past indptr[-1]={end}", x
+        """The first element written at or past the kernel's ``out`` (``max_tokens``), if any."""
+        cap = self.capacity()
+        for j in range(cap, len(out)):
+            if out[j] != POISON:
+                return f"out[{j}] at or past max_tokens={self.max_tokens} (out holds {cap})", out[j]
         return None
 
     def shrink(self):
@@ -466,6 +467,9 @@ class ReadTablePacked(_TableOp):
                 start = None if self.kv_start is None else (self.kv_start[b],)
                 yield dataclasses.replace(self, req_idx=(self.req_idx[b],), seq_lens=(n,), kv_start=start,
                                           indptr=(0, n), max_tokens=max(n, 1))
+        end = max(self.indptr[-1] if self.indptr else 0, 1)
+        if self.max_tokens > end:
+            yield dataclasses.replace(self, max_tokens=end)
         yield from self._renumbered_rows()
         yield from self._shorter_rows()
 
@@ -473,76 +477,7 @@ class ReadTablePacked(_TableOp):
 TABLE_OPS = (ReadTable, ReadTablePacked)
 
 
-# ---- kernel-level ops on raw tables ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KBind(KernelOp):
-    kind = "k_bind"
-    v: Ints
-    p: Ints
-
-    def page_ids(self):
-        return iter(self.v + self.p)
-
-    def spec(self, v2p, p2v):
-        return kvref.kernels.bind(v2p, p2v, self.v, self.p)
-
-    def target(self, t):
-        return t.kernels.bind_inplace(t.pages("v", self.v), t.pages("p", self.p), t.v2p, t.p2v)
-
-    def bound(self) -> list[tuple[int, int]]:
-        return list(zip(self.v, self.p))
-
-    def shrink(self):
-        for keep in self._subsets():
-            yield KBind(tuple(self.v[j] for j in keep), tuple(self.p[j] for j in keep))
-
-
-@dataclass(frozen=True)
-class KAllocBind(KernelOp):
-    kind = "k_alloc_bind"
-    v: Ints
-    start: int
-
-    def page_ids(self):
-        return iter(self.v + (self.start, self.start + len(self.v)))
-
-    def spec(self, v2p, p2v):
-        return kvref.kernels.alloc_bind(v2p, p2v, self.v, self.start)
-
-    def target(self, t):
-        return t.kernels.alloc_bind_inplace(t.pages("v", self.v), t.v2p, t.p2v, self.start).tolist()
-
-    def bound(self) -> list[tuple[int, int]]:
-        return [(v, self.start + i) for i, v in enumerate(self.v)]
-
-    def shrink(self):
-        for keep in self._subsets():
-            yield KAllocBind(tuple(self.v[j] for j in keep), self.start)
-
-
-@dataclass(frozen=True)
-class KFreeUnbind(KernelOp):
-    kind = "k_free_unbind"
-    v: Ints
-
-    def spec(self, v2p, p2v):
-        return kvref.kernels.free_unbind(v2p, p2v, self.v)
-
-    def target(self, t):
-        return t.kernels.free_unbind_inplace(t.pages("v", self.v), t.v2p, t.p2v).tolist()
-
-    def hostile_class(self, raw, tier):
-        return "free_unbind"  # SPEC §2: never write outside the tables, whatever the input
-
-    def bound(self) -> list[tuple[int, int]]:
-        return []
-
-    def shrink(self):
-        for keep in self._subsets():
-            yield KFreeUnbind(tuple(self.v[j] for j in keep))
-
+from .raw_ops import KAllocBind, KBind, KernelOp, KFreeUnbind  # noqa: E402 - registered after the pool ops
 
 POOL_KINDS = tuple(k for k, c in Op.registry.items() if issubclass(c, PoolOp))
 KERNEL_KINDS = tuple(k for k, c in Op.registry.items() if issubclass(c, KernelOp))

@@ -278,7 +278,21 @@ def read_table_packed_op(ch: Chooser, config: kvref.PoolConfig, live, dead=()) -
         lens.append(n)
         indptr.append(indptr[-1] + n + ch.pick((0, 0, 2)))
     width = max([len(r) for r in rows] + [1]) + ps
-    return ReadTablePacked(rows, req_idx, lens, kv_start, indptr, max(lens + [1]), width)
+    # SPEC §2: indptr[bs] <= max_tokens, the capacity of the captured out (a little more, at times).
+    max_tokens = max(indptr[-1], 1) + ch.pick((0, 0, 1, 5))
+    return ReadTablePacked(rows, req_idx, lens, kv_start, indptr, max_tokens, width)
+
+
+def packed_disagree_op(ch: Chooser, config: kvref.PoolConfig, live, dead=()) -> ReadTablePacked:
+    """A read_table_packed whose seq_lens outgrow a row's indptr span (the last row's at
+    times, so a kernel that trusts seq_lens writes past max_tokens): a contract violation
+    SPEC §2 promises memory safety for."""
+    op = read_table_packed_op(ch, config, live, dead)
+    bs = len(op.seq_lens)
+    b = ch.pick((bs - 1, ch.integer(0, bs - 1)))
+    lens = list(op.seq_lens)
+    lens[b] = op.indptr[b + 1] - op.indptr[b] + ch.integer(1, config.page_size + 8)
+    return dataclasses.replace(op, seq_lens=tuple(lens))
 
 
 # ---- kernel-level ops on raw tables ----------------------------------------------------------
@@ -347,6 +361,7 @@ VIOLATIONS: dict[str, Callable] = {
     "forward_dead": lambda ch, c, live, dead, bound: dead and Forward(ch.pick(dead)[:1]),
     "write_twice": lambda ch, c, live, dead, bound: live and Write(2 * [ch.pick(live)[0]], [1, 2]),
     "read_table_short": lambda ch, c, live, dead, bound: read_table_op(ch, c, live or [[]], dead, broken=True),
+    "packed_seq_lens": lambda ch, c, live, dead, bound: packed_disagree_op(ch, c, live or [[]], dead),
     "raw_out_of_range": lambda ch, c, live, dead, bound: KBind(
         [ch.pick((0, c.table_rows - 1, c.table_rows + ch.integer(0, 8), -ch.integer(1, 8)))],
         [ch.integer(1, c.table_rows - 2)]),

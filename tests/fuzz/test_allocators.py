@@ -22,7 +22,8 @@ import pytest
 import kvref
 from fuzz.engine import allocators
 from fuzz.engine.case import Case, load_case
-from fuzz.engine.runner import STATE_FIELDS, replay
+from fuzz.engine.dispatch import replay
+from fuzz.engine.runner import STATE_FIELDS
 from fuzz.engine.tiers import SetupError, TierSpec, make_tier
 
 REPO = Path(__file__).resolve().parents[2]
@@ -186,12 +187,13 @@ def test_each_planted_bug_is_found_by_the_generator_and_minimized(bug):
     shrunk to a handful of ops."""
     import time
 
-    from fuzz.engine.campaign import run_sequence
     from fuzz.engine.minimize import Minimizer
+    from fuzz.engine.tracks import get
 
     t = tier(bug)
     for seed in range(100):
-        config, _, ops, d, _ = run_sequence(t, seed, 200)
+        seq = get("small").run_sequence(t, seed, 200)
+        config, ops, d = seq.config, seq.ops, seq.divergence
         if d is not None:
             break
     assert d is not None, f"{bug}: not found in 100 sequences"
@@ -204,11 +206,12 @@ def test_each_planted_bug_is_found_by_the_generator_and_minimized(bug):
 
 
 def _sequences(t, seeds=range(6), n_ops=150):
-    from fuzz.engine.campaign import run_sequence
+    from fuzz.engine.tracks import get
 
     runs = []
     for seed in seeds:
-        _, _, _, d, run = run_sequence(t, seed, n_ops)
+        seq = get("small").run_sequence(t, seed, n_ops)
+        d, run = seq.divergence, seq.run
         assert d is None, f"seed {seed}: {d}"
         runs.append(run)
     return runs
@@ -273,7 +276,7 @@ def test_old_cases_name_no_allocator_and_stay_as_they_were():
 
 
 def _parsed(ops):
-    from fuzz.engine.ops import parse_ops
+    from fuzz.engine.kinds import parse_ops
 
     return parse_ops(ops)
 

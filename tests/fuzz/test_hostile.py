@@ -5,16 +5,20 @@ canaries cannot be mistaken for ids in either direction."""
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
 import torch
 
 import kvref
+from fuzz.engine import shapes
+from fuzz.engine.generate import OpGenerator, contract_rate, sequence_params
 from fuzz.engine.kinds import parse_ops
 from fuzz.engine.memory import RedZones, index_canary
-from fuzz.engine.ops import Alloc, Free, KFreeUnbind, ReadTable
+from fuzz.engine.ops import Alloc, Free, KFreeUnbind, ReadTable, ReadTablePacked
 from fuzz.engine.runner import PoolRun
+from fuzz.engine.spec_side import SpecSide
 from fuzz.engine.tiers import make_tier
 from fuzz.engine.tracks import get as get_track
 from fuzz.engine.verdict import Divergence
@@ -119,3 +123,196 @@ def test_token_canaries_scale_with_the_page_size():
     assert index_canary(9, 16, 4) == (9 + 8) * 4
     t = torch.tensor([index_canary(9, 16, 4)])
     assert int(t // 4) == 17  # a token of that value lies on page 17: past 9 rows, inside a 16-row zone
+
+
+# ---- the packed read table: seq_lens that disagree with indptr (SPEC §2) ---------------------------
+
+CAPACITY = str(REPO / "tests/fuzz/fixtures/kernels/asserts_out_capacity.py")
+
+
+def _packed(seq_lens, indptr, max_tokens):
+    return ReadTablePacked([[1, 2, 3, 4, 5, 6]], [0, 0], seq_lens, None, indptr, max_tokens, 7)
+
+
+def test_packed_seq_lens_past_a_row_span_are_probed_under_spec_and_nothing_else_is():
+    config = kvref.PoolConfig(num_pages=16)
+    for op, cls in ((_packed([3, 5], [0, 3, 6], 6), "read_table_packed_seq_lens"),  # row 1 says 5, owns 3
+                    (_packed([3, 9], [0, 3, 6], 6), "read_table_packed_seq_lens"),  # past max_tokens too
+                    (_packed([3, 5], [0, 3, 6], 5), None),  # indptr[bs] > max_tokens: no promise
+                    (_packed([3, 5], [0, 3, 2], 6), None),  # indptr not ascending: no promise
+                    (_packed([3, 3], [-1, 3, 6], 6), None)):  # refused for another reason
+        run = PoolRun(config, make_tier("torch"), hostile="spec")
+        run.step(Alloc(6))
+        assert run.step(op).error is not None, op
+        assert run.stats.hostile == ({cls: 1} if cls else {}), (op, run.stats.hostile)
+    run = PoolRun(config, make_tier("torch"), hostile="off")
+    run.step(Alloc(6))
+    assert run.step(_packed([3, 5], [0, 3, 6], 6)).error is not None and not run.stats.hostile
+
+
+@needs_interpreter
+def test_a_packed_kernel_that_trusts_seq_lens_is_a_memory_finding_past_max_tokens():
+    """trusting.py writes out[indptr[b] + col] for every col < seq_lens[b]: the last row's
+    two extra tokens land past max_tokens (poison of the buffer, then its red zone)."""
+    run = PoolRun(kvref.PoolConfig(num_pages=16), make_tier("interpret", TRUSTING), hostile="spec")
+    run.step(Alloc(6))
+    with pytest.raises(Divergence) as info:
+        run.step(_packed([3, 5], [0, 3, 6], 6))
+    d = info.value
+    assert (d.kind, d.oracle, d.field) == ("read_table_packed", "memory", "out"), str(d)
+    assert "at or past max_tokens=6" in d.message and d.refusal
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("interpret", marks=needs_interpreter)])
+def test_correct_packed_kernels_stay_inside_max_tokens_on_disagreeing_seq_lens(backend):
+    for kernels in ("kvkernels", str(REPO / "tests/fixtures/kernels/foreign/indep.py"), CAPACITY):
+        if backend == "torch" and kernels != "kvkernels":
+            continue  # the foreign set has no torch path
+        run = PoolRun(kvref.PoolConfig(num_pages=16), make_tier(backend, kernels), hostile="spec")
+        run.step(Alloc(6))
+        for op in (_packed([3, 5], [0, 3, 6], 6), _packed([0, 40], [0, 3, 6], 6), _packed([9, 1], [0, 3, 6], 8)):
+            assert run.step(op).error is not None
+        assert run.stats.hostile == {"read_table_packed_seq_lens": 3}, kernels
+
+
+def test_the_generators_break_the_packed_table_at_a_low_rate():
+    drawn = ops = 0
+    for seed in range(400):
+        config, scenario, rng = sequence_params(seed)
+        gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate("spec"))
+        side = SpecSide(config)
+        for _ in range(60):
+            op = gen.next_op(side.spec)
+            gen.observe(op, side.apply(op))
+            ops += 1
+        drawn += gen.violations.get("packed_seq_lens", 0)
+    assert 0 < drawn < ops * 0.01, (drawn, ops)
+    ch = shapes.RandomChooser(random.Random(5))
+    config = kvref.PoolConfig(num_pages=16, page_size=2)
+    live = [[2, 3, 4, 5, 6, 7], [8, 9, 10, 11]]
+    classes = set()
+    for _ in range(50):
+        op = shapes.packed_disagree_op(ch, config, live)
+        with pytest.raises(kvref.ContractViolation):
+            op.spec(kvref.Allocator(config))
+        classes.add(op.hostile_class(kvref.Allocator(config), None))
+    assert "read_table_packed_seq_lens" in classes
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("interpret", marks=needs_interpreter)])
+def test_a_set_that_asserts_out_holds_max_tokens_fuzzes_clean_at_small_scale(backend):
+    tier = make_tier(backend, CAPACITY)
+    packed = 0
+    for seed in range(6 if backend == "torch" else 3):
+        seq = get_track("small").run_sequence(tier, seed, 120)
+        assert seq.divergence is None, f"seed {seed}: {seq.divergence}"
+        packed += seq.stats.by_kind.get("read_table_packed", 0)
+    assert packed >= 2
+
+
+# ---- production scale: every SPEC-promised hostile class, at production sizes ---------------------
+
+HOSTILE_PROBES = ("p_free_unbind_any", "p_read_table_overflow", "p_read_table_packed_disagree")
+INDEP = str(REPO / "tests/fixtures/kernels/foreign/indep.py")
+
+
+def test_production_streams_probe_unless_hostile_is_off_and_regenerate_follows_the_mode():
+    from fuzz.engine.production.generator import HOSTILE_MIX, generator, scale_info
+    from fuzz.engine.tracks.production import ProductionTrack
+
+    assert set(HOSTILE_MIX) == set(HOSTILE_PROBES)
+    tier = make_tier("torch")
+    info = ProductionTrack().worker_info(tier)
+    drawn = {"off": set(), "spec": set()}
+    for seed in range(8):
+        for hostile in drawn:
+            _, gen = generator(seed, scale_info(tier), hostile=hostile)
+            ops = [gen.next_op() for _ in range(30)]
+            drawn[hostile] |= {op.kind for op in ops}
+        if seed < 2:  # the stream is a function of (seed, info, hostile); all probes what spec does
+            assert ProductionTrack().regenerate(seed, 30, info, hostile="spec")[2] == ops
+            assert ProductionTrack().regenerate(seed, 30, info, hostile="all")[2] == ops
+    assert not drawn["off"] & set(HOSTILE_PROBES)
+    assert set(HOSTILE_PROBES) <= drawn["spec"], drawn["spec"]
+
+
+def _hostile_runs(tier, *, budget_s: float, stop_when_found: bool, n_ops: int = 12):
+    """Production sequences of the hostile mix, seeds 0, 1, ...: (divergences by op kind, probes by class, seconds)."""
+    import time
+
+    from fuzz.engine.production.generator import HOSTILE_MIX
+
+    mix = {**HOSTILE_MIX, "p_rows": 1, "p_free_unbind": 1}
+    start, seed, found, probed = time.monotonic(), 0, {}, {}
+    while time.monotonic() - start < budget_s:
+        seq = get_track("production").run_sequence(tier, seed, n_ops, deadline=start + budget_s, mix=mix)
+        for k, v in seq.stats.hostile.items():
+            probed[k] = probed.get(k, 0) + v
+        assert not any("refused" in n for n in seq.run.notes), seq.run.notes
+        assert seq.stats.contract_ops == 0, [op.to_json() for op in seq.ops]  # every probe is well formed
+        d = seq.divergence
+        if d is not None:
+            found.setdefault(d.kind, (seed, time.monotonic() - start, seq, d))
+            if stop_when_found and set(HOSTILE_PROBES) <= set(found):
+                break
+        seed += 1
+    return found, probed, time.monotonic() - start
+
+
+@needs_interpreter
+def test_production_probes_find_a_kernel_set_that_trusts_its_callers():
+    """trusting.py (lane masks only): each probe kind is a memory finding at production
+    sizes, within a minute, and the case shrinks and replays with its signature."""
+    import time
+
+    from fuzz.engine.dispatch import replay
+    from fuzz.engine.minimize import Minimizer
+
+    tier = make_tier("interpret", TRUSTING)
+    found, probed, took = _hostile_runs(tier, budget_s=60, stop_when_found=True)
+    assert set(HOSTILE_PROBES) <= set(found), (sorted(found), took)
+    for kind in HOSTILE_PROBES:
+        seed, at, seq, d = found[kind]
+        print(f"{kind}: seed {seed} at {at:.1f} s: {d}")
+        assert d.oracle == "memory" and d.refusal, str(d)
+    seed, at, seq, d = found["p_free_unbind_any"]
+    m = Minimizer(tier, d.signature, deadline=time.monotonic() + 10)
+    config, ops, d2 = m.run(seq.config, seq.ops[: d.step + 1])
+    assert d2.signature == d.signature and len(ops) <= d.step + 1
+    d3, _ = replay(config, [op.to_json() for op in ops], tier)
+    assert d3 is not None and d3.signature == d.signature
+    d4, run = replay(config, [op.to_json() for op in ops], tier, hostile="off")
+    assert d4 is None and run.stats.contract_ops >= 1  # the probe is refused, not run, under off
+
+
+@needs_interpreter
+@pytest.mark.parametrize("kernels", ["indep", "kvkernels"])
+def test_production_probes_stay_clean_on_sets_that_mask_everything(kernels):
+    """Seeds 0, 1, ... of the hostile mix until every class was probed: no finding."""
+    from fuzz.engine.production.generator import HOSTILE_MIX
+
+    tier = make_tier("interpret", INDEP if kernels == "indep" else "kvkernels")
+    probed: dict = {}
+    for seed in range(8):
+        seq = get_track("production").run_sequence(tier, seed, 6, mix={**HOSTILE_MIX, "p_rows": 1, "p_free_unbind": 1})
+        assert seq.divergence is None, f"seed {seed}: {seq.divergence}\n{[op.to_json() for op in seq.ops]}"
+        assert seq.stats.contract_ops == 0 and not any("refused" in n for n in seq.run.notes)
+        for k, v in seq.stats.hostile.items():
+            probed[k] = probed.get(k, 0) + v
+        if len(probed) == 3:
+            break
+    assert set(probed) == {"free_unbind", "read_table_seq_lens", "read_table_packed_seq_lens"}, probed
+
+
+def test_production_translate_of_bad_ids_counts_as_the_translate_class():
+    from fuzz.engine.production.ops import PSetup, PTranslate
+    from fuzz.engine.production.run import ScaleRun
+
+    config = kvref.PoolConfig(num_pages=300)
+    for hostile, counted in (("spec", {"translate": 1}), ("off", {})):
+        run = ScaleRun(config, make_tier("torch"), hostile=hostile)
+        run.step(PSetup(5, (1, 299, 1, 0, 0), (1, 299, 1, 0, 0)))
+        run.step(PTranslate(1, 50, (1, 299, 1, 0), 0))
+        run.step(PTranslate(1, 50, (1, 299, 1, 0), 7))
+        run.finish()
+        assert run.stats.hostile == counted, hostile

@@ -136,7 +136,8 @@ class KvrefTwin:
         elif isinstance(op, PReadTablePacked):
             a, b, rows = op.req
             seq, indptr, starts = op.layout(len(self.r2t[0]))
-            out = [POISON] * indptr[-1]
+            assert indptr[-1] <= op.max_tokens  # SPEC §2
+            out = [POISON] * op.max_tokens  # the buffer captured at max_tokens
             ref.read_table_packed(req_to_token=self.r2t, req_pool_indices=[(a * i + b) % rows for i in range(op.bs)],
                                   seq_lens=seq, v2p=self.v2p, indptr=indptr, multiplier=cfg.multiplier,
                                   page_size=cfg.page_size, max_tokens=op.max_tokens, out=out, kv_start_idx=starts)
@@ -369,3 +370,49 @@ def test_a_write_past_the_live_prefix_is_a_memory_finding_inside_it_a_result():
     long_row = [ops[0], dataclasses.replace(ops[1], long_len=40, n_long=3)]
     d, _ = replay(PoolConfig(num_pages=300), long_row, _torch_set(build_kv_read_table=read_table))
     assert d is not None and (d.oracle, d.field) == ("result", "out"), str(d)
+
+
+# ---- the packed read table gets the buffer captured at max_tokens (SPEC §2) ---------------------------
+
+PACKED_MIX = {"p_read_table_packed": 6, "g_read_table": 4, "p_rows": 1, "p_free_unbind": 1}
+CAPACITY = str(Path(__file__).resolve().parent / "fixtures" / "kernels" / "asserts_out_capacity.py")
+
+
+def test_packed_ops_hand_the_kernel_max_tokens_and_keep_indptr_inside_it():
+    tier = make_tier("torch")
+    seen = {"p": 0, "g": 0}
+    for seed in range(40):
+        config, gen = scale.generator(seed, scale.scale_info(tier), limits=ScaleLimits.small(), mix=PACKED_MIX)
+        for _ in range(12):
+            op = gen.next_op()
+            if isinstance(op, PReadTablePacked):
+                assert op.row_cap >= 1 and op.end() <= op.max_tokens, op
+                seen["p"] += 1
+            elif op.kind == "g_read_table" and op.packed:
+                seen["g"] += 1
+    assert seen["p"] > 30 and seen["g"] > 3, seen
+    # a case written before row_cap: max_tokens is both the row cap and the capacity, and
+    # an indptr that ends past it is refused (SPEC §2), before the kernel sees it
+    run = ScaleRun(PoolConfig(num_pages=300), tier)
+    run.step(PRows(1, 4, 64, (0, 301, 1, 0, 0, 301, 5, 1), 0))
+    old = Op.from_json({"op": "p_read_table_packed", "seed": 3, "bs": 4, "max_tokens": 40, "req": [1, 0, 4],
+                        "long_len": 40, "n_long": 4, "gap": 0, "has_start": False})
+    assert old.row_tokens() == 40 and old.end() == 160
+    out = run.step(old)
+    assert out.error is not None and "max_tokens" in str(out.error)
+    assert run.step(dataclasses.replace(old, max_tokens=160, row_cap=40)).error is None
+    assert run.last[0].expected.numel() == 160 + 2 * PACKED_SLACK
+
+
+@needs_interpreter
+def test_a_set_that_asserts_out_holds_max_tokens_fuzzes_clean_at_production_scale():
+    """Like SGLang's wrapper, the fixture asserts out.numel() >= max_tokens: never tripped
+    (seeds 0 and 1 of the packed mix: five eager packed tables and a packed graph capture)."""
+    tier = make_tier("interpret", CAPACITY)
+    packed = graphs = 0
+    for seed in range(2):
+        s = get_track("production").run_sequence(tier, seed, 8, mix=PACKED_MIX)
+        assert s.divergence is None, f"seed {seed}: {s.divergence}\n{[op.to_json() for op in s.ops]}"
+        packed += s.stats.by_kind.get("p_read_table_packed", 0)
+        graphs += sum(1 for op in s.ops if op.kind == "g_read_table" and op.packed)
+    assert packed >= 4 and graphs >= 1, (packed, graphs)

@@ -4,6 +4,8 @@
 - ``limits``: how big the generator goes per device;
 - ``ops``: the ``p_*`` op records (SPEC §2 on raw tables, generative);
 - ``graph``: ``g_read_table``, CUDA-graph capture and replay (emulated on the CPU);
+- ``hostile``: the probes of SPEC §2's memory-safety promises (``p_free_unbind_any``,
+  ``p_read_table_overflow``, ``p_read_table_packed_disagree``), memory judged only;
 - ``compare``: results against the oracle, on the device;
 - ``run``: ``ScaleRun``, both sides' state and the checks;
 - ``generator``: the op stream of a seed, sizes at the kernel set's boundaries.

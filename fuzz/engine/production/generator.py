@@ -5,8 +5,10 @@ second block at production constants, and a team's kernels expose no knobs to sh
 those constants; so sizes are drawn where the set's own constants bite
 (``boundary.Boundaries``): pools up to 2^20 pages, bs up to 512 and the cdiv(TARGET, bs)
 steps beyond, rows up to 256k tokens, id batches up to 64k. The stream depends only on
-the seed and ``scale_info`` (the constants, the optional functions, the device), never
-on what the target does, so a supervisor rebuilds a dead worker's ops from them.
+the seed, ``scale_info`` (the constants, the optional functions, the device) and the
+hostile mode (unless it is ``off``, the default mix includes the hostile probes of
+``hostile``), never on what the target does, so a supervisor rebuilds a dead worker's
+ops from them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..ops import Op
 from .arith import INT32_LIMIT, cdiv, unit_near
 from .far import draw_far_op, far_rng
 from .graph import GReadTable
+from .hostile import FAR_MAX, PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree
 from .limits import ScaleLimits
 from .observe import observed_constants
 from .ops import PAllocBind, PBind, PFreeUnbind, PReadTable, PReadTablePacked, PRows, PSetup, PTranslate
@@ -49,8 +52,11 @@ READ_HEAVY_MIX = {"p_read_table": 80, "p_read_table_packed": 10, "p_alloc_bind":
                   "p_rows": 1}
 EAGER_MIX = {k: w for k, w in DEFAULT_MIX.items() if not k.startswith("g_")}
 GRAPH_MIX = {"g_read_table": 1}
+# SPEC §2's memory-safety promises at production sizes (``hostile``): added to the default mix
+# unless the run's hostile mode is off; an explicit mix has them only if it names them.
+HOSTILE_MIX = {"p_free_unbind_any": 3, "p_read_table_overflow": 3, "p_read_table_packed_disagree": 2}
 FEATURES = {"p_read_table_packed": "build_kv_read_table_packed", "p_translate": "translate_tokens",
-            "g_read_table": None}
+            "g_read_table": None, "p_read_table_packed_disagree": "build_kv_read_table_packed"}
 FAR_AT = (1, 4)  # where a sequence's far read table comes (op index, inclusive): early, so a short run meets it
 
 
@@ -63,7 +69,7 @@ class ScaleGenerator:
     def __init__(self, rng: random.Random, config: kvref.PoolConfig, constants: Constants,
                  limits: ScaleLimits | None = None, *, features: set | None = None, mix: dict | None = None,
                  legacy: bool = False, big: float = 0.1, r2t_dtype: str = "int32",
-                 far: random.Random | None = None):
+                 far: random.Random | None = None, hostile: str = "spec"):
         self.rng, self.config, self.constants = rng, config, constants
         self.r2t_dtype = r2t_dtype  # every req_to_token of the sequence (p_rows, g_read_table)
         self.big = big  # share of read tables at the limits' full size instead of a boundary
@@ -72,7 +78,9 @@ class ScaleGenerator:
         self.features = features  # None: every optional function is there
         self.legacy = legacy
         far_ok = mix is None or "p_read_table_far" in mix  # a mix of its own (a benchmark's) names it or has none
-        mix = dict(DEFAULT_MIX if mix is None else mix)
+        mix = dict({**DEFAULT_MIX, **HOSTILE_MIX} if mix is None else mix)
+        if hostile == "off":
+            mix = {k: w for k, w in mix.items() if k not in HOSTILE_MIX}
         for kind, fn in FEATURES.items():
             if kind in mix and features is not None and fn is not None and fn not in features:
                 del mix[kind]
@@ -295,7 +303,8 @@ class ScaleGenerator:
                         n_long=min(n_long, bs), legacy=legacy)
         return self._tag(op, bs=bs_tag, max_pages=mp_tag, long_pages=long_tag)
 
-    def _p_read_table_packed(self) -> Op:
+    def packed_op(self) -> tuple[PReadTablePacked, dict]:
+        """A valid packed read table (rows at the boundaries, ``max_tokens`` from ``capacity``) and its tags."""
         rng, lim = self.rng, self.limits
         for _ in range(8):
             bs, bs_tag = self.bounds.bs(lim.max_bs)
@@ -312,11 +321,78 @@ class ScaleGenerator:
         R = self.rows[0]
         op = PReadTablePacked(seed=rng.randrange(1 << 30), bs=bs, max_tokens=cols,
                               req=(rng.randrange(R + 1), rng.randrange(R), R), long_len=long_len, n_long=n_long,
-                              gap=rng.choice((0, 0, 3)), has_start=rng.random() < 0.5)
+                              gap=rng.choice((0, 0, 3)), has_start=rng.random() < 0.5, row_cap=cols)
         if op.elements() > 2 * lim.max_packed:
-            op = dataclasses.replace(op, n_long=1, max_tokens=min(cols, max(1, lim.max_packed // bs)),
+            op = dataclasses.replace(op, n_long=1, row_cap=min(cols, max(1, lim.max_packed // bs)),
                                      long_len=min(long_len, max(1, lim.max_packed // bs)))
-        return self._tag(op, bs=bs_tag, max_tokens=cols_tag, long_len=long_tag)
+        max_tokens, cap_tag = self.capacity(op.bs, op.end(), op.bs * op.row_cap)
+        return (dataclasses.replace(op, max_tokens=max_tokens),
+                dict(bs=bs_tag, row_cap=cols_tag, long_len=long_tag, max_tokens=cap_tag))
+
+    def capacity(self, bs: int, end: int, full: int) -> tuple[int, str]:
+        """``max_tokens`` of a packed table whose indptr ends at ``end`` (SPEC §2: at least that):
+        exactly it, a little more, or the buffer a server captured for ``full`` tokens."""
+        rng, lim = self.rng, self.limits
+        end = max(1, end)
+        r = rng.random()
+        if r < 0.4:
+            v, tag = end, "indptr[bs]"
+        elif r < 0.7:
+            v, tag = end + rng.choice((1, self.config.page_size, rng.randrange(1, 512))), "indptr[bs]+slack"
+        else:
+            v, tag = max(end, min(full, 2 * lim.max_packed)), "bs*row_cap"
+        if lim.max_programs is not None and v > end and self.programs(bs, v) > lim.max_programs:
+            v, tag = end, "indptr[bs] (program budget)"
+        return v, tag
+
+    def _p_read_table_packed(self) -> Op:
+        op, tags = self.packed_op()
+        return self._tag(op, **tags)
+
+    # ---- hostile probes (HOSTILE_MIX): SPEC §2's memory-safety promises ----------------------
+    def _p_free_unbind_any(self) -> Op:
+        rng, rows = self.rng, self.config.table_rows
+        n, tag = self.bounds.size(1, self._ids_budget())
+        gaps, r = self._gaps(), rng.random()
+        if gaps and r < 0.4:  # pages that are unbound now: double frees
+            s, e = rng.choice(gaps)
+            n = min(n, e - s)
+            v, src = self._v(s + rng.randint(0, e - s - n)), "unbound pages"
+        elif r < 0.7:
+            v, src = (0, rows, unit_near(rng.randrange(1, rows), rows), rng.randrange(rows), 0), "any rows"
+        else:
+            v, src = (0, rows, rng.randrange(1, rows), rng.randrange(rows), 0), "any rows, repeats"
+        op = PFreeUnbindAny(seed=rng.randrange(1 << 30), n=n, v=v, bad_every=rng.choice((0, 3, 17, 101)),
+                            far=rng.choice((1, 2, 16, 64, FAR_MAX)))
+        return self._tag(op, n=tag, ids=src)
+
+    def _p_read_table_overflow(self) -> Op:
+        rng, ps = self.rng, self.config.page_size
+        bs, mp, bs_tag, mp_tag = self.table_shape(self.limits.max_row_tokens // ps)
+        self._need_rows((mp - 1) * ps + 1)
+        if (2 * self.rows[1] - 1) // ps < mp:  # too narrow to read one page past max_pages inside the red zone
+            self.rows_op((mp + 1) * ps)
+        over_max = ((2 * self.rows[1] - 1) // ps - (mp - 1)) * ps  # reads stay inside req_to_token's red zone
+        over = rng.choice((1, ps, ps + 1, rng.randint(1, 8 * ps), self.bounds.size(1, over_max)[0]))
+        R = self.rows[0]
+        op = PReadTableOverflow(seed=rng.randrange(1 << 30), bs=bs, max_pages=mp, req=(rng.randrange(R + 1),
+                                rng.randrange(R), R), n_long=min(bs, rng.choice((1, 1, 2, bs))),
+                                over=max(1, min(over, over_max)), legacy=self.legacy and rng.random() < 0.2)
+        return self._tag(op, bs=bs_tag, max_pages=mp_tag)
+
+    def _p_read_table_packed_disagree(self) -> Op:
+        rng = self.rng
+        op, tags = self.packed_op()
+        w = self.rows[1]
+        if op.gap + 1 > w:
+            op = dataclasses.replace(op, gap=0)
+        end = max(1, op.end())
+        over = rng.choice((1, 2, rng.randint(1, 64), rng.randint(1, op.row_tokens())))
+        hop = PReadTablePackedDisagree(
+            seed=op.seed, bs=op.bs, max_tokens=end if rng.random() < 0.6 else max(end, op.max_tokens), req=op.req,
+            long_len=op.long_len, n_long=op.n_long, gap=op.gap, has_start=op.has_start, row_cap=op.row_cap,
+            over=max(1, min(over, w - op.gap)), n_over=min(op.bs, rng.choice((1, 1, 2, op.bs))))
+        return self._tag(hop, **tags)
 
     def _g_read_table(self) -> Op:
         return draw_graph_op(self)
@@ -339,7 +415,7 @@ def draw_graph_op(gen) -> GReadTable:
         cols, cols_tag = gen.bounds.trip_pages(bs, cols_cap)
         elems = bs * cols
         if elems <= (lim.max_packed if packed else lim.max_read_elems) and (
-                budget is None or gen.programs(bs, cols) <= budget):
+                budget is None or gen.programs(bs, bs * cols if packed else cols) <= budget):
             break
     else:
         bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
@@ -395,9 +471,10 @@ _OBSERVED: dict = {}  # per kernel set and knobs: what its launches showed (prob
 
 
 def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: dict | None = None,
-              big: float | None = None) -> tuple[kvref.PoolConfig, ScaleGenerator]:
-    """What a seed decides, given ``scale_info``: the geometry and the op stream.
-    ``big``: the share of full-size read tables (default 0.1 on a GPU, 0.02 on the interpreter)."""
+              big: float | None = None, hostile: str = "spec") -> tuple[kvref.PoolConfig, ScaleGenerator]:
+    """What a seed decides, given ``scale_info`` and the hostile mode (``off``: no hostile
+    probes in the stream): the geometry and the op stream. ``big``: the share of full-size
+    read tables (default 0.1 on a GPU, 0.02 on the interpreter)."""
     gpu = info["gpu"]
     big = (0.1 if gpu else 0.02) if big is None else big
     c = info["constants"]
@@ -408,12 +485,12 @@ def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: 
     features = set(info["features"])
     gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
                          legacy="build_kv_read_table_legacy" in features, big=big, r2t_dtype=sequence_r2t_dtype(seed),
-                         far=far_rng(seed))
+                         far=far_rng(seed), hostile=hostile)
     return config, gen
 
 
 def regenerate(seed: int, n_ops: int, info: dict, **kw) -> tuple[kvref.PoolConfig, list[Op]]:
     """The first ``n_ops`` ops of ``seed``'s sequence (the stream depends on nothing the
-    target does)."""
+    target does; pass the run's ``hostile``)."""
     config, gen = generator(seed, info, **kw)
     return config, [gen.next_op() for _ in range(n_ops)]

@@ -186,9 +186,10 @@ def make_capture(device) -> CudaCapture | EmulatedCapture:
 @dataclass(frozen=True)
 class GReadTable(ScaleOp):
     """One capture of the read table (``packed``: the CSR form, ``max_pages`` then counts
-    tokens) and ``steps`` replays with mutated inputs, all seeded. The captured
-    req_to_token is its own [rows, width] (built like ``p_rows`` from ``src``); v2p is the
-    sequence's, tombstoned at ``tombs`` seeded pages per step and restored afterwards."""
+    a row's tokens and the captured ``out`` holds ``max_tokens = bs * max_pages``) and
+    ``steps`` replays with mutated inputs, all seeded. The captured req_to_token is its own
+    [rows, width] (built like ``p_rows`` from ``src``); v2p is the sequence's, tombstoned at
+    ``tombs`` seeded pages per step and restored afterwards."""
 
     kind = "g_read_table"
     seed: int
@@ -278,8 +279,9 @@ class GReadTable(ScaleOp):
             args = dict(req_to_token=r2t, req_pool_indices=static["req"][side], seq_lens=static["seq"][side], v2p=v2p,
                         multiplier=cfg.multiplier, page_size=ps, out=out_view((o_buf, t_buf)[side]))
             if self.packed:
+                # max_tokens: the captured buffer's capacity (SPEC §2), not one row's cap
                 return dict(args, indptr=static["indptr"][side], kv_start_idx=static["start"][side],
-                            max_tokens=self.max_pages)
+                            max_tokens=total)
             return dict(args, max_pages=self.max_pages)
 
         def set_inputs(step: int) -> list[int]:

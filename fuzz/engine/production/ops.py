@@ -354,8 +354,11 @@ def packed_layout(seed: int, bs: int, max_tokens: int, long_len: int, n_long: in
 
 @dataclass(frozen=True)
 class PReadTablePacked(ScaleOp):
-    """read_table_packed: indptr = running sum of seq_lens (+ a seeded gap of up to ``gap``
-    per row), kv_start (when ``has_start``) a seeded start that keeps the row inside width."""
+    """read_table_packed into the buffer captured at ``max_tokens`` (SPEC §2: ``out`` holds
+    ``max_tokens`` elements and ``indptr[bs] <= max_tokens``): seq_lens from ``_seq_lens``
+    with cap ``row_cap`` (0: ``max_tokens``, as cases written before the field mean it),
+    indptr = running sum of seq_lens (+ a seeded gap of up to ``gap`` per row), kv_start
+    (when ``has_start``) a seeded start that keeps the row inside width."""
 
     kind = "p_read_table_packed"
     needs = "build_kv_read_table_packed"
@@ -367,42 +370,58 @@ class PReadTablePacked(ScaleOp):
     n_long: int
     gap: int
     has_start: bool
+    row_cap: int = 0
+
+    def row_tokens(self) -> int:
+        return self.row_cap or self.max_tokens
 
     def invalid(self, run):
         err = _req_error(run, self.req)
         if err:
-            return f"p_read_table_packed: {err}"
-        w = run.rows_shape[1]
-        if self.bs < 1 or not 1 <= self.max_tokens <= w or self.gap < 0:
-            return f"p_read_table_packed: bs {self.bs}, max_tokens {self.max_tokens} do not fit width {w}"
-        if not 0 <= self.long_len <= self.max_tokens or not 0 <= self.n_long <= self.bs:
-            return f"p_read_table_packed: long_len {self.long_len} / n_long {self.n_long} out of range"
+            return f"{self.kind}: {err}"
+        w, cap = run.rows_shape[1], self.row_tokens()
+        if self.bs < 1 or self.max_tokens < 1 or self.row_cap < 0 or not 1 <= cap <= w or self.gap < 0:
+            return f"{self.kind}: bs {self.bs}, rows of up to {cap} tokens do not fit width {w}"
+        if not 0 <= self.long_len <= cap or not 0 <= self.n_long <= self.bs:
+            return f"{self.kind}: long_len {self.long_len} / n_long {self.n_long} out of range"
+        end = self.end()
+        if end > self.max_tokens:
+            return f"{self.kind}: indptr[bs] = {end} > max_tokens = {self.max_tokens} (SPEC §2)"
         return None
 
     def layout(self, width: int):
-        return packed_layout(self.seed, self.bs, self.max_tokens, self.long_len, self.n_long, self.gap,
+        return packed_layout(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long, self.gap,
                              self.has_start, width)
 
+    def end(self) -> int:
+        """indptr[bs]: the tokens the layout packs, gaps included."""
+        return packed_layout(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long, self.gap, False, 1)[1][-1]
+
     def elements(self):
-        return sum(_seq_lens(self.seed, self.bs, self.max_tokens, self.long_len, self.n_long))
+        return sum(_seq_lens(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long))
+
+    def inputs(self, run) -> tuple[list[int], list[int], dict]:
+        """(seq_lens, indptr, their device tensors by name: req, seq, indptr, start)."""
+        seq, indptr, starts = self.layout(run.rows_shape[1])
+        ints = {name: torch.tensor(x, dtype=LONG, device=run.device) for name, x in
+                (("req", _req_idx(self.req, self.bs)), ("seq", seq), ("indptr", indptr), ("start", starts))
+                if x is not None}
+        return seq, indptr, ints
 
     def execute(self, run, i):
         dev = run.device
-        seq, indptr, starts = self.layout(run.rows_shape[1])
-        ints = {name: torch.tensor(x, dtype=LONG, device=dev) for name, x in
-                (("req", _req_idx(self.req, self.bs)), ("seq", seq), ("indptr", indptr), ("start", starts))
-                if x is not None}
-        total = indptr[-1]
-        o_buf, t_buf = (torch.full((total + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
+        seq, indptr, ints = self.inputs(run)
+        cap = self.max_tokens
+        o_buf, t_buf = (torch.full((cap + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
                         for _ in range(2))
-        common = dict(multiplier=run.config.multiplier, page_size=run.config.page_size, max_tokens=self.max_tokens)
+        common = dict(multiplier=run.config.multiplier, page_size=run.config.page_size, max_tokens=cap)
         vo.read_table_packed(req_to_token=run.o_r2t, req_pool_indices=ints["req"], seq_lens=ints["seq"],
-                             v2p=run.o_v2p, indptr=ints["indptr"], out=o_buf[PACKED_SLACK:PACKED_SLACK + total],
+                             v2p=run.o_v2p, indptr=ints["indptr"], out=o_buf[PACKED_SLACK:PACKED_SLACK + cap],
                              kv_start_idx=ints.get("start"), **common)
         start_t = ints["start"].clone() if "start" in ints else None
         run.call_target(i, self, lambda k: k.build_kv_read_table_packed(
             req_to_token=run.t_r2t.view, req_pool_indices=ints["req"].clone(), seq_lens=ints["seq"].clone(),
-            v2p=run.t_v2p.view, indptr=ints["indptr"].clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + total],
+            v2p=run.t_v2p.view, indptr=ints["indptr"].clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + cap],
             kv_start_idx=start_t, **common))
         spans = list(zip(indptr[:-1], seq))
         run.check(i, self, [Compare("out", o_buf, t_buf, live=lambda: packed_live(o_buf.numel(), spans, dev),
@@ -411,7 +430,12 @@ class PReadTablePacked(ScaleOp):
 
     def shrink(self):
         yield from self._shrink_fields(("bs",), {"bs": 1})
+        end = max(1, self.end())
+        if self.max_tokens > end:
+            yield dataclasses.replace(self, max_tokens=end)
         yield from self._shrink_fields(("max_tokens",), {"max_tokens": 1})
+        if self.row_cap:
+            yield from self._shrink_fields(("row_cap",), {"row_cap": 1})
         yield from self._shrink_fields(("n_long", "long_len", "gap"))
         if self.has_start:
             yield dataclasses.replace(self, has_start=False)
@@ -461,6 +485,8 @@ class PTranslate(ScaleOp):
         expected = vo.translate(loc=loc, v2p=run.o_v2p, page_size=ps)
         got = run.call_target(i, self, lambda k: k.translate_tokens(loc=loc.clone(), v2p=run.t_v2p.view, page_size=ps))
         run.check(i, self, [Compare("slots", expected, got)])
+        if self.bad_every and run.hostile != "off":  # SPEC §2 translate of any id: valid input, judged above
+            run.stats.hostile["translate"] = run.stats.hostile.get("translate", 0) + 1
         return Outcome(None)
 
     def shrink(self):

@@ -7,6 +7,10 @@ buffers times the page size); the oracle's own copies; and the current ``req_to_
 rows (``p_rows``), both sides. Results are compared on the device, one host read per
 check, and only the first divergent element is read back.
 
+Hostile probes (``hostile``: SPEC §2's memory-safety promises, drawn unless the run's
+``hostile`` is ``off``) run the target's kernel alone on guarded copies of the tables and
+judge memory only; under ``off`` a replayed probe is refused, not run.
+
 When several oracles disagree at one check, the report is chosen in a fixed order that
 does not depend on the process's history: red zones, then the tables, then results. A
 kernel that leaves lanes of a freshly allocated result unwritten returns whatever the
@@ -30,6 +34,7 @@ from ..ops import Op, OpError
 from ..verdict import Divergence, Outcome, RunStats, crash
 from .arith import INT32_LIMIT, LONG
 from .compare import Compare, result_divergence
+from .hostile import HostileOp
 from .ops import ScaleOp
 
 TABLE_GUARD = 64  # red-zone rows on each side of v2p/p2v
@@ -104,6 +109,9 @@ class ScaleRun:
             raise OpError(f"{op.kind} is not a production-scale op")
         if not op.supported_by(self.tier):
             return Outcome(error=ContractViolation(f"{op.kind}: not in this kernel set"))
+        if isinstance(op, HostileOp) and self.hostile == "off":
+            self.stats.contract_ops += 1
+            return Outcome(error=ContractViolation(f"{op.kind}: a hostile probe, and hostile probes are off"))
         err = op.invalid(self)
         if err is not None:
             self.stats.contract_ops += 1

@@ -33,7 +33,7 @@ class ProductionTrack(Track):
 
     def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
                      check_every=1, limits=None, mix=None, big=None) -> Sequence:
-        config, gen = generator(seed, scale_info(tier, knobs), limits=limits, mix=mix, big=big)
+        config, gen = generator(seed, scale_info(tier, knobs), limits=limits, mix=mix, big=big, hostile=hostile)
         run = ScaleRun(config, tier, check_every=check_every, knobs=knobs, hostile=hostile, beat=beat)
         ops, d = [], None
         try:
@@ -51,7 +51,7 @@ class ProductionTrack(Track):
                         extra={**self.case_extra, "shapes": run.shapes}, elements=run.elements_checked, run=run)
 
     def regenerate(self, seed, n_ops, info, *, hostile="spec"):
-        config, ops = regenerate(seed, n_ops, info["scale"])
+        config, ops = regenerate(seed, n_ops, info["scale"], hostile=hostile)
         return config, "production", ops
 
     def expected_kinds(self, has) -> set[str]:
