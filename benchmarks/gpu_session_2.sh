@@ -30,6 +30,7 @@ campaign() {  # NAME BUDGET EXTRA...: a campaign on CUDA, then each of its cases
   {
     echo "-- $name: exit $rc"
     grep -E "^(FAIL|case:|kvfuzz run)" "$out.log" | cut -c1-400
+    grep -A12 -m1 "internal harness error" "$out.log" | tail -8 | cut -c1-300
     for c in "$out"/*.json; do
       [ -f "$c" ] || continue
       $PY -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['signature']; print('   case', s['op']+'/'+s['oracle']+'/'+s['field'], 'reproduced', d.get('reproduced'), 'flaky', d.get('flaky'), 'lengths', d.get('lengths'), 'history', (d.get('history') or {}).get('note'))" "$c"
@@ -89,6 +90,10 @@ campaign() {  # NAME BUDGET EXTRA...: a campaign on CUDA, then each of its cases
     cat /tmp/s1.txt /tmp/s2.txt
   fi
   if [ "$PART" = 3 ]; then
+    step "again after the fix: int32 row offsets past 2^31 (15 s, 1 and 4 workers), hostile probes on trusting.py"
+    campaign int32_offset_w1 15 --scale production --kernels $FOREIGN/int32_offset.py
+    campaign int32_offset_w4 15 --scale production --workers 4 --kernels $FOREIGN/int32_offset.py
+    campaign trusting_production 20 --scale production --kernels $FOREIGN/trusting.py
     step "throughput: production elements/s (benchmarks/scale_gpu.py --seconds 15)"
     timeout 200 $PY benchmarks/scale_gpu.py --seconds 15 --find-seconds 20 --out "$OUT/scale-gpu.json" 2>&1 | tail -14
     step "throughput: small shapes, 8 and 4 workers, fully checked and --check-every 16 (30 s each)"

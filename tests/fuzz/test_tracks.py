@@ -83,3 +83,17 @@ def test_a_worker_that_met_a_cuda_fault_is_replaced(tmp_path):
     sigs = {f["signature"] for f in data["failures"]}
     assert "p_read_table/crash/cuda-illegal-address" in sigs or "g_read_table/crash/cuda-illegal-address" in sigs, sigs
     assert data["restarts"] >= 1, data  # the poisoned worker asked to be replaced
+
+
+def test_a_cuda_error_surfacing_in_the_harness_is_a_crash_of_that_op(monkeypatch):
+    """A sticky CUDA fault surfaces at the next touch of device memory, often the harness's
+    own (a copy of the tables, a free-memory query): at production scale too it is a crash
+    case of the op, never a harness error (exit 3)."""
+    from fuzz.engine import vector_oracle
+
+    def faulted(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(vector_oracle, "read_table", faulted)
+    d, _ = replay(CONFIG, PRODUCTION_OPS, make_tier("torch"))
+    assert d is not None and (d.kind, d.oracle, d.field) == ("p_read_table", "crash", "cuda-illegal-address"), d

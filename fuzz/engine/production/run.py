@@ -31,7 +31,7 @@ from .. import vector_oracle as vo
 from ..knobs import apply as apply_knobs
 from ..memory import Guarded, index_canary
 from ..ops import Op, OpError
-from ..verdict import Divergence, Outcome, RunStats, crash
+from ..verdict import Divergence, Outcome, RunStats, crash, is_cuda_error
 from .arith import INT32_LIMIT, LONG
 from .compare import Compare, result_divergence
 from .hostile import HostileOp
@@ -112,11 +112,21 @@ class ScaleRun:
         if isinstance(op, HostileOp) and self.hostile == "off":
             self.stats.contract_ops += 1
             return Outcome(error=ContractViolation(f"{op.kind}: a hostile probe, and hostile probes are off"))
-        err = op.invalid(self)
-        if err is not None:
-            self.stats.contract_ops += 1
-            return Outcome(error=ContractViolation(err))
-        return op.execute(self, i)
+        try:
+            err = op.invalid(self)
+            if err is not None:
+                self.stats.contract_ops += 1
+                return Outcome(error=ContractViolation(err))
+            return op.execute(self, i)
+        except Divergence:
+            raise
+        except Exception as exc:
+            # A CUDA error is sticky: once a kernel faulted, the next touch of device memory
+            # (the harness's own copy, a mem_get_info, a red-zone read) raises it.
+            if is_cuda_error(exc):
+                raise crash(i, op, exc, f"a CUDA error surfaced at this op (launches are asynchronous: the fault "
+                                        f"may be an earlier op's): {exc}") from None
+            raise
 
     def finish(self) -> None:
         self._since_state = self.check_every
