@@ -316,7 +316,7 @@ def _cmd_replay(args) -> int:
         return replay_under_sanitizer(case, Path(args.case), spec, args.sanitizer)
     mode = _mode(args, case)
     history = (case.history or {}).get("sequences") or None
-    tries = args.tries or ((case.reproduced or {}).get("n") or 5 if case.flaky else 1)
+    tries = args.tries or case.replay_tries()
     where = f"backend={spec.backend} kernels={kernels}" + (f" allocator={spec.allocator}" if spec.allocator else "") + (
         f" hostile={mode['hostile']}") + (
         f" program_order={mode['program_order']}" if mode.get("program_order", "launch") != "launch" else "") + (
@@ -407,7 +407,7 @@ def _cmd_minimize(args) -> int:
     history = (case.history or {}).get("sequences") or None
     executor = _executor(spec, args.op_timeout)
     deadline = time.monotonic() + args.budget_s
-    tries = (case.reproduced or {}).get("n") or 5 if case.flaky else 1
+    tries = case.replay_tries(cap=10)
     m = Minimizer(None, case.signature, deadline=deadline, hostile=hostile_kind(case), tries=tries,
                   judge=lambda config, ops: executor.run(config, ops, case.knobs, mode, deadline=deadline + 30,
                                                          strict_knobs=own, history=history))

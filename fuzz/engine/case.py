@@ -96,6 +96,19 @@ class Case:
         omitted = tuple(k for k in self.omitted if k not in values)
         return dataclasses.replace(self, omitted=omitted, **values)
 
+    def replay_tries(self, cap: int = 50) -> int:
+        """How often a replay must run this case before a PASS means something: once for a
+        case that always failed; for a flaky one enough runs that a bug of its measured rate
+        goes unseen less than 1% of the time (at least its own number of runs, at most ``cap``)."""
+        r = self.reproduced or {}
+        k, n = r.get("k") or 0, r.get("n") or 0
+        if not self.flaky or not k or not n:
+            return 1
+        import math
+
+        p = k / n
+        return max(n, min(cap, math.ceil(math.log(0.01) / math.log(1 - p))))
+
     @property
     def run_mode(self) -> dict:
         """The options the case was found in (the defaults for a case that predates ``mode``)."""

@@ -125,7 +125,7 @@ class Confirmer:
         # and keep the longer one if the shorter never fails on its own.
         k2, n2 = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries,
                            floor=min(3, tries))
-        if k2 == 0:
+        if k2 == 0 or k2 / n2 < k / n / 2:  # a shorter case that fails far less often is a worse case
             return case
         return smaller.with_fields(reproduced={"k": k2, "n": n2}, flaky=0 < k2 < n2)
 

@@ -25,11 +25,13 @@ FREE = Signature("free", "state", "p2v")
 CRASH = Signature("free", "crash", "SIGSEGV")
 
 
-def a_case(sig: Signature, n_ops: int, *, kernels="kvkernels", seed=0, **extra) -> Case:
+def a_case(sig: Signature, n_ops: int, *, kernels="kvkernels", seed=0, reproduced=None, **extra) -> Case:
     ops = parse_ops([{"op": "alloc", "n": i + 1} for i in range(n_ops)])
+    rate = {} if reproduced is None else {"reproduced": reproduced, "flaky": 0 < reproduced["k"] < reproduced["n"]}
     return Case(config=kvref.PoolConfig(num_pages=16), ops=ops, signature=sig, seed=seed, tier="torch",
                 kernels=kernels, divergence={"message": f"{sig} diverged", "oracle": sig.oracle},
-                lengths={"original": n_ops * 3, "minimized": n_ops}, extra=extra)
+                lengths={"original": n_ops * 3, "minimized": n_ops}, extra=extra, **rate,
+                omitted=() if reproduced is not None else ("reproduced", "flaky"))
 
 
 def a_shard(root: Path, name: str, cases, *, occurrences: dict | None = None, summary=True, shard="0/2",
@@ -85,7 +87,7 @@ def test_two_shards_merge_into_one_case_per_signature(two_shards, tmp_path):
     assert read["occurrences"] == 47 and len(read["shards"]) == 2  # 40 + 7, from each shard's summary.json
     assert read["minimized_ops"] == 5 and len(load_case(tmp_path / "merged" / read["case"]).ops) == 5  # the shortest
     assert read["reproduced"] == {"k": 4, "n": 6} and read["flaky"] is True
-    assert load_case(tmp_path / "merged" / read["case"]).extra["reproduced"] == {"k": 4, "n": 6}
+    assert load_case(tmp_path / "merged" / read["case"]).reproduced == {"k": 4, "n": 6}
     assert failure(r.summary, FREE)["occurrences"] == 2 and len(failure(r.summary, FREE)["shards"]) == 1
     assert sorted(p.name for p in (tmp_path / "merged").glob("*.json")) == sorted(
         ["summary.json", read["case"], failure(r.summary, FREE)["case"]])
