@@ -37,7 +37,6 @@ import importlib
 import importlib.util
 import inspect
 import os
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -108,18 +107,9 @@ def _module(where: str, name: str):
     path = Path(where)
     if not path.is_file():
         raise SetupError(f"--allocator {name}: no such file {where}")
-    mod_name = f"kvfuzz_allocator_{abs(hash(str(path.resolve())))}"
-    if mod_name in sys.modules:
-        return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[mod_name]
-        raise SetupError(f"--allocator {name}: importing it failed: {type(exc).__name__}: {exc}") from exc
-    return module
+    from .sources import load_file
+
+    return load_file(path, "allocator", "--allocator", name)
 
 
 @dataclass(frozen=True, eq=False)

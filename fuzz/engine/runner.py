@@ -32,7 +32,7 @@ from .knobs import apply as apply_knobs
 from .memory import RawTables, RedZones, index_canary
 from .ops import POISON, TABLE_OPS, KernelOp, Op, PoolOp
 from .spec_side import SpecSide, unsupported
-from .verdict import Divergence, Outcome, RunStats, crash, crash_field, is_cuda_error
+from .verdict import Divergence, Outcome, RunStats, crash_field, is_cuda_error, surfaced
 
 STATE_FIELDS = ("v2p", "p2v", "free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
 INPUT = "in:"  # red-zone names of an op's inputs (dropped after the op)
@@ -202,12 +202,10 @@ class PoolRun:
         except Divergence:
             raise
         except Exception as exc:
-            # A CUDA error is sticky: once a kernel faulted, the next read of device memory
-            # (a result, a table, a red zone) raises it, in the harness's code.
-            if is_cuda_error(exc):
-                raise crash(i, op, exc, f"a CUDA error surfaced at this op (launches are asynchronous: the fault "
-                                        f"may be an earlier op's): {exc}") from None
-            raise
+            d = surfaced(i, op, exc)  # a sticky CUDA error, raised by the next read of a result, table, red zone
+            if d is None:
+                raise
+            raise d from None
 
     def _step(self, i: int, op: Op) -> Outcome:
         spec_out = self.side.apply(op)

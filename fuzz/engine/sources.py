@@ -7,7 +7,10 @@ is replayed (a file named relative to where the campaign ran, or to the case fil
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 
 def resolve_kernels(kernels: str | None, case_path: str | Path | None, kernels_file: str | None = None) -> str | None:
@@ -53,3 +56,22 @@ def source_hash(kernels: str | None) -> str | None:
     for f in files:
         digest.update(f.read_bytes())
     return digest.hexdigest()
+
+
+def load_file(path: Path, what: str, flag: str, name: str) -> ModuleType:
+    """The module in a ``.py`` file, imported once per process under a private name
+    (``kvfuzz_WHAT_HASH``); an import that fails is a SetupError naming ``flag NAME``."""
+    from .verdict import SetupError
+
+    mod_name = f"kvfuzz_{what}_{abs(hash(str(path.resolve())))}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise SetupError(f"{flag} {name}: importing it failed: {type(exc).__name__}: {exc}") from exc
+    return module

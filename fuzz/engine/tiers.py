@@ -64,18 +64,9 @@ def load_kernels(name: str) -> ModuleType:
         path = Path(name)
         if not path.is_file():
             raise SetupError(f"--kernels {name}: no such file")
-        mod_name = f"kvfuzz_kernels_{abs(hash(str(path.resolve())))}"
-        if mod_name in sys.modules:
-            module = sys.modules[mod_name]
-        else:
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            try:
-                spec.loader.exec_module(module)
-            except Exception as exc:
-                del sys.modules[mod_name]
-                raise SetupError(f"--kernels {name}: importing it failed: {type(exc).__name__}: {exc}") from exc
+        from .sources import load_file
+
+        module = load_file(path, "kernels", "--kernels", name)
     else:
         try:
             module = importlib.import_module(name)

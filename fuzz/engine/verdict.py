@@ -186,6 +186,15 @@ def crash(step: int, op, exc: BaseException, message: str, spec=None) -> Diverge
     return Divergence(step, op, "crash", crash_field(exc), spec, repr(exc), message)
 
 
+def surfaced(step: int, op, exc: BaseException) -> Divergence | None:
+    """The crash of an op at which a sticky CUDA error surfaced in the harness's own code (the
+    next touch of device memory after a kernel faulted raises it), or None for any other error."""
+    if not is_cuda_error(exc):
+        return None
+    return crash(step, op, exc, f"a CUDA error surfaced at this op (launches are asynchronous: the fault may be "
+                                f"an earlier op's): {exc}")
+
+
 def poisoned(failure) -> bool:
     """Whether a failure (divergence or finding) left its process's CUDA context unusable."""
     return failure is not None and failure.signature.oracle == "crash" and failure.signature.field.startswith("cuda")

@@ -31,7 +31,7 @@ from .. import vector_oracle as vo
 from ..knobs import apply as apply_knobs
 from ..memory import Guarded, index_canary
 from ..ops import Op, OpError
-from ..verdict import Divergence, Outcome, RunStats, crash, is_cuda_error
+from ..verdict import Divergence, Outcome, RunStats, crash, surfaced
 from .arith import INT32_LIMIT, LONG
 from .compare import Compare, result_divergence
 from .hostile import HostileOp
@@ -121,12 +121,10 @@ class ScaleRun:
         except Divergence:
             raise
         except Exception as exc:
-            # A CUDA error is sticky: once a kernel faulted, the next touch of device memory
-            # (the harness's own copy, a mem_get_info, a red-zone read) raises it.
-            if is_cuda_error(exc):
-                raise crash(i, op, exc, f"a CUDA error surfaced at this op (launches are asynchronous: the fault "
-                                        f"may be an earlier op's): {exc}") from None
-            raise
+            d = surfaced(i, op, exc)  # the harness's own copy, a mem_get_info, a red-zone read
+            if d is None:
+                raise
+            raise d from None
 
     def finish(self) -> None:
         self._since_state = self.check_every
