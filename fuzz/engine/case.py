@@ -99,7 +99,7 @@ class Case:
     def replay_tries(self, cap: int = 50) -> int:
         """How often a replay must run this case before a PASS means something: once for a
         case that always failed; for a flaky one enough runs that a bug of its measured rate
-        goes unseen less than 1% of the time (at least its own number of runs, at most ``cap``)."""
+        goes unseen less than 0.1% of the time (at least its own number of runs, at most ``cap``)."""
         r = self.reproduced or {}
         k, n = r.get("k") or 0, r.get("n") or 0
         if not self.flaky or not k or not n:
@@ -107,7 +107,7 @@ class Case:
         import math
 
         p = k / n
-        return max(n, min(cap, math.ceil(math.log(0.01) / math.log(1 - p))))
+        return max(n, min(cap, math.ceil(math.log(0.001) / math.log(1 - p))))
 
     @property
     def run_mode(self) -> dict:
