@@ -173,7 +173,7 @@ def _hypothesis_kinds() -> tuple[set[str], set[str]]:
 def test_both_generators_cover_the_same_kinds():
     seeded_ops, seeded_violations = _seeded_kinds()
     hyp_ops, hyp_violations = _hypothesis_kinds()
-    small = set(POOL_KINDS + KERNEL_KINDS)  # production-scale kinds (fuzz.engine.scale) have their own generator
+    small = set(POOL_KINDS + KERNEL_KINDS)  # production-scale kinds (fuzz.engine.production) have their own generator
     assert seeded_ops == hyp_ops == small, (seeded_ops ^ small, hyp_ops ^ small)
     assert seeded_violations == hyp_violations == set(shapes.VIOLATIONS), (
         set(shapes.VIOLATIONS) - seeded_violations, set(shapes.VIOLATIONS) - hyp_violations)
