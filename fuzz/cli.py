@@ -224,6 +224,8 @@ def _cmd_run(args) -> int:
         print(f"kvfuzz run: internal harness error (exit 3):\n{text}", file=sys.stderr)
     for problem in s.health:
         print(f"kvfuzz run: not clean: {problem}", file=sys.stderr)
+    for why, n in sorted(s.not_applicable.items(), key=lambda kv: -kv[1]):
+        print(f"kvfuzz run: not checked ({n}x): {why}", file=sys.stderr)
     probed = ", ".join(f"{k} {v}" for k, v in sorted(s.hostile.items())) or "none"
     print(f"kvfuzz run: backend={args.backend} kernels={kernels} "
           + (f"allocator={args.allocator} " if args.allocator else "") + f"shard={args.shard[0]}/{args.shard[1]} "

@@ -440,6 +440,8 @@ class Campaign:
             for stats in slot.kept:
                 s.launches += stats.get("launches", 0)
                 s.compile_s += stats.get("compile_s", 0.0)
+                for why, n in stats.get("not_applicable", {}).items():
+                    s.not_applicable[why] = s.not_applicable.get(why, 0) + n
                 s.elements += stats.get("elements", 0)
                 for key in ("by_kind", "by_scenario", "hostile"):
                     mine = getattr(s, key)

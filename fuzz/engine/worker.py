@@ -86,10 +86,11 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         queue.put(("stats", worker, {"ops": stats.ops, "contract_ops": stats.contract_ops, "by_kind": stats.by_kind,
                                      "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
                                      "launches": count_launches(), "final": final, "steady": steady,
-                                     "compile_s": compile_seconds(),
+                                     "compile_s": compile_seconds(), "not_applicable": not_applicable,
                                      "elements": elements,
                                      "now": (time.time(), stats.ops)}))
 
+    not_applicable: dict[str, int] = {}  # what a sequence could not check, and why (e.g. graph replay on a torch path)
     k = start_k
     try:
         while (time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences)
@@ -112,6 +113,9 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                                      hostile=opts.hostile, check_every=opts.check_every)
             d, scenario = seq.divergence, seq.scenario
             elements += seq.elements
+            for note in getattr(seq.run, "notes", ()):
+                why = note.split(": ", 1)[-1][:200] if note.startswith("step ") else note[:200]
+                not_applicable[why] = not_applicable.get(why, 0) + 1
             sequences += 1
             scenarios[scenario] = scenarios.get(scenario, 0) + 1
             stats.merge(seq.stats)

@@ -97,3 +97,16 @@ def test_a_cuda_error_surfacing_in_the_harness_is_a_crash_of_that_op(monkeypatch
     monkeypatch.setattr(vector_oracle, "read_table", faulted)
     d, _ = replay(CONFIG, PRODUCTION_OPS, make_tier("torch"))
     assert d is not None and (d.kind, d.oracle, d.field) == ("p_read_table", "crash", "cuda-illegal-address"), d
+
+
+def test_what_could_not_be_checked_is_in_the_summary(tmp_path):
+    """On the torch tier a CUDA-graph capture launches no Triton kernel: graph replay is not
+    applicable there. A run says so, with a count, instead of counting it as clean."""
+    summary = tmp_path / "summary.json"
+    r = kvfuzz("run", "--backend", "torch", "--scale", "production", "--budget-s", 12, "--out", tmp_path / "cases",
+               "--summary", summary, timeout=240)
+    assert r.returncode == 0, show(r)
+    data = json.loads(summary.read_text())
+    reasons = data["not_applicable"]
+    assert any("launched no Triton kernel" in why for why in reasons) and all(n > 0 for n in reasons.values()), data
+    assert "not checked" in r.stderr, show(r)
