@@ -290,12 +290,7 @@ def draw_far_op(gen, rng: random.Random) -> PReadTableFar:
     ps = cfg.page_size
     bounds = Boundaries(gen.constants, rng)
     features = gen.features
-    lo, span, a, b = gen.sigma
-    if gen.bound and rng.random() < 0.7:
-        s, e = rng.choice(gen.bound)
-        src = (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
-    else:
-        src = (0, cfg.table_rows, 1, 0, 0, cfg.table_rows, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+    src = gen.row_source(rng)
     seed = rng.randrange(1 << 30)
     if ps == 1 and rng.random() < 0.25:  # far out: bs x max_pages past 2^31, a small req_to_token
         max_pages = rng.choice((1 << 18, 1 << 19, 1 << 20))

@@ -223,6 +223,15 @@ class ScaleGenerator:
         return self._tag(PTranslate(seed=rng.randrange(1 << 30), n=n, src=(lo, span, a, b + rng.randrange(span)),
                                     bad_every=rng.choice((0, 7, 61))), n=tag)
 
+    def row_source(self, rng) -> tuple:
+        """A ``p_rows`` src: mostly a walk over bound pages (live entries), else the whole pool."""
+        lo, span, a, b = self.sigma
+        if self.bound and rng.random() < 0.7:
+            s, e = rng.choice(self.bound)
+            return (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+        rows = self.config.table_rows
+        return (0, rows, 1, 0, 0, rows, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+
     def rows_op(self, width: int, rows: int | None = None) -> PRows:
         """New req_to_token rows at least ``width`` tokens wide; queued, so it is emitted next."""
         rng, lim = self.rng, self.limits
@@ -232,13 +241,7 @@ class ScaleGenerator:
         if rows is None:
             rows = max(1, min(cap_rows, rng.choice((1, 7, 64, 257, 512, 1024))))
         rows = max(1, min(rows, cap_rows))
-        lo, span, a, b = self.sigma
-        if self.bound and rng.random() < 0.7:  # a walk over bound pages: mostly live entries
-            s, e = rng.choice(self.bound)
-            src = (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
-        else:
-            src = (0, self.config.table_rows, 1, 0, 0, self.config.table_rows, rng.randrange(1, 1 << 20),
-                   rng.randrange(1 << 20))
+        src = self.row_source(rng)
         op = PRows(seed=rng.randrange(1 << 30), rows=rows, width=width, src=src, pad_every=rng.choice((0, 0, 13, 97)),
                    dtype=self.r2t_dtype)
         self.rows = (rows, width)
@@ -422,12 +425,7 @@ def draw_graph_op(gen) -> GReadTable:
     maxlen = cols if packed else cols * ps
     width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
     rows = max(1, min(bs, lim.max_r2t_elems // width, rng.choice((1, 3, bs, bs + 1))))
-    lo, span, a, b = gen.sigma
-    if gen.bound and rng.random() < 0.7:
-        s, e = rng.choice(gen.bound)
-        src = (lo, span, a, b, s, e - s, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
-    else:
-        src = (0, cfg.table_rows, 1, 0, 0, cfg.table_rows, rng.randrange(1, 1 << 20), rng.randrange(1 << 20))
+    src = gen.row_source(rng)
     cap_len = min(maxlen, rng.choice((0, 1, ps, 2 * ps, 3 * ps)))
     n_long, long_tag = gen.long_pages(bs, cols)
     long_len = min(maxlen, n_long if packed else n_long * ps)
