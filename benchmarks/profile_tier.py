@@ -17,6 +17,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--check-every", type=int, default=1)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--warmup-s", type=float, default=0.0, help="seconds of untimed sequences after the warm-up ones")
     args = ap.parse_args()
     from fuzz.engine.tiers import select_backend
 
@@ -26,7 +27,17 @@ def main() -> None:
 
     tier = make_tier(args.backend)
     small = get("small")
-    small.run_sequence(tier, 10**6, 50)  # compile and warm up outside the profile
+    import time
+
+    from fuzz.engine.generate import WARMUP_SEQUENCES, warmup_seed
+
+    for i in range(WARMUP_SEQUENCES):  # what a GPU worker runs before it is timed
+        small.run_sequence(tier, warmup_seed(i), 200)
+    until = time.monotonic() + args.warmup_s
+    k = 10**7
+    while time.monotonic() < until:  # compile and warm up outside the profile
+        small.run_sequence(tier, k, 200, check_every=args.check_every)
+        k += 1
     seeds = iter(range(10**6))
 
     def one(deadline):

@@ -300,18 +300,28 @@ class DeviceAllocator:
 
     # ---- state ----------------------------------------------------------------
     def snapshot(self) -> dict:
+        """The state as SPEC's plain values, read from the device in one transfer (a GPU
+        round trip per field would cost more than the op it follows)."""
         f = self.in_flight
+        parts = [self.v2p, self.p2v, self.free_virtual, self.holes, self.kv, *(pages for _, pages in self.pending)]
+        if f is not None:
+            parts.append(f.pages)
+        flat = torch.cat([t.reshape(-1).to(torch.int64) for t in parts]).tolist()
+        values, at = [], 0
+        for t in parts:
+            values.append(flat[at:at + t.numel()])
+            at += t.numel()
+        v2p, p2v, free_virtual, holes, kv, *rest = values
         return {
-            "v2p": self.v2p.tolist(),
-            "p2v": self.p2v.tolist(),
-            "free_virtual": self.free_virtual.tolist(),
-            "holes": self.holes.tolist(),
-            "pending": [[e.id, pages.tolist()] for e, pages in self.pending],
+            "v2p": v2p,
+            "p2v": p2v,
+            "free_virtual": free_virtual,
+            "holes": holes,
+            "pending": [[e.id, pages] for (e, _), pages in zip(self.pending, rest)],
             "watermark": self.watermark,
             "live_pages": self.live_pages,
-            "in_flight": None if f is None else {
-                "id": f.event.id, "fired": f.event.fired, "pages": sorted(set(f.pages.tolist()))},
-            "kv": self.kv.tolist(),
+            "in_flight": None if f is None else {"id": f.event.id, "fired": f.event.fired, "pages": sorted(set(rest[-1]))},
+            "kv": kv,
         }
 
     def clone(self, checked: bool | None = None, buffers=None) -> "DeviceAllocator":

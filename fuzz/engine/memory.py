@@ -97,7 +97,7 @@ class RedZones:
         named = [(name, g) for name, g in self.buffers.items() if g.zone]
         if not named:
             return []
-        got = torch.cat([g.zones() for _, g in named])
+        got = torch.cat([end for _, g in named for end in g.ends])  # one launch for every guard zone
         if bool((got == torch.cat([g.expect for _, g in named])).all()):  # the common case: one read
             return []
         return [name for name, g in named if bool(g.damaged())]

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU sessions of 2026-12-01 (second session; one H200, torch 2.11, Triton 3.6): each PART
+# fits one device call; logs and JSON go to $OUT.
+#   profile: where the time goes after a warm-up: production op kinds (ours: default and
+#            read-heavy mixes; indep: default), the small-shape tier under cProfile, and
+#            small-shape campaigns with 1 and 8 workers on a warm --cache-dir
+#   final:   the issue-16 figures side by side: benchmarks/scale_gpu.py, small shapes with
+#            8 workers, a warm-cache production campaign's compile time
+set -u
+PART=${1:-profile}
+OUT=${OUT:-benchmarks/results/gpu-run}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=.${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH}
+unset TRITON_INTERPRET
+PY=${PY:-python3}
+LOG="$OUT/session-$PART.log"
+FOREIGN=tests/fixtures/kernels/foreign
+CACHE=/tmp/kvfuzz-triton-cache
+export TRITON_CACHE_DIR=$CACHE
+step() { echo; echo "== $*  ($(date -u +%T))"; }
+small_campaign() {  # WORKERS CHECK_EVERY SECONDS NAME
+  timeout $(($3 + 120)) $PY -m fuzz run --backend cuda --workers "$1" --check-every "$2" --budget-s "$3" --seed 11 \
+    --cache-dir $CACHE --out /tmp/tp-$4 --progress-s 1000 --reproduce 0 --summary "$OUT/$4.json" 2>&1 \
+    | grep "kvfuzz run" | cut -c1-400
+  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], {k: d.get(k) for k in ('ops', 'ops_per_s', 'steady_ops_per_s', 'compile_s', 'elapsed_s', 'workers_n')})" "$OUT/$4.json" "$4"
+}
+{
+  step environment
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
+  nproc
+  if [ "$PART" = profile ]; then
+    step "production op kinds after 12 warm-up sequences (ours default 20 s, read-heavy 15 s; indep default 20 s)"
+    timeout 200 $PY benchmarks/profile_kinds.py --seconds 20 --out "$OUT/kinds-kvkernels-default.json" 2>&1 | tail -22
+    timeout 150 $PY benchmarks/profile_kinds.py --seconds 15 --mix read-heavy --check-every 8 --out "$OUT/kinds-kvkernels-read-heavy.json" 2>&1 | tail -12
+    timeout 200 $PY benchmarks/profile_kinds.py --seconds 20 --kernels $FOREIGN/indep.py --out "$OUT/kinds-indep-default.json" 2>&1 | tail -22
+    step "small shapes under cProfile after the warm-up sequences and 10 s (15 s)"
+    timeout 120 $PY benchmarks/profile_tier.py --backend cuda --seconds 15 --warmup-s 10 --top 40 2>&1 | head -70
+    step "small shapes: 1 worker, then 8 (warm cache, 25 s each)"
+    small_campaign 1 1 25 small-1w
+    small_campaign 8 1 25 small-8w
+  fi
+} 2>&1 | tee "$LOG"
