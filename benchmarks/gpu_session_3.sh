@@ -41,3 +41,13 @@ small_campaign() {  # WORKERS CHECK_EVERY SECONDS NAME
     small_campaign 8 1 25 small-8w
   fi
 } 2>&1 | tee "$LOG"
+if [ "$PART" = profile2 ]; then
+  {
+    step "does a far op's memory pool give its memory back alone?"
+    $PY benchmarks/mempool_probe.py
+    step "production op kinds, default mix, after 12 warm-up sequences (20 s), far memory in its own pool"
+    timeout 200 $PY benchmarks/profile_kinds.py --seconds 20 --out "$OUT/kinds-kvkernels-default.json" 2>&1 | tail -22
+    step "the default mix under cProfile (20 s after 12 warm-up sequences)"
+    timeout 200 $PY benchmarks/profile_scale.py --mix default --warmup 12 --seconds 20 --top 45 2>&1 | head -75
+  } 2>&1 | tee "$OUT/session-profile2.log"
+fi

@@ -1,7 +1,8 @@
-"""Where production-scale fuzzing spends its time: read-heavy sequences of kvkernels for
+"""Where production-scale fuzzing spends its time: sequences of kvkernels (read-heavy or the default mix) for
 ``--seconds`` under cProfile; elements checked per second and the costliest functions.
 
     PYTHONPATH=. python3 benchmarks/profile_scale.py --seconds 20 --ops 96
+    PYTHONPATH=. python3 benchmarks/profile_scale.py --mix default --warmup 12 --seconds 20
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=24, help="ops per sequence")
     ap.add_argument("--check-every", type=int, default=1)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--mix", choices=("default", "read-heavy"), default="read-heavy")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed sequences first (they compile)")
     args = ap.parse_args()
     import torch
 
@@ -26,11 +29,13 @@ def main() -> None:
 
     tier = make_tier("cuda")
     production = get("production")
-    production.run_sequence(tier, 10**6, 8, mix=READ_HEAVY_MIX)  # compile outside the profile
+    mix = READ_HEAVY_MIX if args.mix == "read-heavy" else None
+    for k in range(args.warmup):  # compile outside the profile
+        production.run_sequence(tier, 10**6 + k, 8 if args.warmup == 1 else args.ops, mix=mix)
     seeds = iter(range(10**6))
 
     def one(deadline):
-        run = production.run_sequence(tier, next(seeds), args.ops, deadline=deadline, mix=READ_HEAVY_MIX,
+        run = production.run_sequence(tier, next(seeds), args.ops, deadline=deadline, mix=mix,
                                       check_every=args.check_every).run
         return {"ops": run.stats.ops, "elements": run.elements_checked, "sequences": 1}
 

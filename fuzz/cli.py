@@ -234,7 +234,7 @@ def _cmd_run(args) -> int:
           f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
           + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
           + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
-          + (f" compile_s={s.compile_s:.1f}" if s.compile_s else "")
+          + (f" compile_s={s.compile_s:.1f} compiles={s.compiles}" if s.compile_s else "")
           + (f" interrupted={s.interrupted}" if s.interrupted else ""))
     if verdict is not None:
         print(f"kvfuzz run: {verdict.text()}"

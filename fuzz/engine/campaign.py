@@ -440,6 +440,7 @@ class Campaign:
             for stats in slot.kept:
                 s.launches += stats.get("launches", 0)
                 s.compile_s += stats.get("compile_s", 0.0)
+                s.compiles += stats.get("compiles", 0)
                 for why, n in stats.get("not_applicable", {}).items():
                     s.not_applicable[why] = s.not_applicable.get(why, 0) + n
                 s.elements += stats.get("elements", 0)

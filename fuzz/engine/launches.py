@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 MODES = ("launch", "reversed", "shuffled", "interleaved", "random")
 _COUNT = [0]
-_COMPILE = [0.0]  # seconds spent in compiled launches that blocked the host (a compile: launches are async)
+_COMPILE = [0.0, 0]  # seconds spent in compiled launches that compiled a variant, and how many did
 COMPILE_MIN_S = 0.2  # a compiled launch that held the host this long compiled (or loaded) its kernel
 _LOCAL = threading.local()  # .depth: launches this thread is inside; .recorders: Recorders entered here
 _OBSERVERS: list = []
@@ -92,13 +92,13 @@ def _wrap(original):
         recorders = getattr(_LOCAL, "recorders", ())
         nested = getattr(_LOCAL, "depth", 0) > 0
         if nested or not (recorders or _OBSERVERS):
-            t0 = time.perf_counter()
+            t0, variants = time.perf_counter(), None if nested else _variants(self)
             try:
                 with _inside():
                     return original(self, *args, **kwargs)
             finally:
                 if not nested:
-                    _note_compile(self, time.perf_counter() - t0)
+                    _note_compile(self, time.perf_counter() - t0, variants)
         launch = _describe(self, args, kwargs, original)
         for rec in recorders:
             rec.launches.append(launch)
@@ -111,12 +111,12 @@ def _wrap(original):
                 return dims
 
             kwargs["grid"] = resolve
-        t0 = time.perf_counter()
+        t0, variants = time.perf_counter(), _variants(self)
         try:
             with _inside():
                 return original(self, *args, **kwargs)
         finally:
-            _note_compile(self, time.perf_counter() - t0)
+            _note_compile(self, time.perf_counter() - t0, variants)
             for callback in list(_OBSERVERS):
                 callback(launch)
 
@@ -124,15 +124,40 @@ def _wrap(original):
     return functools.update_wrapper(run, original, assigned=("__name__", "__qualname__", "__doc__"))
 
 
-def _note_compile(fn, seconds: float) -> None:
-    """A compiled (not interpreted) outermost launch that held the host: count it as compile."""
-    if seconds >= COMPILE_MIN_S and type(fn).__name__ != "InterpretedFunction":
+def _variants(fn) -> int | None:
+    """How many compiled variants a JITFunction holds (its per-device kernel caches; the first
+    item of each ``device_caches`` entry in Triton 3.6 through 3.9), None where that cannot be
+    read (the interpreter, another Triton): a launch that adds one compiled (or loaded from the
+    on-disk cache) a specialization."""
+    caches = getattr(fn, "device_caches", None)
+    if caches is None or type(fn).__name__ == "InterpretedFunction":
+        return None
+    try:
+        return sum(len(entry[0]) for entry in list(caches.values()))
+    except Exception:  # noqa: BLE001 - a Triton whose caches look different: fall back to timing
+        return None
+
+
+def _note_compile(fn, seconds: float, before: int | None = None) -> None:
+    """Count an outermost compiled (not interpreted) launch as a compile when it added a variant
+    to the function's kernel cache, or, where the cache cannot be read, when it held the host
+    for ``COMPILE_MIN_S`` (a launch is asynchronous; only a compile or a load blocks that long)."""
+    if type(fn).__name__ == "InterpretedFunction":
+        return
+    after = _variants(fn) if before is not None else None
+    if (after > before) if after is not None else seconds >= COMPILE_MIN_S:
         _COMPILE[0] += seconds
+        _COMPILE[1] += 1
 
 
 def compile_seconds() -> float:
     """Host seconds this process spent in launches that compiled (compiled tier only)."""
     return _COMPILE[0]
+
+
+def compiles() -> int:
+    """Launches of this process that compiled a specialization (or loaded it from the disk cache)."""
+    return int(_COMPILE[1])
 
 
 def install() -> bool:

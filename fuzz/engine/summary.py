@@ -22,6 +22,7 @@ class Summary:
     launches: int = 0
     not_applicable: dict = field(default_factory=dict)  # what could not be checked, and how often (never "clean")
     compile_s: float = 0.0  # worker seconds in launches that compiled (compiled tier; the rest fuzzed)
+    compiles: int = 0  # launches that compiled a specialization (or loaded it from the on-disk cache)
     elements: int = 0  # production scale: result elements diffed against the vectorized oracle
     faults: int = 0  # worker deaths and hangs (crash and timeout cases included)
     restarts: int = 0

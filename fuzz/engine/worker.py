@@ -58,7 +58,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from . import tracks
     from .generate import WARMUP_BASE, WARMUP_SEQUENCES, warmup_seed
     from .knobs import choose as choose_knobs
-    from .launches import compile_seconds
+    from .launches import compile_seconds, compiles
     from .slot import sequence_seed
     from .tiers import SetupError, count_launches
     from .verdict import RunStats, poisoned
@@ -86,7 +86,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         queue.put(("stats", worker, {"ops": stats.ops, "contract_ops": stats.contract_ops, "by_kind": stats.by_kind,
                                      "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
                                      "launches": count_launches(), "final": final, "steady": steady,
-                                     "compile_s": compile_seconds(), "not_applicable": not_applicable,
+                                     "compile_s": compile_seconds(), "compiles": compiles(), "not_applicable": not_applicable,
                                      "elements": elements,
                                      "now": (time.time(), stats.ops)}))
 

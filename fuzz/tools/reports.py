@@ -53,6 +53,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "hostile_classes": dict(sorted(summary.hostile.items())),
         "triton_launches": summary.launches,
         "compile_s": round(getattr(summary, "compile_s", 0.0), 2),
+        "compiles": getattr(summary, "compiles", 0),
         "not_applicable": dict(getattr(summary, "not_applicable", {})),
         "faults": summary.faults,
         "restarts": summary.restarts,

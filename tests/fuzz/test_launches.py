@@ -284,3 +284,42 @@ def test_program_order_is_a_noop_for_compiled_launches():
         _copy_kernel[(4,)](x, y, 100, B=32)
         assert torch.equal(x, y)
     assert _claims() != [] and vars(interpreter.GridExecutor).get("__call__") is not None and before is not None
+
+
+class _FakeJit:
+    """A stand-in for a JITFunction: per-device kernel caches whose first item maps keys to kernels."""
+
+    def __init__(self):
+        self.device_caches = {0: ({}, {}, None, None, None)}
+
+    def add_variant(self, key):
+        self.device_caches[0][0][key] = object()
+
+
+def test_a_launch_that_adds_a_kernel_variant_counts_as_one_compile_however_fast():
+    from fuzz.engine import launches
+
+    fn = _FakeJit()
+    n0, s0 = launches.compiles(), launches.compile_seconds()
+    before = launches._variants(fn)
+    fn.add_variant("n==1")  # a fast load from a warm on-disk cache is still a new specialization
+    launches._note_compile(fn, 0.004, before)
+    assert launches.compiles() == n0 + 1
+    assert launches.compile_seconds() == pytest.approx(s0 + 0.004)
+    launches._note_compile(fn, 3.0, launches._variants(fn))  # held the host, compiled nothing (a full queue)
+    assert launches.compiles() == n0 + 1
+    assert launches.compile_seconds() == pytest.approx(s0 + 0.004)
+
+
+def test_a_launch_whose_caches_cannot_be_read_is_judged_by_how_long_it_held_the_host():
+    from fuzz.engine import launches
+
+    class Opaque:  # another Triton's JITFunction: no device_caches
+        pass
+
+    fn = Opaque()
+    n0 = launches.compiles()
+    launches._note_compile(fn, launches.COMPILE_MIN_S / 10, launches._variants(fn))
+    assert launches.compiles() == n0
+    launches._note_compile(fn, launches.COMPILE_MIN_S * 2, launches._variants(fn))
+    assert launches.compiles() == n0 + 1

@@ -131,11 +131,15 @@ class ScaleRun:
         self.check(self.step_no, None, [], state=True)
 
     # ---- the oracles ----------------------------------------------------------------------------
-    def check(self, i: int, op: Op | None, compares: list[Compare], *, state: bool = False) -> None:
+    def check(self, i: int, op: Op | None, compares: list[Compare], *, state: bool = False,
+              results_only: bool = False) -> None:
         """Diff results, then red zones and raw state (when due, or forced by ``state``: the ops
-        that write the tables force it); one host read when all agree."""
-        self._since_state += 1
-        state = state or self._since_state >= self.check_every
+        that write the tables force it); one host read when all agree. ``results_only``: an
+        intermediate check of an op that checks the state itself when it ends (a graph op's
+        replays): results alone, not counted toward ``check_every``."""
+        if not results_only:
+            self._since_state += 1
+        state = state or (not results_only and self._since_state >= self.check_every)
         self.last = compares
         flags: list[tuple[str, object, torch.Tensor]] = []
         for cmp in compares:
