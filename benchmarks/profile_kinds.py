@@ -83,7 +83,7 @@ def run(tier, seconds: float, warmup: int, n_ops: int, mix, big, check_every: in
                     break
                 op = clock.timed("(generator)", gen.next_op)
                 before = run_.elements_checked
-                clock.timed(op.kind, run_.step, op, elements=lambda: run_.elements_checked - before)
+                clock.timed(op.kind, run_.step, op, elements=lambda run_=run_, before=before: run_.elements_checked - before)
             clock.timed("(final check)", run_.finish)
         except Divergence as d:
             divergences.append({"seed": seed, "signature": str(d.signature), "divergence": str(d)[:300]})
