@@ -27,8 +27,8 @@ from .graph import GReadTable
 from .hostile import FAR_MAX, PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree
 from .limits import ScaleLimits
 from .observe import observed_constants
-from .palette import EXPLORE, Palette, boundaries, from_info
 from .ops import PAllocBind, PBind, PFreeUnbind, PReadTable, PReadTablePacked, PRows, PSetup, PTranslate
+from .palette import EXPLORE, Palette, boundaries, from_info
 
 
 def scale_config(rng: random.Random, constants: Constants, limits: ScaleLimits | None = None, *,
