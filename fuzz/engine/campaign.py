@@ -110,9 +110,9 @@ class CampaignOptions:
 
     def palette_on(self) -> bool:
         """Whether workers draw sizes from a palette: ``auto`` turns it on where sizes cost compiles
-        (compiled kernels at production shapes); the interpreter compiles nothing."""
+        (compiled kernels, on a track that asks for it: production); the interpreter compiles nothing."""
         if self.palette == "auto":
-            return self.backend == "cuda" and self.scale == "production"
+            return self.backend == "cuda" and self.track.palette_on_gpu
         return self.palette == "on"
 
     def palette_seed(self, worker: int) -> int | None:

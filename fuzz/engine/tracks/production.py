@@ -26,6 +26,7 @@ class ProductionTrack(Track):
     name = "production"
     default_ops = 24  # production ops are big: a sequence of a few dozen fills seconds of GPU time
     case_extra = {"scale": "production"}
+    palette_on_gpu = True  # production sizes are many and large: compiled per value, they would not stop compiling
 
     @staticmethod
     def _info(tier, knobs=None, palette_seed=None) -> dict:
