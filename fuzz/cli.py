@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cache-dir", metavar="DIR",
                      help="Triton's kernel cache for every worker (TRITON_CACHE_DIR): keep it between runs and a "
                           "GPU campaign does not spend its first seconds compiling")
+    run.add_argument("--palette", choices=("auto", "on", "off"), default="auto",
+                     help="draw each worker's production sizes from a bounded palette of its own (about two per "
+                          "octave, at the set's boundaries; a tenth of draws leave it), so compiled kernels that "
+                          "specialize on their sizes compile a bounded set of variants (auto: on for --backend cuda "
+                          "with --scale production; the interpreter compiles nothing)")
     run.add_argument("--progress-s", type=_positive(float), default=30.0,
                      help="seconds between progress lines when stderr is not a terminal")
     run.add_argument("--summary", metavar="FILE", help="write a JSON summary here")
@@ -210,7 +215,7 @@ def _cmd_run(args) -> int:
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
                            check_every=args.check_every, reproduce=args.reproduce, program_order=args.program_order,
-                           cache_dir=args.cache_dir, allocator=args.allocator)
+                           cache_dir=args.cache_dir, allocator=args.allocator, palette=args.palette)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     verdict = None if baseline is None else baseline.compare(
@@ -246,7 +251,8 @@ def _cmd_run(args) -> int:
                                          "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
                                          "op_timeout": args.op_timeout or "auto", "reproduce": args.reproduce,
-                                         "program_order": opts.order()}, baseline=verdict, allocator=args.allocator)
+                                         "program_order": opts.order(), "palette": "on" if opts.palette_on() else "off"},
+                                baseline=verdict, allocator=args.allocator)
     if args.summary:
         reports.write(args.summary, reports.dumps(data))
     if args.junit_xml:

@@ -86,6 +86,7 @@ class CampaignOptions:
     reproduce: int = DEFAULT_TRIES  # fresh-child replays of a finding before it is trusted
     program_order: str = "auto"  # the interpreter's program order: auto = random per sequence there
     cache_dir: str | None = None  # Triton's kernel cache for every child (kept between runs: no recompiles)
+    palette: str = "auto"  # sizes from a bounded palette per worker: on, off, auto (on for cuda at production scale)
     progress_s: float = 30.0
     minimize: bool = True
     minimize_s: float = 0.0  # extra seconds past the budget for minimizing what was found
@@ -106,6 +107,17 @@ class CampaignOptions:
 
     def child_env(self) -> dict:
         return {"TRITON_CACHE_DIR": str(Path(self.cache_dir).resolve())} if self.cache_dir else {}
+
+    def palette_on(self) -> bool:
+        """Whether workers draw sizes from a palette: ``auto`` turns it on where sizes cost compiles
+        (compiled kernels, on a track that asks for it: production); the interpreter compiles nothing."""
+        if self.palette == "auto":
+            return self.backend == "cuda" and self.track.palette_on_gpu
+        return self.palette == "on"
+
+    def palette_seed(self, worker: int) -> int | None:
+        """Worker ``worker``'s palette seed (None: no palette); its hello carries it to the parent."""
+        return self.seed * 1_000_003 + worker if self.palette_on() else None
 
     def order(self) -> str:
         if self.program_order == "auto":
@@ -301,7 +313,7 @@ class Campaign:
         seed = child.slots[SEED]
         track = self.opts.track
         config, scenario, ops = track.regenerate(seed, step + 1, slot.hello or {}, hostile=self.opts.hostile)
-        extra = dict(track.case_extra) or None
+        extra = track.case_extra_of(slot.hello or {}) or None
         finding = Finding.of_fault(fault, ops, step)
         self._record(finding, config, ops[: step + 1], seed, scenario, slot.knobs, extra,
                      history=slot.history(self.opts, child.slots[SEQ], seed))

@@ -64,8 +64,9 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .verdict import RunStats, poisoned
 
     track = tracks.get(opts.scale)
+    palette_seed = opts.palette_seed(worker)  # None: sizes drawn freely (the palette bounds a GPU's compiles)
     try:
-        info = track.worker_info(tier)  # what the parent rebuilds ops from
+        info = track.worker_info(tier, palette_seed=palette_seed)  # what the parent rebuilds ops from
     except SetupError as exc:
         queue.put(("setup", worker, str(exc)))
         return
@@ -110,7 +111,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                 queue.put(("knobs", worker, knobs))
                 sent_knobs = knobs
             seq = track.run_sequence(tier, seed, opts.n_ops(), deadline=deadline, beat=beat, knobs=knobs,
-                                     hostile=opts.hostile, check_every=opts.check_every)
+                                     hostile=opts.hostile, check_every=opts.check_every, palette_seed=palette_seed)
             d, scenario = seq.divergence, seq.scenario
             elements += seq.elements
             for note in getattr(seq.run, "notes", ()):

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import torch
 
 from .. import vector_oracle as vo
-from ..boundary import Boundaries
 from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, R2T_DTYPES, Ints
 from ..verdict import Divergence, Outcome, crash
 from .arith import LONG, cdiv, hash_int, shrunk_ints
@@ -345,7 +344,7 @@ def draw_far_op(gen, rng: random.Random) -> PReadTableFar:
     reaches past it in out instead (a batch of thousands of rows, four of them live)."""
     cfg, lim = gen.config, gen.limits
     ps = cfg.page_size
-    bounds = Boundaries(gen.constants, rng)
+    bounds = gen.boundaries(rng)  # over the worker's palette, if it has one
     features = gen.features
     src = gen.row_source(rng)
     seed = rng.randrange(1 << 30)

@@ -18,7 +18,7 @@ import random
 
 import kvref
 
-from ..boundary import Boundaries, Constants, kernel_constants
+from ..boundary import Constants, kernel_constants
 from ..knobs import apply as apply_knobs
 from ..ops import Op
 from .arith import INT32_LIMIT, cdiv, unit_near
@@ -28,15 +28,18 @@ from .hostile import FAR_MAX, PFreeUnbindAny, PReadTableOverflow, PReadTablePack
 from .limits import ScaleLimits
 from .observe import observed_constants
 from .ops import PAllocBind, PBind, PFreeUnbind, PReadTable, PReadTablePacked, PRows, PSetup, PTranslate
+from .palette import EXPLORE, Palette, boundaries, from_info
 
 
-def scale_config(rng: random.Random, constants: Constants, limits: ScaleLimits | None = None) -> kvref.PoolConfig:
+def scale_config(rng: random.Random, constants: Constants, limits: ScaleLimits | None = None, *,
+                 palette: Palette | None = None, explore: float = EXPLORE) -> kvref.PoolConfig:
     """One production geometry: page size, a pool size at a block boundary (or a power of two
-    +-1), a multiplier that keeps every entry inside int32."""
+    +-1; from the ``palette`` when there is one: the pool's size is a kernel's int argument
+    too), a multiplier that keeps every entry inside int32."""
     limits = limits or ScaleLimits()
     ps = rng.choice(limits.page_sizes)
     top = limits.pool_pages if ps == 1 else limits.pool_pages_paged
-    bounds = Boundaries(constants, rng)
+    bounds = boundaries(constants, rng, palette, explore)
     lo = max(64, top // 64)
     num_pages = bounds.size(lo, top)[0] if rng.random() < 0.5 else top - rng.choice((0, 1, 3))
     num_pages = max(lo, min(top, num_pages))
@@ -62,19 +65,22 @@ FAR_AT = (1, 4)  # where a sequence's far read table comes (op index, inclusive)
 
 class ScaleGenerator:
     """Production-scale ops for one pool geometry, sizes drawn mostly at the kernel set's
-    boundaries (``boundary.Boundaries``). It tracks which virtual pages are bound (as
-    intervals of indices into one permutation of the pool), so every free names bound
-    pages; ``shapes`` records, per op, the boundary each size was drawn at."""
+    boundaries (``boundary.Boundaries``; over a worker's ``palette`` of sizes when it has one,
+    ``palette``). It tracks which virtual pages are bound (as intervals of indices into one
+    permutation of the pool), so every free names bound pages; ``shapes`` records, per op,
+    the boundary each size was drawn at."""
 
     def __init__(self, rng: random.Random, config: kvref.PoolConfig, constants: Constants,
                  limits: ScaleLimits | None = None, *, features: set | None = None, mix: dict | None = None,
                  legacy: bool = False, big: float = 0.1, r2t_dtype: str = "int32",
-                 far: random.Random | None = None, hostile: str = "spec"):
+                 far: random.Random | None = None, hostile: str = "spec", palette: Palette | None = None,
+                 explore: float = EXPLORE):
         self.rng, self.config, self.constants = rng, config, constants
         self.r2t_dtype = r2t_dtype  # every req_to_token of the sequence (p_rows, g_read_table)
         self.big = big  # share of read tables at the limits' full size instead of a boundary
         self.limits = limits or ScaleLimits()
-        self.bounds = Boundaries(constants, rng)
+        self.palette, self.explore = palette, explore
+        self.bounds = self.boundaries(rng)
         self.features = features  # None: every optional function is there
         self.legacy = legacy
         far_ok = mix is None or "p_read_table_far" in mix  # a mix of its own (a benchmark's) names it or has none
@@ -103,6 +109,10 @@ class ScaleGenerator:
         self.shapes: list[dict] = []
 
     # ---- bookkeeping -------------------------------------------------------------------------
+    def boundaries(self, rng: random.Random):
+        """Boundary draws from ``rng`` over this generator's palette (the far op's RNG has its own)."""
+        return boundaries(self.constants, rng, self.palette, self.explore)
+
     def summary(self) -> dict:
         """JSON-able: the constants the draws aimed at and, per op index, what each size was drawn at."""
         return {"constants": self.constants.to_json(), "limits": dataclasses.asdict(self.limits),
@@ -472,18 +482,21 @@ def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: 
               big: float | None = None, hostile: str = "spec") -> tuple[kvref.PoolConfig, ScaleGenerator]:
     """What a seed decides, given ``scale_info`` and the hostile mode (``off``: no hostile
     probes in the stream): the geometry and the op stream. ``big``: the share of full-size
-    read tables (default 0.1 on a GPU, 0.02 on the interpreter)."""
+    read tables (default 0.1 on a GPU, 0.02 on the interpreter). ``info["palette"]`` (a
+    worker's palette seed and ``explore``, or absent): every size is drawn over that palette;
+    without one the stream is the one it always was."""
     gpu = info["gpu"]
     big = (0.1 if gpu else 0.02) if big is None else big
     c = info["constants"]
     constants = Constants(dict(c["blocks"]), dict(c["targets"]), c["source"])
     limits = limits or (ScaleLimits.production() if gpu else ScaleLimits.interpreter())
     rng = random.Random(seed * 1_000_003 + 11)
-    config = scale_config(rng, constants, limits)
+    palette, explore = from_info(info, constants, limits)
+    config = scale_config(rng, constants, limits, palette=palette, explore=explore)
     features = set(info["features"])
     gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
                          legacy="build_kv_read_table_legacy" in features, big=big, r2t_dtype=sequence_r2t_dtype(seed),
-                         far=far_rng(seed), hostile=hostile)
+                         far=far_rng(seed), hostile=hostile, palette=palette, explore=explore)
     return config, gen
 
 

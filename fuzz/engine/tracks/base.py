@@ -40,19 +40,30 @@ class Track:
     default_ops: int = 200  # ops per generated sequence
     gpu_warmup: bool = False  # a GPU worker runs warm-up sequences before it is timed
     uses_allocator: bool = False  # its sequences drive an allocator (``--allocator`` swaps it)
+    palette_on_gpu: bool = False  # ``--palette auto`` gives its GPU workers a palette of sizes (each new size compiles)
     case_extra: dict = {}  # keys every case of this track records (read back by nothing: for people)
 
-    def worker_info(self, tier) -> dict:
+    def worker_info(self, tier, *, palette_seed: int | None = None) -> dict:
         """JSON the parent keeps from a worker's hello: with a seed and an op index, enough to
-        rebuild the ops that worker ran (``regenerate``) without importing the kernel set."""
+        rebuild the ops that worker ran (``regenerate``) without importing the kernel set.
+        ``palette_seed``: the worker's palette of sizes (``production.palette``), for a track
+        whose sizes a GPU compiles per value; the others ignore it."""
         raise NotImplementedError
+
+    def case_extra_of(self, info: dict) -> dict:
+        """The keys a case of a worker that said ``info`` in its hello records (``case_extra``,
+        and what the worker drew from, for people: ops in a case are explicit)."""
+        return dict(self.case_extra)
 
     def choose_knobs(self, tier, seed: int, worker_knobs: dict | None) -> dict | None:
         """The launch knobs of a sequence (``worker_knobs``: the GPU worker's fixed choice)."""
         return None
 
     def run_sequence(self, tier, seed: int, n_ops: int, *, deadline: float | None = None, beat=None,
-                     knobs: dict | None = None, hostile: str = "spec", check_every: int = 1) -> Sequence:
+                     knobs: dict | None = None, hostile: str = "spec", check_every: int = 1,
+                     palette_seed: int | None = None) -> Sequence:
+        """Run ``seed``'s sequence; ``palette_seed`` as in ``worker_info`` (the same one: what the
+        worker runs is what ``regenerate`` rebuilds from its hello)."""
         raise NotImplementedError
 
     def regenerate(self, seed: int, n_ops: int, info: dict, *, hostile: str = "spec") -> tuple[kvref.PoolConfig, str, list[Op]]:

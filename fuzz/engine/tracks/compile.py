@@ -101,7 +101,7 @@ class CompileTrack(Track):
             self._learned[key] = book
         return self._learned[key]
 
-    def worker_info(self, tier) -> dict:
+    def worker_info(self, tier, *, palette_seed=None) -> dict:
         return {"has": [fn for fn in OPTIONAL if tier.has(fn)], "compile": self.info(tier)}
 
     def runner(self, config, tier, **kw):
@@ -112,7 +112,7 @@ class CompileTrack(Track):
         return key in self._learned and set(candidates(self._learned[key], 0)) <= self._ran.get(key, set())
 
     def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
-                     check_every=1) -> Sequence:
+                     check_every=1, palette_seed=None) -> Sequence:
         key = self._key(tier)
         todo = candidates(self.info(tier, beat), seed)[:n_ops]
         ran, reported = self._ran.setdefault(key, set()), self._reported.setdefault(key, set())

@@ -24,7 +24,7 @@ class SmallTrack(Track):
     gpu_warmup = True
     uses_allocator = True
 
-    def worker_info(self, tier) -> dict:
+    def worker_info(self, tier, *, palette_seed=None) -> dict:
         return {"has": [fn for fn in OPTIONAL if tier.has(fn)]}
 
     def choose_knobs(self, tier, seed, worker_knobs):
@@ -34,7 +34,7 @@ class SmallTrack(Track):
         return PoolRun(config, tier, **kw)
 
     def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
-                     check_every=1) -> Sequence:
+                     check_every=1, palette_seed=None) -> Sequence:
         config, scenario, rng = sequence_params(seed)
         gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
                           r2t_dtype=sequence_r2t_dtype(seed))
