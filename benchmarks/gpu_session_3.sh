@@ -51,3 +51,45 @@ if [ "$PART" = profile2 ]; then
     timeout 200 $PY benchmarks/profile_scale.py --mix default --warmup 12 --seconds 20 --top 45 2>&1 | head -75
   } 2>&1 | tee "$OUT/session-profile2.log"
 fi
+campaign() {  # NAME BUDGET EXTRA...: a campaign on CUDA (summary to $OUT/NAME.json), then each case replayed
+  local name=$1 budget=$2; shift 2
+  local out=/tmp/v-$name-$RANDOM
+  timeout $((budget + 200)) $PY -m fuzz run --backend cuda --budget-s "$budget" --out "$out" \
+    --summary "$OUT/$name.json" --progress-s 1000 "$@" > "$out.log" 2>&1
+  local rc=$?
+  echo "-- $name: exit $rc"
+  grep -E "^(FAIL|case:|kvfuzz run)" "$out.log" | cut -c1-500
+  grep -A12 -m1 "internal harness error" "$out.log" | tail -8 | cut -c1-300
+  for c in "$out"/*.json; do
+    [ -f "$c" ] || continue
+    $PY -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['signature']; print('   case', s['op']+'/'+s['oracle']+'/'+s['field'], 'reproduced', d.get('reproduced'), 'flaky', d.get('flaky'), 'lengths', d.get('lengths'), 'found_after', d.get('found_after_s'))" "$c"
+    timeout 200 $PY -m fuzz replay "$c" --op-timeout 20 > "$out.replay" 2>&1
+    echo "   replay exit $? $(head -c 300 "$out.replay" | head -1)"
+  done
+}
+if [ "$PART" = final-a ]; then
+  {
+    step "pytest -m cuda (every change of this session)"
+    timeout 260 $PY -m pytest -q -p no:cacheprovider -n 8 -m cuda tests 2>&1 | tail -12
+    step "int32 row offsets past 2^31 (15 s) with far memory in its own pool"
+    campaign int32_offset 15 --scale production --kernels $FOREIGN/int32_offset.py
+    step "indep at production scale, 20 s, the size palette off, then on (the same warm cache)"
+    campaign indep_palette_off 20 --scale production --kernels $FOREIGN/indep.py --palette off --reproduce 0
+    campaign indep_palette_on 20 --scale production --kernels $FOREIGN/indep.py --palette on --reproduce 0
+    for n in indep_palette_off indep_palette_on; do
+      $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], {k: d.get(k) for k in ('ops', 'elements_per_s', 'compile_s', 'compiles', 'elapsed_s')})" "$OUT/$n.json" $n
+    done
+  } 2>&1 | tee "$OUT/session-final-a.log"
+fi
+if [ "$PART" = final-b ]; then
+  {
+    step "production elements/s, kvkernels and indep, 15 s per phase after 8 warm-up sequences"
+    timeout 300 $PY benchmarks/scale_gpu.py --seconds 15 --find-seconds 20 --warmup 8 --out "$OUT/scale-gpu.json" 2>&1 | tail -14
+    step "small shapes, 8 workers, fully checked (a 15 s run warms the cache, then 30 s)"
+    small_campaign 8 1 15 small-8w-warming
+    small_campaign 8 1 30 small-8w
+    step "a production campaign of our kernels, 15 s, on the warm cache"
+    campaign production_warm 15 --scale production --cache-dir $CACHE --reproduce 0
+    $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print('production_warm', {k: d.get(k) for k in ('ops', 'elements_per_s', 'compile_s', 'compiles', 'elapsed_s', 'steady_ops_per_s')})" "$OUT/production_warm.json"
+  } 2>&1 | tee "$OUT/session-final-b.log"
+fi

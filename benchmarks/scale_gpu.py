@@ -38,12 +38,19 @@ VARIANTS = ("stride_skips_trips", "floor_div_grid", "drops_last_col_block")
 
 
 def fuzz(tier, seconds: float, *, seed0: int, limits, mix=None, big=None, check_every: int = 1,
-         n_ops: int = 24, stop_at_first: bool = False) -> dict:
-    """Sequences from seed0 on, for ``seconds``; throughput and the divergences found."""
+         n_ops: int = 24, stop_at_first: bool = False, warmup: int = 0) -> dict:
+    """Sequences from seed0 on, for ``seconds``, after ``warmup`` untimed sequences (seeds below
+    seed0: they compile what the timed ones meet first); throughput, the compiles inside the
+    timed part, and the divergences found."""
     import torch
 
+    from fuzz.engine.launches import compile_seconds, compiles
     from fuzz.engine.tracks import get
 
+    for k in range(warmup):
+        get("production").run_sequence(tier, seed0 - 1 - k, n_ops, limits=limits, mix=mix, big=big,
+                                       check_every=check_every)
+    compile0 = (compile_seconds(), compiles())
     start = time.monotonic()
     deadline = start + seconds
     res = {"sequences": 0, "ops": 0, "elements": 0, "graph_replays": 0, "not_applicable": 0, "divergences": []}
@@ -68,6 +75,9 @@ def fuzz(tier, seconds: float, *, seed0: int, limits, mix=None, big=None, check_
         torch.cuda.synchronize()
     wall = time.monotonic() - start
     res["wall_s"] = round(wall, 2)
+    res["warmup_sequences"] = warmup
+    res["compile_s"] = round(compile_seconds() - compile0[0], 2)
+    res["compiles"] = compiles() - compile0[1]
     res["elements_per_s"] = res["elements"] / wall if wall > 0 else 0.0
     res["ops_per_s"] = res["ops"] / wall if wall > 0 else 0.0
     if str(tier.device).startswith("cuda"):
@@ -82,6 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=None, help="per fuzzing phase (default 45 on cuda, 3 on cpu)")
     ap.add_argument("--find-seconds", type=float, default=60.0, help="budget to find each planted variant")
     ap.add_argument("--out", default="scale-gpu.json")
+    ap.add_argument("--warmup", type=int, default=0, help="untimed sequences before each fuzzing phase")
     args = ap.parse_args(argv)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
@@ -108,7 +119,8 @@ def main(argv=None) -> int:
         limits = ScaleLimits.production() if args.device == "cuda" else ScaleLimits.interpreter()
     report = {"env": {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
                       "torch": torch.__version__, "triton": triton.__version__, "backend": backend,
-                      "seconds_per_phase": seconds, "limits": "small" if args.small else "default"},
+                      "seconds_per_phase": seconds, "limits": "small" if args.small else "default",
+                      "warmup_sequences": args.warmup},
               "fuzz": {}, "variants": {}, "graph": {}}
 
     def log(msg):
@@ -122,11 +134,12 @@ def main(argv=None) -> int:
             for phase, kw in (("throughput", dict(mix=scale.READ_HEAVY_MIX, big=0.6, check_every=8)),
                               ("mixed", dict(mix=None))):
                 res = fuzz(tier, seconds, seed0=1000 * (i + 1) + (0 if phase == "throughput" else 500), limits=limits,
-                           **kw)
+                           warmup=args.warmup, **kw)
                 report["fuzz"][f"{name}/{phase}"] = res
                 log(f"{name:9s} {phase:10s}: {res['elements_per_s']:.3e} elements/s, {res['ops_per_s']:.1f} ops/s, "
                     f"{res['sequences']} sequences, {len(res['divergences'])} divergences, "
-                    f"{res['graph_replays']} graph replays ({res['not_applicable']} not applicable)")
+                    f"{res['graph_replays']} graph replays ({res['not_applicable']} not applicable), "
+                    f"{res['compiles']} compiles ({res['compile_s']} s) after {args.warmup} warm-up sequences")
                 for d in res["divergences"][:3]:
                     log(f"    seed {d['seed']}: {d['divergence']}")
         for name in VARIANTS:
