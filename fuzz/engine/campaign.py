@@ -116,8 +116,12 @@ class CampaignOptions:
         return self.palette == "on"
 
     def palette_seed(self, worker: int) -> int | None:
-        """Worker ``worker``'s palette seed (None: no palette); its hello carries it to the parent."""
-        return self.seed * 1_000_003 + worker if self.palette_on() else None
+        """Worker ``worker``'s palette seed (None: no palette); its hello carries it to the parent.
+        The shard is in it, so worker ``w`` of each shard of a CI matrix draws its own palette."""
+        if not self.palette_on():
+            return None
+        shard_i, shard_n = self.shard
+        return (self.seed * 1_000_003 + worker) * shard_n + shard_i
 
     def order(self) -> str:
         if self.program_order == "auto":

@@ -220,6 +220,9 @@ def test_the_palette_is_on_where_sizes_cost_compiles():
     assert not on(backend="cuda", scale="production", palette="off")
     assert CampaignOptions(backend="cuda", scale="production", seed=2).palette_seed(3) == 2 * 1_000_003 + 3
     assert CampaignOptions(backend="torch", scale="production").palette_seed(0) is None
+    # Worker 3 of each shard of a matrix has a palette of its own.
+    shards = {CampaignOptions(backend="cuda", scale="production", seed=2, shard=(i, 4)).palette_seed(3) for i in range(4)}
+    assert len(shards) == 4
     small = make_tier("torch")
     from fuzz.engine import tracks
 
