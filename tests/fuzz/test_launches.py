@@ -323,3 +323,32 @@ def test_a_launch_whose_caches_cannot_be_read_is_judged_by_how_long_it_held_the_
     assert launches.compiles() == n0
     launches._note_compile(fn, launches.COMPILE_MIN_S * 2, launches._variants(fn))
     assert launches.compiles() == n0 + 1
+
+
+@triton.jit(do_not_specialize=["n_plain"])
+def _k_classes(dst, src, n, n_plain, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n + n_plain
+    tl.store(dst + offs, tl.load(src + offs, mask=mask, other=0), mask=mask)
+
+
+@needs_interpreter
+def test_the_specialization_key_is_what_a_gpu_compiles_a_variant_per():
+    """Ints by 1 / multiple of 16 / other (not for do_not_specialize ones), pointers by dtype and
+    16-byte alignment, constexprs by value: two launches get one key exactly when Triton on a
+    GPU would run them with one compiled variant."""
+    keys = []
+    stop = launches.observe(lambda launch: keys.append(launches.specialization(launch)))
+    try:
+        buf = torch.zeros(64, dtype=torch.int64)
+        for dst, n, n_plain, block in ((buf[:16], 16, 0, 16), (buf[16:32], 32, 5, 16), (buf[1:17], 16, 0, 16),
+                                       (buf[:16], 1, 0, 16), (buf[:16], 7, 0, 16), (buf[:16], 16, 0, 32)):
+            _k_classes[(1,)](dst, buf, n, n_plain, BLOCK=block)
+    finally:
+        stop()
+    same_class, unaligned, one, other, wider = keys[1:]
+    assert keys[0] == same_class  # 16 and 32 are both multiples of 16; n_plain is not specialized
+    assert len({keys[0], unaligned, one, other, wider}) == 5
+    args = dict(keys[0][1])
+    assert args["n_plain"] == "i32" and args["n"] == ("i32", "D") and args["BLOCK"] == 16
+    assert args["dst"] == ("torch.int64", True) and dict(unaligned[1])["dst"] == ("torch.int64", False)

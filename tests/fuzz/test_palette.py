@@ -154,10 +154,14 @@ def test_a_stream_with_a_palette_is_a_pure_function_of_its_seed_and_info(gpu_inf
     assert any(str(t).startswith("palette:") for s in gen.shapes for t in s.values())  # the tags say where from
 
 
-def test_without_a_palette_every_stream_is_the_one_it_was(gpu_info):
+def test_without_a_palette_every_stream_is_the_one_it_was(gpu_info, monkeypatch):
     """Digests of the first 24 ops of seeds 0-7, computed from the generator before palettes
     existed: kvkernels' info on the interpreter and on a GPU, hostile off, and the
-    constants of a foreign set (tests/fixtures/kernels/foreign/indep.py)."""
+    constants of a foreign set (tests/fixtures/kernels/foreign/indep.py). Aligned layouts
+    (``sequence_aligned``, added later) change widths and out strides by design: off here."""
+    from fuzz.engine.production import generator as gen_mod
+
+    monkeypatch.setattr(gen_mod, "sequence_aligned", lambda seed, gpu: False)
     cpu_info = {**gpu_info, "gpu": False}
     assert _digest(cpu_info) == "2b700d1126c8806e9244eb0abc86eba86d0b1be2e8ffc538b1cd175facf48c33"
     assert _digest(gpu_info) == "3840ac8cb3de783963f333d2419fb41e2c91260de308ae851fa8458aa9a41eeb"
@@ -242,3 +246,33 @@ def test_the_cli_takes_a_palette_mode(value):
 def test_the_cli_refuses_another_palette_mode():
     r = kvfuzz("run", "--palette", "sometimes", "--budget-s", "1")
     assert r.returncode == 2 and "--palette" in r.stderr and "Traceback" not in r.stderr, show(r)
+
+
+# ---- aligned layouts ----------------------------------------------------------------------------------
+
+
+def test_an_aligned_sequence_lays_out_every_table_at_one_specialization(gpu_info):
+    """In an aligned sequence (three in four on a GPU) every req_to_token width and every out
+    row stride is a multiple of 16, so a compiled kernel meets one alignment class of those
+    buffers instead of four; the other sequences keep the widths as drawn."""
+    from fuzz.engine.production.arith import out_cols
+    from fuzz.engine.production.generator import sequence_aligned
+
+    seeds = range(40)
+    aligned = [s for s in seeds if sequence_aligned(s, True)]
+    assert 20 <= len(aligned) <= 38  # about three in four
+    ragged_widths = set()
+    for seed in seeds:
+        _, ops = regenerate(seed, 24, gpu_info)
+        for op in ops:
+            width = getattr(op, "width", None) if op.kind in ("p_rows", "g_read_table") else None
+            if seed in aligned:
+                if width is not None and not getattr(op, "packed", False):
+                    assert width % 16 == 0, (seed, op)
+                if op.kind in ("p_read_table", "p_read_table_overflow"):
+                    assert op.aligned and out_cols(op.max_pages, op.aligned) % 16 == 0, (seed, op)
+            else:
+                assert not getattr(op, "aligned", False), (seed, op)
+                if width is not None:
+                    ragged_widths.add(width % 16)
+    assert len(ragged_widths) > 4  # the other sequences still meet unaligned widths

@@ -13,7 +13,7 @@ import math
 import torch
 
 from ..boundary import cdiv  # noqa: F401 - the production modules' one cdiv
-from ..ops import Ints
+from ..ops import OUT_SLACK_COLS, Ints
 
 LONG = torch.int64
 INT32_LIMIT = 1 << 31
@@ -22,6 +22,22 @@ HASH_A = 2_654_435_761
 HASH_B = 2_246_822_519
 HASH_C = 3_266_489_917
 
+
+
+ALIGN = 16  # elements: Triton specializes ints on "multiple of 16" and pointers on 16-byte alignment
+
+
+def aligned_up(n: int) -> int:
+    """``n`` rounded up to a multiple of ``ALIGN``."""
+    return -(-n // ALIGN) * ALIGN
+
+
+def out_cols(max_pages: int, aligned: bool) -> int:
+    """Columns of a read table's ``out`` buffer: ``max_pages`` and the poisoned slack after them,
+    rounded up to a multiple of 16 when ``aligned`` (every row then starts 64-byte aligned and the
+    row stride is a multiple of 16: one specialization of the kernel instead of four)."""
+    cols = max_pages + OUT_SLACK_COLS
+    return aligned_up(cols) if aligned else cols
 
 
 def hash_int(x: int, seed: int) -> int:

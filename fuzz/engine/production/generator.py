@@ -21,7 +21,7 @@ import kvref
 from ..boundary import Constants, kernel_constants
 from ..knobs import apply as apply_knobs
 from ..ops import Op
-from .arith import INT32_LIMIT, cdiv, unit_near
+from .arith import INT32_LIMIT, aligned_up, cdiv, unit_near
 from .far import draw_far_op, far_rng
 from .graph import GReadTable
 from .hostile import FAR_MAX, PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree
@@ -74,8 +74,11 @@ class ScaleGenerator:
                  limits: ScaleLimits | None = None, *, features: set | None = None, mix: dict | None = None,
                  legacy: bool = False, big: float = 0.1, r2t_dtype: str = "int32",
                  far: random.Random | None = None, hostile: str = "spec", palette: Palette | None = None,
-                 explore: float = EXPLORE):
+                 explore: float = EXPLORE, aligned: bool = False):
         self.rng, self.config, self.constants = rng, config, constants
+        # The sequence's layout: req_to_token widths and out row strides multiples of 16 (one
+        # specialization of a compiled kernel), or as drawn (``sequence_aligned``).
+        self.aligned = aligned
         self.r2t_dtype = r2t_dtype  # every req_to_token of the sequence (p_rows, g_read_table)
         self.big = big  # share of read tables at the limits' full size instead of a boundary
         self.limits = limits or ScaleLimits()
@@ -246,7 +249,7 @@ class ScaleGenerator:
         """New req_to_token rows at least ``width`` tokens wide; queued, so it is emitted next."""
         rng, lim = self.rng, self.limits
         extra = rng.choice((0, 0, 1, self.config.page_size, rng.randrange(64)))
-        width = width + extra
+        width = aligned_up(width + extra) if self.aligned else width + extra
         cap_rows = max(1, lim.max_r2t_elems // width)
         if rows is None:
             rows = max(1, min(cap_rows, rng.choice((1, 7, 64, 257, 512, 1024))))
@@ -313,7 +316,7 @@ class ScaleGenerator:
         req = (rng.randrange(R + 1), rng.randrange(R), R)
         legacy = self.legacy and rng.random() < 0.2
         op = PReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=mp, req=req, long_len=long_len,
-                        n_long=min(n_long, bs), legacy=legacy)
+                        n_long=min(n_long, bs), legacy=legacy, aligned=self.aligned)
         return self._tag(op, bs=bs_tag, max_pages=mp_tag, long_pages=long_tag)
 
     def packed_op(self) -> tuple[PReadTablePacked, dict]:
@@ -390,7 +393,8 @@ class ScaleGenerator:
         R = self.rows[0]
         op = PReadTableOverflow(seed=rng.randrange(1 << 30), bs=bs, max_pages=mp, req=(rng.randrange(R + 1),
                                 rng.randrange(R), R), n_long=min(bs, rng.choice((1, 1, 2, bs))),
-                                over=max(1, min(over, over_max)), legacy=self.legacy and rng.random() < 0.2)
+                                over=max(1, min(over, over_max)), legacy=self.legacy and rng.random() < 0.2,
+                                aligned=self.aligned)
         return self._tag(op, bs=bs_tag, max_pages=mp_tag)
 
     def _p_read_table_packed_disagree(self) -> Op:
@@ -434,6 +438,7 @@ def draw_graph_op(gen) -> GReadTable:
         bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
     maxlen = cols if packed else cols * ps
     width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
+    width = aligned_up(width) if gen.aligned else width
     rows = max(1, min(bs, lim.max_r2t_elems // width, rng.choice((1, 3, bs, bs + 1))))
     src = gen.row_source(rng)
     cap_len = min(maxlen, rng.choice((0, 1, ps, 2 * ps, 3 * ps)))
@@ -441,7 +446,7 @@ def draw_graph_op(gen) -> GReadTable:
     long_len = min(maxlen, n_long if packed else n_long * ps)
     op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
                     cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
-                    tombs=rng.choice((0, 1, 8)), packed=packed, dtype=gen.r2t_dtype)
+                    tombs=rng.choice((0, 1, 8)), packed=packed, dtype=gen.r2t_dtype, aligned=gen.aligned and not packed)
     return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))
 
 
@@ -467,6 +472,13 @@ def scale_info(tier, knobs: dict | None = None, *, observe: bool = True) -> dict
         seen = _OBSERVED[key]
     return {"constants": kernel_constants(tier.kernels, seen).to_json(), "features": sorted(kernel_features(tier)),
             "gpu": str(tier.device).startswith("cuda")}
+
+
+def sequence_aligned(seed: int, gpu: bool) -> bool:
+    """Whether a production sequence lays its buffers out aligned (``ScaleGenerator.aligned``):
+    three in four on a GPU, where each alignment and stride class of a buffer is one more compile
+    of a kernel (``benchmarks/variants.py`` counts them), half elsewhere; from an RNG of its own."""
+    return random.Random(seed * 1_000_039 + 0xA1).random() < (0.75 if gpu else 0.5)
 
 
 def sequence_r2t_dtype(seed: int) -> str:
@@ -496,7 +508,8 @@ def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: 
     features = set(info["features"])
     gen = ScaleGenerator(rng, config, constants, limits, features=features, mix=mix,
                          legacy="build_kv_read_table_legacy" in features, big=big, r2t_dtype=sequence_r2t_dtype(seed),
-                         far=far_rng(seed), hostile=hostile, palette=palette, explore=explore)
+                         far=far_rng(seed), hostile=hostile, palette=palette, explore=explore,
+                         aligned=sequence_aligned(seed, gpu))
     return config, gen
 
 

@@ -30,9 +30,9 @@ import torch
 
 from .. import launches
 from .. import vector_oracle as vo
-from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Ints
+from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Outcome
-from .arith import LONG, cdiv, hash_int
+from .arith import LONG, cdiv, hash_int, out_cols
 from .compare import Compare, packed_live, table_live
 from .ops import PRows, ScaleOp
 
@@ -204,6 +204,7 @@ class GReadTable(ScaleOp):
     tombs: int
     packed: bool
     dtype: str = "int32"  # of the captured req_to_token (p_rows' dtype)
+    aligned: bool = False  # the out buffer's layout (arith.out_cols; the page-table form only)
 
     def supported_by(self, tier):
         return not self.packed or tier.has("build_kv_read_table_packed")
@@ -269,7 +270,7 @@ class GReadTable(ScaleOp):
             static["indptr"] = tuple(torch.zeros(bs + 1, dtype=LONG, device=dev) for _ in range(2))
             static["start"] = tuple(torch.zeros(bs, dtype=LONG, device=dev) for _ in range(2))
         else:
-            shape = (bs + 2, self.max_pages + OUT_SLACK_COLS)
+            shape = (bs + 2, out_cols(self.max_pages, self.aligned))
         o_buf, t_buf = (torch.full(shape, POISON, dtype=torch.int32, device=dev) for _ in range(2))
 
         def out_view(buf):
@@ -376,3 +377,5 @@ class GReadTable(ScaleOp):
         yield from self._shrink_fields(("rows",), {"rows": 1})
         if self.dtype != "int32":
             yield dataclasses.replace(self, dtype="int32")
+        if self.aligned:
+            yield dataclasses.replace(self, aligned=False)

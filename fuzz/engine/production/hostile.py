@@ -21,15 +21,16 @@ under the small track's class names.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import torch
 
 from ..memory import Guarded, index_canary
-from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, Ints
+from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Divergence, Outcome, crash, is_cuda_error
-from .arith import LONG, cdiv, hash_tensor
+from .arith import LONG, cdiv, hash_tensor, out_cols
 from .ops import PReadTable, PReadTablePacked, ScaleOp, _req_idx, _seq_lens
 
 FAR_MAX = 256  # rows past either end of the tables a p_free_unbind_any id may name
@@ -173,6 +174,7 @@ class PReadTableOverflow(HostileOp):
     n_long: int
     over: int
     legacy: bool = False
+    aligned: bool = False  # the out buffer's layout (arith.out_cols)
 
     def valid_twin(self) -> PReadTable:
         return PReadTable(self.seed, self.bs, self.max_pages, self.req, 0, self.n_long, self.legacy)
@@ -198,7 +200,7 @@ class PReadTableOverflow(HostileOp):
     def probe(self, run, i):
         ps, dev, mp, bs = run.config.page_size, run.device, self.max_pages, self.bs
         v2p, p2v = table_copies(run)
-        cols = mp + OUT_SLACK_COLS
+        cols = out_cols(mp, self.aligned)
         body = (bs + 2) * cols
         buf = torch.full((body + cdiv(self.over, ps) + PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
         out = buf[:body].view(bs + 2, cols)
@@ -221,6 +223,8 @@ class PReadTableOverflow(HostileOp):
         yield from self._shrink_fields(("max_pages",), {"max_pages": 1})
         yield from self._shrink_fields(("n_long",), {"n_long": 1})
         yield from self._shrink_fields(("over",), {"over": 1})
+        if self.aligned:
+            yield dataclasses.replace(self, aligned=False)
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ import torch
 import kvref
 
 from .. import vector_oracle as vo
-from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
+from ..ops import PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
-from .arith import LONG, affine_error, affine_ids, cdiv, hash_int, hash_tensor, shrunk_ints
+from .arith import LONG, affine_error, affine_ids, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
 from .compare import Compare, packed_live, table_live
 
 BUILD_CHUNK = 1 << 22  # req_to_token elements built per pass (bounds the int64 temporaries)
@@ -291,6 +291,7 @@ class PReadTable(ScaleOp):
     long_len: int
     n_long: int
     legacy: bool
+    aligned: bool = False  # the out buffer's layout (arith.out_cols)
 
     def supported_by(self, tier):
         return not self.legacy or tier.has("build_kv_read_table_legacy")
@@ -317,7 +318,7 @@ class PReadTable(ScaleOp):
         seq = self.seq_lens(ps)
         req_t = torch.tensor(_req_idx(self.req, self.bs), dtype=LONG, device=dev)
         seq_t = torch.tensor(seq, dtype=LONG, device=dev)
-        o_buf, t_buf = (torch.full((self.bs + 2, self.max_pages + OUT_SLACK_COLS), POISON, dtype=torch.int32,
+        o_buf, t_buf = (torch.full((self.bs + 2, out_cols(self.max_pages, self.aligned)), POISON, dtype=torch.int32,
                                    device=dev) for _ in range(2))
         vo.read_table(req_to_token=run.o_r2t, req_pool_indices=req_t, seq_lens=seq_t, v2p=run.o_v2p,
                       multiplier=run.config.multiplier, page_size=ps, max_pages=self.max_pages,
@@ -339,6 +340,8 @@ class PReadTable(ScaleOp):
         if self.seed:
             yield dataclasses.replace(self, seed=0)
         yield from _simpler_req(self)
+        if self.aligned:
+            yield dataclasses.replace(self, aligned=False)
 
 
 def packed_layout(seed: int, bs: int, max_tokens: int, long_len: int, n_long: int, gap: int, has_start: bool,
