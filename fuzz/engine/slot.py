@@ -6,7 +6,7 @@ it started), for a finding that needs what came before it (``confirm``).
 
 from __future__ import annotations
 
-from .generate import WARMUP_SEQUENCES, warmup_seed
+from .generate import warmup_seed
 from .supervise import CONTRACT, OPS, SEQS, Child
 
 HISTORY_SEQUENCES = 256  # how far back a worker's history reaches for a case that needs it
@@ -62,8 +62,8 @@ class Slot:
         HISTORY_SEQUENCES; its warm-up sequences first, if it ran them). Built only for a
         case that does not reproduce without them."""
         track, hello = opts.track, dict(self.hello or {})
-        warmups = [warmup_seed(i) for i in range(WARMUP_SEQUENCES)] if (
-            self.warm and opts.backend == "cuda" and track.gpu_warmup) else []
+        warmups = [warmup_seed(i) for i in range(track.gpu_warmup)] if (
+            self.warm and opts.backend == "cuda") else []
         if seed in warmups:  # it failed while warming up: only the warm-up sequences before it ran
             seeds = warmups[:warmups.index(seed)]
         else:

@@ -56,7 +56,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     if tier is None:
         return
     from . import tracks
-    from .generate import WARMUP_BASE, WARMUP_SEQUENCES, warmup_seed
+    from .generate import WARMUP_BASE, warmup_seed
     from .knobs import choose as choose_knobs
     from .launches import compile_seconds, compiles
     from .slot import sequence_seed
@@ -79,7 +79,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     # set for its life and warms up on every page size before its fuzzing is timed.
     gpu = str(tier.device).startswith("cuda")
     worker_knobs = choose_knobs(tier.kernels, opts.seed * 7919 + worker) if gpu else None
-    warm_left = WARMUP_SEQUENCES if gpu and warm and track.gpu_warmup else 0
+    warm_left = track.gpu_warmup if gpu and warm else 0
     sent_knobs: object = ()  # the knobs last told to the parent (they hold until the next message)
     steady = None  # (wall time, ops) when the timed part began
 
@@ -98,7 +98,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                and not track.exhausted(tier)):
             if warm_left:
                 warm_left -= 1
-                seed = warmup_seed(WARMUP_SEQUENCES - 1 - warm_left)
+                seed = warmup_seed(track.gpu_warmup - 1 - warm_left)
                 beat.sequence(k - 1, seed)  # takes no sequence number: a restart after it resumes at k
             else:
                 if steady is None:

@@ -110,3 +110,23 @@ def test_what_could_not_be_checked_is_in_the_summary(tmp_path):
     reasons = data["not_applicable"]
     assert any("launched no Triton kernel" in why for why in reasons) and all(n > 0 for n in reasons.values()), data
     assert "not checked" in r.stderr, show(r)
+
+
+@pytest.mark.parametrize("scale, warmups", [("small", 8), ("production", 4)])
+def test_a_gpu_worker_warms_up_first_and_its_history_rebuilds_those_sequences(scale, warmups):
+    """A GPU worker of either scale runs its track's warm-up sequences before it is timed, and
+    a finding that needs its worker's history gets them back first, then the worker's own."""
+    from fuzz.engine.campaign import CampaignOptions
+    from fuzz.engine.generate import warmup_seed
+    from fuzz.engine.slot import Slot, sequence_seed
+
+    track = tracks.get(scale)
+    assert track.gpu_warmup == warmups
+    opts = CampaignOptions(backend="cuda", scale=scale, seed=3, ops_per_sequence=4)
+    slot = Slot(1)
+    slot.hello, slot.warm, slot.start_k = track.worker_info(make_tier("torch")), True, 0
+    history = slot.history(opts, upto_k=2)()
+    expected = [warmup_seed(i) for i in range(warmups)] + [sequence_seed(opts, 1, k) for k in range(2)]
+    assert [h["seed"] for h in history] == expected
+    assert all(len(h["ops"]) == 4 for h in history)
+    assert [h["seed"] for h in slot.history(opts, upto_k=2, seed=warmup_seed(2))()] == expected[:2]

@@ -27,6 +27,10 @@ class ProductionTrack(Track):
     default_ops = 24  # production ops are big: a sequence of a few dozen fills seconds of GPU time
     case_extra = {"scale": "production"}
     palette_on_gpu = True  # production sizes are many and large: compiled per value, they would not stop compiling
+    # Four ordinary production sequences (seeds ``warmup_seed(0..3)``) before a GPU worker is
+    # timed: they meet the page sizes, dtypes and layouts most variants come from, so the
+    # summary's steady rate is one of fuzzing, not of the first compiles.
+    gpu_warmup = 4
 
     @staticmethod
     def _info(tier, knobs=None, palette_seed=None) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ..generate import OpGenerator, contract_rate, regenerate, sequence_params, sequence_r2t_dtype
+from ..generate import WARMUP_SEQUENCES, OpGenerator, contract_rate, regenerate, sequence_params, sequence_r2t_dtype
 from ..knobs import choose
 from ..runner import PoolRun
 from ..tiers import OPTIONAL
@@ -21,7 +21,7 @@ from .base import Sequence, Track
 class SmallTrack(Track):
     name = "small"
     default_ops = 200
-    gpu_warmup = True
+    gpu_warmup = WARMUP_SEQUENCES
     uses_allocator = True
 
     def worker_info(self, tier, *, palette_seed=None) -> dict:
