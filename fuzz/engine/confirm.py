@@ -49,6 +49,7 @@ class Confirmer:
         self.tries = max(1, tries)
         self.deadline = deadline  # for minimizing
         self.rate_deadline = rate_deadline if rate_deadline is not None else deadline  # for the rate and history
+        self.others: dict[str, int] = {}  # signatures replays failed with instead of the case's -> first step
         self.minimize = minimize
 
     def _late(self, rating: bool = False) -> bool:
@@ -83,7 +84,17 @@ class Confirmer:
             f = judge(case.config, case.ops, fresh=i == 0)
             if f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want):
                 k += 1
+            elif f is not None:  # it failed, as something else: said in the case, never counted
+                self.others.setdefault(str(f.signature), f.step)
         return k, n
+
+    def _otherwise(self) -> str:
+        """What the replays that did not reproduce the case failed as instead (a trigger that
+        fires earlier in a fresh process: a time, a count), for the case's note."""
+        if not self.others:
+            return ""
+        return "; replayed, it failed as " + ", ".join(f"{sig} at step {step}" for sig, step in self.others.items()) + (
+            " instead")
 
     def confirm(self, case: Case, history=None, publish=None) -> Case:
         """``history``: a thunk giving the worker's earlier sequences (or None); ``publish``:
@@ -110,10 +121,10 @@ class Confirmer:
             else:
                 needs = {"sequences": [], "reproduced": False,
                          "note": f"did not reproduce in a fresh process, not even after its worker's "
-                                 f"{len(history)} earlier sequences: kept as found"}
+                                 f"{len(history)} earlier sequences: kept as found{self._otherwise()}"}
         elif k == 0:
             needs = {"sequences": [], "reproduced": False,
-                     "note": "did not reproduce in a fresh process: kept as found"}
+                     "note": f"did not reproduce in a fresh process: kept as found{self._otherwise()}"}
         case = case.with_fields(reproduced={"k": k, "n": n}, flaky=0 < k < n, **({"history": needs} if needs else {}))
         publish(case)
         if k == 0 or not self.minimize or self._late():

@@ -73,6 +73,15 @@ def test_every_fixture_gets_the_right_verdict_with_default_flags(name, tmp_path)
         assert summary["elapsed_s"] < BUDGET_S + 90, summary["elapsed_s"]
     # Each such case replays with exit 1 (a flaky one within its retries), with no flag given.
     reproducible = [f for f in mine if (f.get("reproduced") or {}).get("k")]
+    if name == "hang_late" and not reproducible:
+        # Every free of 2+ pages at or after T hangs: a case whose sequence began before T replays
+        # (after T, in a fresh process) hanging at an earlier free, maybe of another op kind. The
+        # case must say what its replays failed as, and a replay must still fail with a hang.
+        for f in mine:
+            assert "replayed, it failed as" in f["history_note"] and "timeout/no-progress" in f["history_note"], f
+            rr = kvfuzz("replay", f["case"], timeout=300, **env)
+            assert rr.returncode == 1 and "FAIL" in rr.stdout and "timeout/no-progress" in rr.stdout, show(rr)
+        return
     assert reproducible, mine
     for f in reproducible:
         case = load_case(f["case"])
@@ -152,3 +161,30 @@ def test_a_case_without_a_mode_replays_in_the_defaults(tmp_path):
     case = load_case(REPO / "tests/corpus/lazy_flush_inflight_pending.json")
     assert case.run_mode == {"hostile": "spec", "check_every": 1}
     assert "mode" not in json.loads(case.dumps())  # read and written back unchanged
+
+
+# ---- a replay that fails as something else is said, not counted ------------------------------------------
+
+
+def test_replays_that_fail_as_another_signature_are_named_in_the_case_never_counted():
+    """A trigger that fires earlier in a fresh process (a time, a count) makes the case's replay
+    fail at another op: the rate stays 0 (the case's own signature did not come back) and the
+    case's note says what the replays failed as, so nobody reads "did not reproduce" as "passes"."""
+    from fuzz.engine.case import Case
+    from fuzz.engine.confirm import Confirmer
+
+    sig, other = Signature("k_free_unbind", "timeout", "no-progress"), Signature("free", "timeout", "no-progress")
+    found = _finding(sig, None)
+    found.step = 2
+
+    class Replays:  # an executor whose fresh replays hang at step 1, in a free
+        def run(self, config, ops, knobs=None, mode=None, **kw):
+            f = _finding(other, None)
+            f.step = 1
+            return f
+
+    ops = [Alloc(2), Free((1, 2)), Alloc(2)]
+    case = Case.found(config=kvref.PoolConfig(num_pages=8), ops=ops, divergence=found, original_len=3)
+    done = Confirmer(Replays(), tries=3, minimize=False).confirm(case)
+    assert done.reproduced["k"] == 0 and done.reproduced["n"] >= 1 and not done.flaky  # a hang: one try
+    assert "replayed, it failed as free/timeout/no-progress at step 1 instead" in done.history["note"], done.history
