@@ -93,3 +93,14 @@ if [ "$PART" = final-b ]; then
     $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print('production_warm', {k: d.get(k) for k in ('ops', 'elements_per_s', 'compile_s', 'compiles', 'elapsed_s', 'steady_ops_per_s')})" "$OUT/production_warm.json"
   } 2>&1 | tee "$OUT/session-final-b.log"
 fi
+if [ "$PART" = final-c ]; then
+  {
+    step "after aligned layouts and the production warm-up: scale_gpu (15 s per phase, 8 warm-up sequences)"
+    timeout 300 $PY benchmarks/scale_gpu.py --seconds 15 --find-seconds 20 --warmup 8 --out "$OUT/scale-gpu-aligned.json" 2>&1 | tail -14
+    step "a production campaign of our kernels, 15 s, twice on one --cache-dir (the second is the warm one)"
+    for run in cold warm; do
+      campaign production_aligned_$run 15 --scale production --cache-dir $CACHE-c --reproduce 0
+      $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], {k: d.get(k) for k in ('ops', 'elements_per_s', 'compile_s', 'compiles', 'elapsed_s', 'steady_ops_per_s')})" "$OUT/production_aligned_$run.json" $run
+    done
+  } 2>&1 | tee "$OUT/session-final-c.log"
+fi
