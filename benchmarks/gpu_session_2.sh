@@ -20,25 +20,7 @@ unset TRITON_INTERPRET
 PY=${PY:-python3}
 LOG="$OUT/session-$PART.log"
 FOREIGN=tests/fixtures/kernels/foreign
-step() { echo; echo "== $*  ($(date -u +%T))"; }
-campaign() {  # NAME BUDGET EXTRA...: a campaign on CUDA, then each of its cases replayed
-  local name=$1 budget=$2; shift 2
-  local out=/tmp/v-$name-$RANDOM
-  timeout $((budget + 200)) $PY -m fuzz run --backend cuda --budget-s "$budget" --out "$out" \
-    --summary "$out.summary.json" --progress-s 1000 "$@" > "$out.log" 2>&1
-  local rc=$?
-  {
-    echo "-- $name: exit $rc"
-    grep -E "^(FAIL|case:|kvfuzz run)" "$out.log" | cut -c1-400
-    grep -A12 -m1 "internal harness error" "$out.log" | tail -8 | cut -c1-300
-    for c in "$out"/*.json; do
-      [ -f "$c" ] || continue
-      $PY -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['signature']; print('   case', s['op']+'/'+s['oracle']+'/'+s['field'], 'reproduced', d.get('reproduced'), 'flaky', d.get('flaky'), 'lengths', d.get('lengths'), 'history', (d.get('history') or {}).get('note'))" "$c"
-      timeout 200 $PY -m fuzz replay "$c" --op-timeout 20 > "$out.replay" 2>&1
-      echo "   replay exit $? $(head -c 300 "$out.replay" | head -1)"
-    done
-  } 
-}
+. benchmarks/gpu_common.sh  # step, campaign
 {
   step environment
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -17,7 +17,7 @@ LOG="$OUT/session-$PART.log"
 FOREIGN=tests/fixtures/kernels/foreign
 CACHE=/tmp/kvfuzz-triton-cache
 export TRITON_CACHE_DIR=$CACHE
-step() { echo; echo "== $*  ($(date -u +%T))"; }
+. benchmarks/gpu_common.sh  # step, campaign
 small_campaign() {  # WORKERS CHECK_EVERY SECONDS NAME
   timeout $(($3 + 120)) $PY -m fuzz run --backend cuda --workers "$1" --check-every "$2" --budget-s "$3" --seed 11 \
     --cache-dir $CACHE --out /tmp/tp-$4 --progress-s 1000 --reproduce 0 --summary "$OUT/$4.json" 2>&1 \
@@ -51,22 +51,6 @@ if [ "$PART" = profile2 ]; then
     timeout 200 $PY benchmarks/profile_scale.py --mix default --warmup 12 --seconds 20 --top 45 2>&1 | head -75
   } 2>&1 | tee "$OUT/session-profile2.log"
 fi
-campaign() {  # NAME BUDGET EXTRA...: a campaign on CUDA (summary to $OUT/NAME.json), then each case replayed
-  local name=$1 budget=$2; shift 2
-  local out=/tmp/v-$name-$RANDOM
-  timeout $((budget + 200)) $PY -m fuzz run --backend cuda --budget-s "$budget" --out "$out" \
-    --summary "$OUT/$name.json" --progress-s 1000 "$@" > "$out.log" 2>&1
-  local rc=$?
-  echo "-- $name: exit $rc"
-  grep -E "^(FAIL|case:|kvfuzz run)" "$out.log" | cut -c1-500
-  grep -A12 -m1 "internal harness error" "$out.log" | tail -8 | cut -c1-300
-  for c in "$out"/*.json; do
-    [ -f "$c" ] || continue
-    $PY -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['signature']; print('   case', s['op']+'/'+s['oracle']+'/'+s['field'], 'reproduced', d.get('reproduced'), 'flaky', d.get('flaky'), 'lengths', d.get('lengths'), 'found_after', d.get('found_after_s'))" "$c"
-    timeout 200 $PY -m fuzz replay "$c" --op-timeout 20 > "$out.replay" 2>&1
-    echo "   replay exit $? $(head -c 300 "$out.replay" | head -1)"
-  done
-}
 if [ "$PART" = final-a ]; then
   {
     step "pytest -m cuda (every change of this session)"

@@ -1,0 +1,21 @@
+# Shared by the GPU session scripts (source it after setting PY and OUT).
+# campaign NAME BUDGET EXTRA...: a campaign on CUDA (its summary: $OUT/NAME.json), then each of
+# its cases replayed; prints the run line, every case with its rate and history note, and each
+# replay's exit code.
+step() { echo; echo "== $*  ($(date -u +%T))"; }
+campaign() {
+  local name=$1 budget=$2; shift 2
+  local out=/tmp/v-$name-$RANDOM
+  timeout $((budget + 200)) $PY -m fuzz run --backend cuda --budget-s "$budget" --out "$out" \
+    --summary "$OUT/$name.json" --progress-s 1000 "$@" > "$out.log" 2>&1
+  local rc=$?
+  echo "-- $name: exit $rc"
+  grep -E "^(FAIL|case:|kvfuzz run)" "$out.log" | cut -c1-500
+  grep -A12 -m1 "internal harness error" "$out.log" | tail -8 | cut -c1-300
+  for c in "$out"/*.json; do
+    [ -f "$c" ] || continue
+    $PY -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['signature']; print('   case', s['op']+'/'+s['oracle']+'/'+s['field'], 'reproduced', d.get('reproduced'), 'flaky', d.get('flaky'), 'lengths', d.get('lengths'), 'history', (d.get('history') or {}).get('note'))" "$c"
+    timeout 200 $PY -m fuzz replay "$c" --op-timeout 20 > "$out.replay" 2>&1
+    echo "   replay exit $? $(head -c 300 "$out.replay" | head -1)"
+  done
+}
