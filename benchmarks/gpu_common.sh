@@ -1,4 +1,11 @@
-# Shared by the GPU session scripts (source it after setting PY and OUT).
+# Shared by the GPU session scripts (source it first): the environment of a device call (results
+# under $OUT, the repository on PYTHONPATH, compiled launches), and two helpers.
+OUT=${OUT:-benchmarks/results/gpu-run}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=.${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH}
+unset TRITON_INTERPRET
+PY=${PY:-python3}
+FOREIGN=tests/fixtures/kernels/foreign
 # campaign NAME BUDGET EXTRA...: a campaign on CUDA (its summary: $OUT/NAME.json), then each of
 # its cases replayed; prints the run line, every case with its rate and history note, and each
 # replay's exit code.

@@ -13,14 +13,8 @@
 #           compile time cold and with a warm --cache-dir
 set -u
 PART=${1:-1}
-OUT=${OUT:-benchmarks/results/gpu-run}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=.${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH}
-unset TRITON_INTERPRET
-PY=${PY:-python3}
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign
 LOG="$OUT/session-$PART.log"
-FOREIGN=tests/fixtures/kernels/foreign
-. benchmarks/gpu_common.sh  # step, campaign
 {
   step environment
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

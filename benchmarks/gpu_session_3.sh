@@ -8,16 +8,10 @@
 #            8 workers, a warm-cache production campaign's compile time
 set -u
 PART=${1:-profile}
-OUT=${OUT:-benchmarks/results/gpu-run}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=.${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH}
-unset TRITON_INTERPRET
-PY=${PY:-python3}
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign
 LOG="$OUT/session-$PART.log"
-FOREIGN=tests/fixtures/kernels/foreign
 CACHE=/tmp/kvfuzz-triton-cache
 export TRITON_CACHE_DIR=$CACHE
-. benchmarks/gpu_common.sh  # step, campaign
 small_campaign() {  # WORKERS CHECK_EVERY SECONDS NAME
   timeout $(($3 + 120)) $PY -m fuzz run --backend cuda --workers "$1" --check-every "$2" --budget-s "$3" --seed 11 \
     --cache-dir $CACHE --out /tmp/tp-$4 --progress-s 1000 --reproduce 0 --summary "$OUT/$4.json" 2>&1 \

@@ -54,18 +54,16 @@ class KindClock:
 def run(tier, seconds: float, warmup: int, n_ops: int, mix, big, check_every: int, seed0: int, limits) -> dict:
     import torch
 
+    from benchmarks.profiling import warm_up
     from fuzz.engine.launches import compile_seconds
     from fuzz.engine.production import generator as gen_mod
     from fuzz.engine.production.run import ScaleRun
-    from fuzz.engine.tracks import get
     from fuzz.engine.verdict import Divergence
 
     cuda = str(tier.device).startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    production = get("production")
     t0 = time.monotonic()
-    for k in range(warmup):
-        production.run_sequence(tier, seed0 - 1 - k, n_ops, limits=limits, mix=mix, big=big, check_every=check_every)
+    warm_up(tier, seed0, warmup, n_ops, limits=limits, mix=mix, big=big, check_every=check_every)
     sync()
     warm_s = time.monotonic() - t0
     clock = KindClock(sync)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.profiling import profile
+from benchmarks.profiling import profile, warm_up
 
 
 def main() -> None:
@@ -30,8 +30,7 @@ def main() -> None:
     tier = make_tier("cuda")
     production = get("production")
     mix = READ_HEAVY_MIX if args.mix == "read-heavy" else None
-    for k in range(args.warmup):  # compile outside the profile
-        production.run_sequence(tier, 10**6 + k, 8 if args.warmup == 1 else args.ops, mix=mix)
+    warm_up(tier, 10**6, args.warmup, 8 if args.warmup == 1 else args.ops, mix=mix)  # compile outside the profile
     seeds = iter(range(10**6))
 
     def one(deadline):

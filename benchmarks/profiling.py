@@ -27,3 +27,13 @@ def profile(one, seconds: float, top: int, sync=None) -> None:
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
     print(out.getvalue())
+
+
+def warm_up(tier, seed0: int, count: int, n_ops: int, **kw) -> None:
+    """``count`` untimed production sequences, seeds ``seed0 - 1`` downwards (never a timed one):
+    they compile (or load) the kernel variants the timed sequences meet first."""
+    from fuzz.engine.tracks import get
+
+    production = get("production")
+    for k in range(count):
+        production.run_sequence(tier, seed0 - 1 - k, n_ops, **kw)

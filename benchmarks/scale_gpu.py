@@ -44,12 +44,11 @@ def fuzz(tier, seconds: float, *, seed0: int, limits, mix=None, big=None, check_
     timed part, and the divergences found."""
     import torch
 
+    from benchmarks.profiling import warm_up
     from fuzz.engine.launches import compile_seconds, compiles
     from fuzz.engine.tracks import get
 
-    for k in range(warmup):
-        get("production").run_sequence(tier, seed0 - 1 - k, n_ops, limits=limits, mix=mix, big=big,
-                                       check_every=check_every)
+    warm_up(tier, seed0, warmup, n_ops, limits=limits, mix=mix, big=big, check_every=check_every)
     compile0 = (compile_seconds(), compiles())
     start = time.monotonic()
     deadline = start + seconds
