@@ -129,6 +129,11 @@ class Protocol:
         if isinstance(lacks, str) or not all(isinstance(x, str) for x in lacks):
             raise SetupError(f"--allocator {name}: KVFUZZ_LACKS must be a set of names, got {lacks!r}")
         unknown = sorted(set(lacks) - LACKABLE)
+        required = [m for m in unknown if METHODS.get(m, "") is None]
+        if required:
+            raise SetupError(f"--allocator {name}: KVFUZZ_LACKS names {', '.join(required)}, which "
+                             f"{'is' if len(required) == 1 else 'are'} required: an allocator kvfuzz drives must "
+                             f"have {', '.join(f'{m}()' for m in METHODS if METHODS[m] is None)}")
         if unknown:
             raise SetupError(f"--allocator {name}: KVFUZZ_LACKS names {', '.join(unknown)}; an allocator may lack "
                              f"{', '.join(sorted(LACKABLE))}")
@@ -292,6 +297,29 @@ def view(name: str, value, how: str):
     return sorted(value) if isinstance(value, list) else value
 
 
+def missing_methods(inner, missing: list[str]) -> str:
+    """Advice a user can follow for methods the allocator lacks: a required one (``alloc``,
+    ``free``, ``snapshot``) cannot be declared away, and an attribute of that name that is
+    not callable (a free list kept in ``self.free``, shadowing ``free()``) is named with its
+    type, since "has no free()" is then false and declaring it in KVFUZZ_LACKS is refused."""
+    cls = type(inner).__name__
+    said = []
+    for m in missing:
+        value = getattr(inner, m, None)
+        what = (f"`{cls}.{m}` is {_a(type(value).__name__)}, not a method (an attribute shadows it: rename one)"
+                if value is not None else f"{cls} has no {m}()")
+        if METHODS[m] is None:
+            said.append(f"`{m}` is required; {what}")
+        else:
+            said.append(f"{what}; declare KVFUZZ_LACKS = {{{METHODS[m]!r}, ...}} if it has no {METHODS[m]} "
+                        "(docs/allocators.md)")
+    return "; ".join(said)
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
 class Driven:
     """One allocator behind the protocol, with the interface the ops drive
     (``runner.TargetSide.alloc``): tensors in, tensors or None out."""
@@ -307,8 +335,7 @@ class Driven:
         missing = [m for m, part in METHODS.items()
                    if part not in proto.lacks and not callable(getattr(self.inner, m, None))]
         if missing:
-            raise SetupError(f"--allocator {proto.name}: has no {', '.join(f'{m}()' for m in missing)}; declare "
-                             "KVFUZZ_LACKS for a part it does not have (docs/allocators.md)")
+            raise SetupError(f"--allocator {proto.name}: {missing_methods(self.inner, missing)}")
         self._own = {m for m in ("translate", "build_read_table", "build_read_table_packed")
                      if callable(getattr(self.inner, m, None))}
         if "translate" not in self._own and "translate" not in proto.lacks and not tier.has("translate_tokens"):

@@ -102,6 +102,29 @@ def test_a_missing_part_must_be_declared_not_skipped_silently(tmp_path):
     assert TierSpec("torch", allocator=f"{path}:Declared").make().allocator_skips == {"write"}
 
 
+SHADOWED = ("from collections import deque\nimport sys\nsys.path.insert(0, {heap!r})\n"
+            "from heap_allocator import HeapAllocator\n\n"
+            "class Pool(HeapAllocator):\n"
+            "    def __init__(self, *args, **kw):\n"
+            "        super().__init__(*args, **kw)\n"
+            "        self.free = deque()  # its free list, shadowing the free() method\n\n"
+            "class Declared(Pool):\n    KVFUZZ_LACKS = {{'free'}}\n")
+
+
+def test_a_shadowed_required_method_is_named_with_what_shadows_it(tmp_path):
+    """A free list kept in ``self.free`` hides ``free()``: "has no free(); declare
+    KVFUZZ_LACKS" could not be followed (free cannot be declared away), so the message says
+    that it is required and what the attribute is; declaring it says it is required too."""
+    path = tmp_path / "pool.py"
+    path.write_text(SHADOWED.format(heap=str(HEAP.parent)))
+    with pytest.raises(SetupError) as err:
+        TierSpec("torch", allocator=f"{path}:Pool").make()
+    assert "`free` is required; `Pool.free` is a deque, not a method" in str(err.value)
+    assert "declare KVFUZZ_LACKS" not in str(err.value)
+    with pytest.raises(SetupError, match=r"KVFUZZ_LACKS names free, which is required"):
+        TierSpec("torch", allocator=f"{path}:Declared").make()
+
+
 def test_snapshots_are_adapted_to_spec_form():
     from collections import deque
 
