@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .engine.generate import HOSTILE
 from .engine.launches import MODES as ORDERS
-from .engine.supervise import EXIT_HARNESS
+from .engine.supervise import EXIT_HARNESS, NotRun
 from .engine.tiers import BACKENDS, SetupError, select_backend
 from .sync import cli as check_sync_cli
 
@@ -329,27 +329,35 @@ def _cmd_replay(args) -> int:
         f" hostile={mode['hostile']}") + (
         f" program_order={mode['program_order']}" if mode.get("program_order", "launch") != "launch" else "") + (
         f" after {len(history)} earlier sequences (the worker's history)" if history else "")
-    d, tried = None, 0
+    d, tried, unrun = None, 0, []
     if args.in_process:
         d, dropped, tried = _replay_here(case, spec, mode, history, own), None, 1
         dropped = getattr(d, "dropped", None) or []
     else:
         executor = _executor(spec, args.op_timeout)
         try:
-            while d is None and tried < tries:
+            while d is None and tried < tries + len(unrun) and len(unrun) <= UNRUN_RETRIES:
                 tried += 1
                 fresh = tried > 1
-                d = _verdict(lambda: executor.run(case.config, case.ops, case.knobs, mode, strict_knobs=own,
-                                                  history=history, fresh=fresh), "replay")  # noqa: B023
+                try:
+                    d = _verdict(lambda: executor.run(case.config, case.ops, case.knobs, mode, strict_knobs=own,  # noqa: B023
+                                                      history=history, fresh=fresh), "replay")  # noqa: B023
+                except NotRun as exc:  # neither a pass nor a failure: tried again, a few times
+                    unrun.append(str(exc))
         finally:
             executor.close()
         dropped = executor.notes.get("dropped_knobs", [])
+        tried -= len(unrun)
     if dropped:
         print(f"kvfuzz replay: warning: {kernels} has no launch knob {', '.join(dropped)}; dropped", file=sys.stderr)
     rate = _rate_text(case)
+    if d is None and unrun and not tried:
+        print(f"UNKNOWN {args.case}: the replay could not run here in {len(unrun)} tries ({where}): {unrun[-1]}"
+              f"{rate}")
+        return 2
     if d is None:
         print(f"PASS {args.case}: {len(case.ops)} ops agree with the spec in {tried} tr{'y' if tried == 1 else 'ies'} "
-              f"({where}){rate}")
+              f"({where}){rate}" + (f"; {len(unrun)} more could not run: {unrun[-1]}" if unrun else ""))
         return 0
     same = "same signature" if d.signature == case.signature else f"NEW signature (case has {case.signature})"
     print(f"FAIL {args.case}: {d.signature}: {d} [{same}; {where}; failed on try {tried} of {tries}]{rate}")
@@ -357,6 +365,9 @@ def _cmd_replay(args) -> int:
     if fault is not None and fault.stderr:
         print("stderr of the replay (the fault's Python stack first):\n  " + "\n  ".join(_fault_lines(fault.stderr)))
     return 1
+
+
+UNRUN_RETRIES = 2  # replays that could not run (memory, a device error before the first op) tried again
 
 
 def _mode(args, case) -> dict:
@@ -416,9 +427,14 @@ def _cmd_minimize(args) -> int:
     executor = _executor(spec, args.op_timeout)
     deadline = time.monotonic() + args.budget_s
     tries = case.replay_tries(cap=10)
-    m = Minimizer(None, case.signature, deadline=deadline, hostile=hostile_kind(case), tries=tries,
-                  judge=lambda config, ops: executor.run(config, ops, case.knobs, mode, deadline=deadline + 30,
-                                                         strict_knobs=own, history=history))
+    def judge(config, ops):
+        try:
+            return executor.run(config, ops, case.knobs, mode, deadline=deadline + 30, strict_knobs=own,
+                                history=history)
+        except NotRun:  # a candidate that could not run is not seen to fail
+            return None
+
+    m = Minimizer(None, case.signature, deadline=deadline, hostile=hostile_kind(case), tries=tries, judge=judge)
     try:
         config, ops, d = _verdict(lambda: m.run(case.config, case.ops), "minimize")
     except NotReproducible as exc:

@@ -20,6 +20,13 @@ confirmed here, in an executor child that never saw the worker's history:
    fails on its own, the case stays as it was.
 
 Every replay runs in the case's mode (hostile, check_every, program order).
+
+A replay that could not run (``supervise.NotRun``: a far op with no memory for it while a
+campaign holds the GPU, a history that faulted the device, a device error before its first
+op) is neither a reproduction nor a pass: it is tried again after a wait (``UNKNOWN_RETRIES``)
+and then counted apart, as ``reproduced: {k, n, unknown}`` (``n`` the replays that ran), and
+the case's note says why. A minimizer's candidate that could not run is one that does not
+fail (the smaller case is kept only if it is seen to fail).
 """
 
 from __future__ import annotations
@@ -29,9 +36,35 @@ from dataclasses import dataclass, field
 
 from .case import Case
 from .minimize import Minimizer, NotReproducible, hostile_kind
-from .supervise import Executor
+from .supervise import Executor, NotRun
 
 DEFAULT_TRIES = 5
+UNKNOWN_RETRIES = 2  # a replay that could not run is run again this often, each after a wait, before it is unknown
+UNKNOWN_WAIT_S = 2.0  # (a far op waits for memory in the child too: far.ROOM_WAIT_S)
+
+
+@dataclass
+class Rate:
+    """A reproduction rate: ``k`` failures alike in ``n`` replays that ran, and ``unknown``
+    replays that could not run (``why``: their reasons, each once)."""
+
+    k: int = 0
+    n: int = 0
+    unknown: int = 0
+    why: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """``reproduced`` as a case writes it: ``{k, n}``, with ``unknown`` and a ``note`` when
+        some replays could not run (a reader of an older case finds ``{k, n}`` alone)."""
+        if not self.unknown:
+            return {"k": self.k, "n": self.n}
+        return {"k": self.k, "n": self.n, "unknown": self.unknown,
+                "note": f"{self.unknown} replay{'s' if self.unknown > 1 else ''} could not run, counted neither as "
+                        f"reproduced nor as passed: {'; '.join(self.why)[:400]}"}
+
+    @property
+    def flaky(self) -> bool:
+        return 0 < self.k < self.n
 
 
 @dataclass
@@ -51,16 +84,22 @@ class Confirmer:
         self.rate_deadline = rate_deadline if rate_deadline is not None else deadline  # for the rate and history
         self.others: dict[str, int] = {}  # signatures replays failed with instead of the case's -> first step
         self.minimize = minimize
+        self.wait = time.sleep  # how a retry of a replay that could not run waits (tests pass their own)
 
     def _late(self, rating: bool = False) -> bool:
         deadline = self.rate_deadline if rating else self.deadline
         return deadline is not None and time.monotonic() >= deadline
 
-    def _judge(self, case: Case, history: list | None):
+    def _judge(self, case: Case, history: list | None, unrun=None):
+        """A judge of ``(config, ops)``; a replay that could not run answers ``unrun`` (default:
+        None, as a candidate that does not fail; ``rate`` counts it apart)."""
         def judge(config, ops, fresh=False):
             end = max(d for d in (self.deadline, self.rate_deadline, 0.0) if d is not None)
-            return self.executor.run(config, ops, case.knobs, case.run_mode, deadline=end + 5 if end else None,
-                                     history=history, fresh=fresh)
+            try:
+                return self.executor.run(config, ops, case.knobs, case.run_mode, deadline=end + 5 if end else None,
+                                         history=history, fresh=fresh)
+            except NotRun as exc:
+                return unrun(exc) if unrun is not None else None
         return judge
 
     def tries_for(self, case: Case) -> int:
@@ -71,22 +110,32 @@ class Confirmer:
             return min(self.tries, 3)
         return self.tries
 
-    def rate(self, case: Case, history: list | None = None, tries: int | None = None,
-             floor: int = 3) -> tuple[int, int]:
-        """(failures alike, runs) over up to ``tries`` replays: at least ``floor`` of them, the
-        rest while the deadline allows (the first in a fresh process)."""
-        judge, want = self._judge(case, history), hostile_kind(case)
-        k = n = 0
+    def rate(self, case: Case, history: list | None = None, tries: int | None = None, floor: int = 3) -> Rate:
+        """Failures alike over up to ``tries`` replays: at least ``floor`` of them, the rest
+        while the deadline allows (the first in a fresh process); those that could not run
+        (after their retries) apart."""
+        judge, want = self._judge(case, history, unrun=lambda exc: exc), hostile_kind(case)
+        rate = Rate()
         for i in range(tries or self.tries):
             if i >= floor and self._late(rating=True):
                 break
-            n += 1
             f = judge(case.config, case.ops, fresh=i == 0)
+            for _ in range(UNKNOWN_RETRIES):
+                if not isinstance(f, NotRun) or self._late(rating=True):
+                    break
+                self.wait(UNKNOWN_WAIT_S)
+                f = judge(case.config, case.ops, fresh=True)
+            if isinstance(f, NotRun):  # neither a reproduction nor a pass
+                rate.unknown += 1
+                if str(f) not in rate.why:
+                    rate.why.append(str(f))
+                continue
+            rate.n += 1
             if f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want):
-                k += 1
+                rate.k += 1
             elif f is not None:  # it failed, as something else: said in the case, never counted
                 self.others.setdefault(str(f.signature), f.step)
-        return k, n
+        return rate
 
     def _otherwise(self) -> str:
         """What the replays that did not reproduce the case failed as instead (a trigger that
@@ -96,36 +145,46 @@ class Confirmer:
         return "; replayed, it failed as " + ", ".join(f"{sig} at step {step}" for sig, step in self.others.items()) + (
             " instead")
 
+    @staticmethod
+    def _unrun(rate: Rate) -> str:
+        """The note's start for a case with no reproduction: a replay that could not run did not
+        pass either, so a case none of whose replays ran says so instead of "did not reproduce"."""
+        if rate.n == 0 and rate.unknown:
+            return f"no replay could run ({'; '.join(rate.why)[:300]}): unknown, not a pass"
+        return "did not reproduce in a fresh process"
+
     def confirm(self, case: Case, history=None, publish=None) -> Case:
         """``history``: a thunk giving the worker's earlier sequences (or None); ``publish``:
         called with the case after each step that improved it (the rate, a shorter history, a
         smaller case), so a campaign that ends mid-way keeps what was learnt."""
         publish = publish or (lambda c: None)
         tries = self.tries_for(case)
-        k, n = self.rate(case, tries=tries)
+        rate = self.rate(case, tries=tries)
         needs = None
-        history = history() if callable(history) and k == 0 else history
-        if k == 0 and history:
-            k, n = self.rate(case, history, tries=1, floor=1)
-            if k:
+        history = history() if callable(history) and rate.k == 0 else history
+        if rate.k == 0 and history:
+            first, rate = rate, self.rate(case, history, tries=1, floor=1)
+            if rate.k:
                 def needing(hist):
                     return {"sequences": hist, "reproduced": True,
                             "note": f"fails only after what its worker's process ran before it "
                                     f"({len(hist)} earlier sequences, replayed first)"}
 
-                publish(case.with_fields(reproduced={"k": k, "n": n}, flaky=False, history=needing(history)))
+                publish(case.with_fields(reproduced=rate.to_json(), flaky=False, history=needing(history)))
                 history = self.shorter_history(case, history)
                 needs = needing(history)
-                k2, n2 = self.rate(case.with_fields(history=needs), history, tries=tries, floor=1)
-                k, n = (k2, n2) if k2 else (k, n)
+                again = self.rate(case.with_fields(history=needs), history, tries=tries, floor=1)
+                rate = again if again.k else rate
             else:
+                rate = first if first.n or not rate.n else rate
                 needs = {"sequences": [], "reproduced": False,
-                         "note": f"did not reproduce in a fresh process, not even after its worker's "
+                         "note": f"{self._unrun(rate)}, not even after its worker's "
                                  f"{len(history)} earlier sequences: kept as found{self._otherwise()}"}
-        elif k == 0:
+        elif rate.k == 0:
             needs = {"sequences": [], "reproduced": False,
-                     "note": f"did not reproduce in a fresh process: kept as found{self._otherwise()}"}
-        case = case.with_fields(reproduced={"k": k, "n": n}, flaky=0 < k < n, **({"history": needs} if needs else {}))
+                     "note": f"{self._unrun(rate)}: kept as found{self._otherwise()}"}
+        k, n = rate.k, rate.n
+        case = case.with_fields(reproduced=rate.to_json(), flaky=rate.flaky, **({"history": needs} if needs else {}))
         publish(case)
         if k == 0 or not self.minimize or self._late():
             return case
@@ -134,11 +193,11 @@ class Confirmer:
             return case
         # A shorter sequence fails less often when the bug is a race per call: rate it again,
         # and keep the longer one if the shorter never fails on its own.
-        k2, n2 = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries,
-                           floor=min(3, tries))
-        if k2 == 0 or k2 / n2 < k / n / 2:  # a shorter case that fails far less often is a worse case
+        again = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries,
+                          floor=min(3, tries))
+        if again.k == 0 or again.k / again.n < k / n / 2:  # a shorter case that fails far less often is a worse case
             return case
-        return smaller.with_fields(reproduced={"k": k2, "n": n2}, flaky=0 < k2 < n2)
+        return smaller.with_fields(reproduced=again.to_json(), flaky=again.flaky)
 
     def shorter_history(self, case: Case, history: list) -> list:
         """Drop earlier sequences (the oldest first, then halves) while the case still fails after the rest."""

@@ -331,6 +331,14 @@ class PoolRun:
         return max(self.guard_rows, op.reach(self.config) + 1)
 
     def finish(self) -> None:
-        t = self._side(self.zones, self.target.v2p, self.target.p2v, self.target)
-        self._memory(self.step_no, None, t)  # the inputs still waiting for their check, and the tables
-        self.check_state(self.step_no, None)
+        try:
+            t = self._side(self.zones, self.target.v2p, self.target.p2v, self.target)
+            self._memory(self.step_no, None, t)  # the inputs still waiting for their check, and the tables
+            self.check_state(self.step_no, None)
+        except Divergence:
+            raise
+        except Exception as exc:
+            d = surfaced(self.step_no, None, exc)  # a sticky CUDA error met by the final check
+            if d is None:
+                raise
+            raise d from None

@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 
 from .ops import Op
-from .verdict import Fault, Finding, describe_exit
+from .verdict import EXIT_DEVICE, Fault, Finding, describe_exit
 
-__all__ = ["Beat", "Cancelled", "Child", "Executor", "Fault", "Finding", "HarnessFailed", "SetupFailed", "describe_exit"]
+__all__ = ["EXIT_DEVICE", "Beat", "Cancelled", "Child", "Executor", "Fault", "Finding", "HarnessFailed", "NotRun",
+           "SetupFailed", "describe_exit"]
 
 CTX = mp.get_context("spawn")
 
@@ -162,12 +163,14 @@ def _child_entry(entry: str, args: tuple, slots, log: str, gpu: str | None, env:
         getattr(importlib.import_module(module), name)(Beat(slots), *args)
     except SystemExit:
         raise
-    except BaseException:  # noqa: BLE001 - the engine's own bug: say where, exit 3 (never taken for a fault)
+    except BaseException as exc:  # noqa: BLE001 - the engine's own bug: say where, exit 3 (never taken for a fault)
         import traceback
+
+        from .verdict import is_cuda_error
 
         traceback.print_exc()
         sys.stderr.flush()
-        sys.exit(EXIT_HARNESS)
+        sys.exit(EXIT_DEVICE if is_cuda_error(exc) else EXIT_HARNESS)  # a device error is a fault, never exit 3
 
 
 class Executor:
@@ -199,15 +202,29 @@ class Executor:
         (``{"config", "ops", "knobs", "seed"}`` JSON) the same process runs first, their
         failures ignored, for a fault that needs what came before it; ``fresh``: in a new
         process (no history of earlier jobs). Raises ``SetupFailed`` when the child cannot
-        build its tier, ``TimeoutError`` past ``deadline`` (monotonic)."""
+        build its tier, ``TimeoutError`` past ``deadline`` (monotonic), ``NotRun`` when the
+        replay could not run (neither a pass nor a failure). A job that met a device error
+        outside its ops in a process that ran earlier jobs (their poison, not its own) is run
+        again once, in a fresh process."""
+        job = {"config": config.to_json(), "ops": [op.to_json() for op in ops], "knobs": knobs,
+               "mode": dict(mode or {}), "strict_knobs": strict_knobs, "history": list(history or [])}
+        for attempt in range(2):
+            try:
+                return self._run(job, ops, deadline, fresh or attempt > 0)
+            except _Poisoned as exc:
+                text, reused = exc.args
+                if not reused or attempt:
+                    raise NotRun(f"the device faulted outside the replay's ops in a fresh process: {text}") from None
+        raise AssertionError("unreachable")
+
+    def _run(self, job: dict, ops: list[Op], deadline: float | None, fresh: bool) -> Finding | None:
         if self.closed:
             raise Cancelled("the executor was closed")
         if fresh:
             self.close()
         if self.child is None or not self.child.alive():
             self._start()
-        self.conn.send({"config": config.to_json(), "ops": [op.to_json() for op in ops], "knobs": knobs,
-                        "mode": dict(mode or {}), "strict_knobs": strict_knobs, "history": list(history or [])})
+        self.conn.send(job)
         while True:
             conn, child = self.conn, self.child
             if conn is None or child is None:
@@ -225,7 +242,17 @@ class Executor:
                 if kind == "harness":
                     self.close()
                     raise HarnessFailed(payload)
+                if kind == "poisoned":
+                    self.close()
+                    raise _Poisoned(*payload)
+                if kind == "unknown":
+                    why, exiting = payload
+                    if exiting:  # its device faulted: it is leaving
+                        self.close()
+                    raise NotRun(why)
                 verdict, self.notes = payload
+                if self.notes.get("exiting"):  # its device faulted: it is leaving, the next job starts a fresh one
+                    self.close()
                 return None if verdict is None else Finding.of_divergence(verdict)
             if not child.alive():
                 if self.closed:
@@ -265,6 +292,15 @@ class Executor:
 
 class Cancelled(RuntimeError):
     """The executor was shut down while a job ran (the campaign is ending)."""
+
+
+class NotRun(RuntimeError):
+    """A replay that could not run (an op not applicable here: memory, no GPU; a history that
+    faulted the device; a device error before its first op): neither a pass nor a failure."""
+
+
+class _Poisoned(RuntimeError):
+    """The child met a device error outside any op: (text, whether it had run earlier jobs)."""
 
 
 class SetupFailed(RuntimeError):

@@ -218,8 +218,13 @@ class Fault:
                 "stderr_tail": list(self.stderr)}
 
 
+EXIT_DEVICE = 76  # a child whose device error surfaced outside any op (it prints the traceback first)
+
+
 def describe_exit(exitcode: int | None) -> tuple[str, str]:
     """(reason, message) for a child's exit code."""
+    if exitcode == EXIT_DEVICE:
+        return "cuda-error", "a CUDA error surfaced outside any op (the device faulted asynchronously): the child left"
     if exitcode is not None and exitcode < 0:
         try:
             sig = signal.Signals(-exitcode)

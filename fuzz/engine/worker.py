@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 
-from .supervise import CONTRACT, EXIT_HARNESS, EXIT_RESTART, IDLE, SEQ, Beat
+from .supervise import CONTRACT, EXIT_DEVICE, EXIT_HARNESS, EXIT_RESTART, IDLE, SEQ, Beat
 
 
 def set_order(tier, mode: dict, seed: int | None = None) -> None:
@@ -40,11 +40,18 @@ def _tier(spec, report) -> object | None:
     from .tiers import SetupError
 
     try:
-        return spec.make()
+        tier = spec.make()
     except SetupError as exc:
         report(str(exc))
     except Exception as exc:  # noqa: BLE001 - a kernel set that cannot even be imported
         report(f"--kernels {spec.name}: {type(exc).__name__}: {exc}")
+    else:
+        from .health import fault_of
+
+        exc = fault_of(tier.device)
+        if exc is None:
+            return tier
+        report(f"--kernels {spec.name}: the device faulted while the kernel set was loaded or smoke-tested: {exc}")
     return None
 
 
@@ -57,11 +64,12 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         return
     from . import tracks
     from .generate import WARMUP_BASE, warmup_seed
+    from .health import charged, fault_of
     from .knobs import choose as choose_knobs
     from .launches import compile_seconds, compiles
     from .slot import sequence_seed
     from .tiers import SetupError, count_launches
-    from .verdict import RunStats, poisoned
+    from .verdict import RunStats, is_cuda_error, poisoned
 
     track = tracks.get(opts.scale)
     palette_seed = opts.palette_seed(worker)  # None: sizes drawn freely (the palette bounds a GPU's compiles)
@@ -113,6 +121,9 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             seq = track.run_sequence(tier, seed, opts.n_ops(), deadline=deadline, beat=beat, knobs=knobs,
                                      hostile=opts.hostile, check_every=opts.check_every, palette_seed=palette_seed)
             d, scenario = seq.divergence, seq.scenario
+            fault = None if poisoned(d) else fault_of(tier.device)  # an asynchronous fault: this sequence's
+            if fault is not None and d is None:
+                d = charged(seq.ops, fault)
             elements += seq.elements
             for note in getattr(seq.run, "notes", ()):
                 why = note.split(": ", 1)[-1][:200] if note.startswith("step ") else note[:200]
@@ -128,14 +139,18 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                                                "ops": [op.to_json() for op in seq.ops[: d.step + 1]],
                                                "divergence": d.to_json(), "knobs": knobs, "extra": seq.extra,
                                                "k": k if seed < WARMUP_BASE else k - 1}))
-                if poisoned(d):
-                    report()
-                    sys.exit(EXIT_RESTART)
+            if poisoned(d) or fault is not None:
+                report()
+                sys.exit(EXIT_RESTART)
             if time.monotonic() - sent > 2.0:
                 report()
                 sent = time.monotonic()
-    except Exception:  # noqa: BLE001 - the harness's own bug: exit 3, with the traceback
+    except Exception as exc:  # noqa: BLE001 - the harness's own bug (exit 3), unless the device faulted
         report()
+        if is_cuda_error(exc):  # surfaced outside any op (a sequence's setup): a crash of this worker
+            traceback.print_exc()
+            sys.stderr.flush()
+            sys.exit(EXIT_DEVICE)
         queue.put(("harness", worker, traceback.format_exc()))
         sys.exit(EXIT_HARNESS)
     beat.phase(IDLE)
@@ -144,46 +159,79 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
 
 
 def executor_main(beat: Beat, tier_spec, conn) -> None:
+    """Replay the jobs the parent sends, one answer each: ``("result", (divergence JSON or
+    None, notes))``, ``("unknown", (why, exiting))`` for a job that could not run here (its history
+    faulted the device, an op was not applicable: neither a pass nor a failure),
+    ``("poisoned", (text, reused))`` for a device error met outside any op (the parent reruns
+    the job in a fresh process), ``("setup", text)`` or ``("harness", traceback)``. A CUDA error
+    is never the harness's: after each job the device is checked (``health``), and a child
+    whose device faulted answers, then leaves (``notes["exiting"]``)."""
     tier = _tier(tier_spec, lambda text: conn.send(("setup", text)))
     if tier is None:
         return
-    import kvref
-
-    from .dispatch import replay
-    from .kinds import parse_ops
     from .tiers import SetupError
-    from .verdict import poisoned
+    from .verdict import is_cuda_error
 
     beat.phase(IDLE)
+    jobs = 0
     while True:
         try:
             job = conn.recv()
         except (EOFError, OSError):
             return
-        mode = job.get("mode") or {}
+        jobs += 1
         try:
-            for k, past in enumerate(job.get("history") or ()):  # what the dead worker ran before
-                beat.sequence(-1 - k, past.get("seed") or 0)
-                set_order(tier, mode, past.get("seed"))
-                replay(kvref.PoolConfig.from_json(past["config"]), parse_ops(past["ops"]), tier, knobs=_knobs_of(tier, past),
-                       hostile=mode.get("hostile", "spec"), check_every=mode.get("check_every", 1), strict_knobs=False,
-                       beat=beat)
-            beat.sequence(0, 0)
-            set_order(tier, mode)
-            d, run = replay(kvref.PoolConfig.from_json(job["config"]), parse_ops(job["ops"]), tier,
-                            knobs=job["knobs"], hostile=mode.get("hostile", "spec"), beat=beat,
-                            strict_knobs=job.get("strict_knobs", True), check_every=mode.get("check_every", 1))
+            kind, payload, exiting = _job(beat, tier, job)
         except SetupError as exc:
             conn.send(("setup", str(exc)))
             return
-        except Exception:  # noqa: BLE001 - the harness's own bug
-            conn.send(("harness", traceback.format_exc()))
+        except Exception as exc:  # noqa: BLE001 - sorted: a device error, or the harness's own bug
+            if is_cuda_error(exc):  # met outside any op (red zones, snapshots): not this job's to answer
+                conn.send(("poisoned", (f"{type(exc).__name__}: {exc}", jobs > 1)))
+            else:
+                conn.send(("harness", traceback.format_exc()))
             return
         beat.phase(IDLE)
         try:
-            conn.send(("result", (None if d is None else d.to_json(),
-                                  {"dropped_knobs": getattr(run, "dropped_knobs", [])})))
+            conn.send((kind, payload))
         except (BrokenPipeError, EOFError, OSError):
             return  # the parent went away (it is shutting down): nobody to answer
-        if poisoned(d):
+        if exiting:
             return
+
+
+def _job(beat: Beat, tier, job) -> tuple[str, object, bool]:
+    """One replay (after the history it asks for): ("result", (verdict, notes)) or ("unknown",
+    why), and whether this process must leave (its device faulted)."""
+    import kvref
+
+    from .dispatch import replay
+    from .health import charged, fault_of
+    from .kinds import parse_ops
+    from .verdict import poisoned
+
+    mode = job.get("mode") or {}
+    for k, past in enumerate(job.get("history") or ()):  # what the dead worker ran before
+        beat.sequence(-1 - k, past.get("seed") or 0)
+        set_order(tier, mode, past.get("seed"))
+        d, _ = replay(kvref.PoolConfig.from_json(past["config"]), parse_ops(past["ops"]), tier,
+                      knobs=_knobs_of(tier, past), hostile=mode.get("hostile", "spec"),
+                      check_every=mode.get("check_every", 1), strict_knobs=False, beat=beat)
+        exc = fault_of(tier.device) if not poisoned(d) else d
+        if exc is not None:
+            return "unknown", (f"its history faulted the device before the case ran (sequence {k}): {exc}", True), True
+    beat.sequence(0, 0)
+    set_order(tier, mode)
+    ops = parse_ops(job["ops"])
+    d, run = replay(kvref.PoolConfig.from_json(job["config"]), ops, tier,
+                    knobs=job["knobs"], hostile=mode.get("hostile", "spec"), beat=beat,
+                    strict_knobs=job.get("strict_knobs", True), check_every=mode.get("check_every", 1))
+    exc = fault_of(tier.device)
+    if exc is not None and d is None:
+        d = charged(ops, exc)
+    exiting = exc is not None or poisoned(d)
+    notes = {"dropped_knobs": getattr(run, "dropped_knobs", []), "exiting": exiting}
+    unrun = [n for n in getattr(run, "notes", ()) if "not applicable" in n]
+    if d is None and unrun:  # it passed, but not every op ran: no verdict
+        return "unknown", ("; ".join(unrun[:3]), exiting), exiting
+    return "result", (None if d is None else d.to_json(), notes), exiting
