@@ -239,6 +239,7 @@ def _cmd_run(args) -> int:
           f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
           + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
           + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
+          + (f" far_ops_ran={s.far_ops['ran']}/{s.far_ops['ran'] + s.far_ops['not_applicable']}" if s.far_ops else "")
           + (f" compile_s={s.compile_s:.1f} compiles={s.compiles}" if s.compile_s else "")
           + (f" interrupted={s.interrupted}" if s.interrupted else ""))
     if verdict is not None:

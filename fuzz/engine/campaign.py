@@ -460,6 +460,8 @@ class Campaign:
                 for why, n in stats.get("not_applicable", {}).items():
                     s.not_applicable[why] = s.not_applicable.get(why, 0) + n
                 s.elements += stats.get("elements", 0)
+                for kind, n in stats.get("unrun_by_kind", {}).items():
+                    s.unrun_by_kind[kind] = s.unrun_by_kind.get(kind, 0) + n
                 for key in ("by_kind", "by_scenario", "hostile"):
                     mine = getattr(s, key)
                     for k, v in stats.get(key, {}).items():

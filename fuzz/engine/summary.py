@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+FAR_KIND = "p_read_table_far"  # the op that needs gigabytes of device memory, and may not get them
 HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
 MAX_RESTARTS_WITHOUT_PROGRESS = 5
 
@@ -21,6 +22,7 @@ class Summary:
     hostile: dict = field(default_factory=dict)
     launches: int = 0
     not_applicable: dict = field(default_factory=dict)  # what could not be checked, and how often (never "clean")
+    unrun_by_kind: dict = field(default_factory=dict)  # ops counted in by_kind that did not run (not applicable)
     compile_s: float = 0.0  # worker seconds in launches that compiled (compiled tier; the rest fuzzed)
     compiles: int = 0  # launches that compiled a specialization (or loaded it from the on-disk cache)
     elements: int = 0  # production scale: result elements diffed against the vectorized oracle
@@ -39,6 +41,16 @@ class Summary:
     @property
     def ops_per_s(self) -> float:
         return self.ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def far_ops(self) -> dict | None:
+        """``{ran, not_applicable}`` of the far read tables (None: the run drew none): the share of
+        them that found their memory, while confirmations and other workers shared the GPU."""
+        drawn = self.by_kind.get(FAR_KIND, 0)
+        if not drawn:
+            return None
+        skipped = self.unrun_by_kind.get(FAR_KIND, 0)
+        return {"ran": drawn - skipped, "not_applicable": skipped}
 
     @property
     def exit_code(self) -> int:

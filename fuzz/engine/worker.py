@@ -96,10 +96,11 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                                      "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
                                      "launches": count_launches(), "final": final, "steady": steady,
                                      "compile_s": compile_seconds(), "compiles": compiles(), "not_applicable": not_applicable,
-                                     "elements": elements,
+                                     "elements": elements, "unrun_by_kind": unrun_by_kind,
                                      "now": (time.time(), stats.ops)}))
 
     not_applicable: dict[str, int] = {}  # what a sequence could not check, and why (e.g. graph replay on a torch path)
+    unrun_by_kind: dict[str, int] = {}  # ops that did not run, by kind (a far op with no memory for it)
     k = start_k
     try:
         while (time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences)
@@ -128,6 +129,9 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             for note in getattr(seq.run, "notes", ()):
                 why = note.split(": ", 1)[-1][:200] if note.startswith("step ") else note[:200]
                 not_applicable[why] = not_applicable.get(why, 0) + 1
+                if note.startswith("step ") and ": not applicable" in note:  # "step I KIND: not applicable: ..."
+                    kind = note.split(": ", 1)[0].split(" ")[-1]
+                    unrun_by_kind[kind] = unrun_by_kind.get(kind, 0) + 1
             sequences += 1
             scenarios[scenario] = scenarios.get(scenario, 0) + 1
             stats.merge(seq.stats)
@@ -169,9 +173,11 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
     tier = _tier(tier_spec, lambda text: conn.send(("setup", text)))
     if tier is None:
         return
+    from .production import far
     from .tiers import SetupError
     from .verdict import is_cuda_error
 
+    far.ROOM_WAIT_S[0] = far.CONFIRM_ROOM_WAIT_S  # a replay waits for the memory a campaign's far op holds
     beat.phase(IDLE)
     jobs = 0
     while True:

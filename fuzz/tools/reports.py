@@ -55,6 +55,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "compile_s": round(getattr(summary, "compile_s", 0.0), 2),
         "compiles": getattr(summary, "compiles", 0),
         "not_applicable": dict(getattr(summary, "not_applicable", {})),
+        "far_ops": getattr(summary, "far_ops", None),
         "faults": summary.faults,
         "restarts": summary.restarts,
         "op_timeout_s": getattr(summary, "op_timeout_s", None),

@@ -156,3 +156,59 @@ def test_campaigns_on_a_real_illegal_address_never_exit_3_and_rate_the_one_op_ca
         assert not r or not r.get("unknown"), (i, case.path, r)
         if len(case.ops) == 1:
             assert r and r["k"] == r["n"] >= 1, (i, case.path, r)
+
+
+# ---- far ops and confirmations share a GPU's memory ------------------------------------------------
+
+
+def _crowded_then_free(crowded_polls: int):
+    """A free-memory probe (``far.MEM_INFO``): a GPU another process fills, then gives back."""
+    gib, asked = 1 << 30, []
+
+    def probe(device):
+        asked.append(device)
+        return (20 * gib if len(asked) <= crowded_polls else 140 * gib), 141 * gib
+    return probe, asked
+
+
+def test_a_confirmation_waits_for_far_memory_where_a_fuzz_worker_counts_the_op_not_applicable(monkeypatch):
+    from fuzz.engine.production import far
+    from fuzz.engine.production.run import ScaleRun
+    from fuzz.engine.tiers import make_tier
+    from tests.fuzz.test_far import CONFIG as FAR_CONFIG
+    from tests.fuzz.test_far import OPS, SETUP
+
+    monkeypatch.setattr(far, "ROOM_POLL_S", 0.0)
+    probe, asked = _crowded_then_free(3)
+    monkeypatch.setattr(far, "MEM_INFO", [probe])
+    tier = make_tier("torch")
+    run = ScaleRun(FAR_CONFIG, tier)  # a fuzz worker: ROOM_WAIT_S 0, the op is skipped and said
+    run.step(SETUP)
+    assert run.step(OPS["int64"]).result["far"] == "not applicable" and len(asked) == 1
+    assert "p_read_table_far: not applicable: needs 16.0 GiB" in run.notes[0], run.notes
+    monkeypatch.setattr(far, "ROOM_WAIT_S", [far.CONFIRM_ROOM_WAIT_S])  # what executor_main sets
+    run = ScaleRun(FAR_CONFIG, tier)
+    run.step(SETUP)
+    assert run.step(OPS["int64"]).result is None and not run.notes  # it waited, then ran
+    assert len(asked) == 4
+
+
+def test_waiting_for_room_gives_up_with_the_reason_and_beats_meanwhile():
+    import torch
+
+    from fuzz.engine.production.far import ROOM_POLL_S, wait_for_room
+
+    probe, asked = _crowded_then_free(10**9)
+    now, beats = [0.0], []
+    why = wait_for_room(torch.device("cpu"), 8 << 30, 5.0, probe, beat=lambda: beats.append(1),
+                        clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert why and "20.0 GiB of 141 GiB free" in why
+    assert len(asked) == int(5.0 / ROOM_POLL_S) + 1 and len(beats) == len(asked) - 1
+
+
+def test_the_summary_says_what_share_of_far_ops_ran():
+    from fuzz.engine.summary import Summary
+
+    s = Summary(by_kind={"p_read_table_far": 40, "p_read_table": 7}, unrun_by_kind={"p_read_table_far": 3})
+    assert s.far_ops == {"ran": 37, "not_applicable": 3}
+    assert Summary(by_kind={"p_read_table": 7}).far_ops is None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import time
 from dataclasses import dataclass
 
 import torch
@@ -47,22 +48,49 @@ from .ops import PRows, ScaleOp
 FAR = 1 << 31  # the element offset an int32 product cannot hold
 FAR_GUARD = 2  # red-zone rows on each side of the target's req_to_token
 FAR_MARGIN = 16 << 30  # bytes a far op leaves free on a GPU for the other workers (at least; 1/8 of it too)
+# How long a far op waits for its memory before it is not applicable. A fuzz worker does not
+# wait (its op is counted as not applicable, ``far_ops`` in the summary, and it fuzzes on); a
+# confirmation's executor does (``worker.executor_main`` sets it): the campaign's far ops hold
+# their memory for one op each, so a replay that waits a little runs instead of answering
+# "not applicable", which would be neither a reproduction nor a pass.
+ROOM_WAIT_S = [0.0]
+CONFIRM_ROOM_WAIT_S = 30.0
+ROOM_POLL_S = 0.25
+MEM_INFO = [None]  # the free-memory probe far ops ask (None: the device's own; ``far_room``'s ``mem_info``)
 
 
 def far_room(device: torch.device, need: int, mem_info=None) -> str | None:
     """Why ``need`` bytes cannot be allocated on ``device`` now (None: they can). On a GPU the
     free memory (plus what this process's caching allocator holds unused) must cover ``need``
     and a margin; on the CPU nothing is checked here, since a far op touches only the rows it
-    reads (a refused allocation is answered as not applicable where it happens)."""
-    if device.type != "cuda":
+    reads (a refused allocation is answered as not applicable where it happens). ``mem_info``
+    (``device -> (free, total)`` bytes, as ``torch.cuda.mem_get_info``) replaces the device's
+    answer, on any device: how a test on the CPU plays a crowded GPU."""
+    if device.type != "cuda" and mem_info is None:
         return None
     free, total = (mem_info or torch.cuda.mem_get_info)(device)
-    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if device.type == "cuda":
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     margin = max(FAR_MARGIN, total // 8)
     if free < need + margin:
         return (f"needs {need / 2**30:.1f} GiB plus a {margin / 2**30:.0f} GiB margin; "
                 f"{free / 2**30:.1f} GiB of {total / 2**30:.0f} GiB free")
     return None
+
+
+def wait_for_room(device: torch.device, need: int, wait_s: float, mem_info=None, *, beat=None,
+                  clock=time.monotonic, sleep=time.sleep) -> str | None:
+    """``far_room``, asked again every ``ROOM_POLL_S`` for up to ``wait_s`` seconds while it says
+    no: None once there is room, else the last reason. ``beat()`` is called at each poll (a
+    heartbeat: waiting is progress, not a hang)."""
+    end = clock() + wait_s
+    while True:
+        why = far_room(device, need, mem_info)
+        if why is None or clock() >= end:
+            return why
+        if beat is not None:
+            beat()
+        sleep(ROOM_POLL_S)
 
 
 @dataclass(frozen=True)
@@ -131,7 +159,8 @@ class PReadTableFar(ScaleOp):
     # ---- running it ---------------------------------------------------------------------------
     def execute(self, run, i):
         dev = run.device
-        why = far_room(dev, self.need_bytes())
+        beat = None if run.beat is None else (lambda: run.beat.op(i))
+        why = wait_for_room(dev, self.need_bytes(), ROOM_WAIT_S[0], MEM_INFO[0], beat=beat)
         if why is None:
             mem = FarMemory(dev)
             try:
