@@ -200,6 +200,16 @@ def poisoned(failure) -> bool:
     return failure is not None and failure.signature.oracle == "crash" and failure.signature.field.startswith("cuda")
 
 
+def unrun_kind(note: str) -> str | None:
+    """The op kind of a runner's note ``step I KIND: not applicable: WHY`` (an op counted as
+    run that could not run), None for any other note."""
+    head, sep, rest = note.partition(": ")
+    words = head.split(" ")
+    if not sep or len(words) != 3 or words[0] != "step" or not rest.startswith("not applicable"):
+        return None
+    return words[2]
+
+
 # ---- faults and findings: across a process boundary ------------------------------------------------
 
 

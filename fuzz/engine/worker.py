@@ -69,7 +69,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .launches import compile_seconds, compiles
     from .slot import sequence_seed
     from .tiers import SetupError, count_launches
-    from .verdict import RunStats, is_cuda_error, poisoned
+    from .verdict import RunStats, is_cuda_error, poisoned, unrun_kind
 
     track = tracks.get(opts.scale)
     palette_seed = opts.palette_seed(worker)  # None: sizes drawn freely (the palette bounds a GPU's compiles)
@@ -129,8 +129,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             for note in getattr(seq.run, "notes", ()):
                 why = note.split(": ", 1)[-1][:200] if note.startswith("step ") else note[:200]
                 not_applicable[why] = not_applicable.get(why, 0) + 1
-                if note.startswith("step ") and ": not applicable" in note:  # "step I KIND: not applicable: ..."
-                    kind = note.split(": ", 1)[0].split(" ")[-1]
+                kind = unrun_kind(note)
+                if kind is not None:
                     unrun_by_kind[kind] = unrun_by_kind.get(kind, 0) + 1
             sequences += 1
             scenarios[scenario] = scenarios.get(scenario, 0) + 1
@@ -214,7 +214,7 @@ def _job(beat: Beat, tier, job) -> tuple[str, object, bool]:
     from .dispatch import replay
     from .health import charged, fault_of
     from .kinds import parse_ops
-    from .verdict import poisoned
+    from .verdict import poisoned, unrun_kind
 
     mode = job.get("mode") or {}
     for k, past in enumerate(job.get("history") or ()):  # what the dead worker ran before
@@ -237,7 +237,7 @@ def _job(beat: Beat, tier, job) -> tuple[str, object, bool]:
         d = charged(ops, exc)
     exiting = exc is not None or poisoned(d)
     notes = {"dropped_knobs": getattr(run, "dropped_knobs", []), "exiting": exiting}
-    unrun = [n for n in getattr(run, "notes", ()) if "not applicable" in n]
+    unrun = [n for n in getattr(run, "notes", ()) if unrun_kind(n) is not None]
     if d is None and unrun:  # it passed, but not every op ran: no verdict
         return "unknown", ("; ".join(unrun[:3]), exiting), exiting
     return "result", (None if d is None else d.to_json(), notes), exiting

@@ -53,6 +53,21 @@ def test_an_asynchronous_fault_is_charged_to_its_replay_and_the_next_job_runs_in
         ex.close()
 
 
+@needs_interpreter
+def test_a_case_after_a_history_that_faulted_the_device_is_not_run_not_passed(tmp_path):
+    """A history replayed first (a fault that needs its worker's past) that itself faults the
+    device leaves the case nothing to run on: the answer is NotRun, and the child leaves."""
+    ex = supervise.Executor(TierSpec("interpret", str(TWIN)), op_timeout=60, log_dir=tmp_path)
+    history = [{"config": CONFIG.to_json(), "ops": FAULTY, "knobs": None, "seed": 3}]
+    try:
+        with pytest.raises(supervise.NotRun, match="its history faulted the device before the case ran"):
+            ex.run(CONFIG, parse_ops(FAULTY[:1]), history=history)
+        assert ex.child is None  # closed: the next job starts a fresh process
+        assert ex.run(CONFIG, parse_ops(FAULTY[:1])) is None
+    finally:
+        ex.close()
+
+
 class _Replays:
     """An executor whose answers are scripted: a Finding, None (a pass) or NotRun."""
 
@@ -208,6 +223,12 @@ def test_waiting_for_room_gives_up_with_the_reason_and_beats_meanwhile():
 
 def test_the_summary_says_what_share_of_far_ops_ran():
     from fuzz.engine.summary import Summary
+    from fuzz.engine.verdict import unrun_kind
+
+    assert unrun_kind("step 7 p_read_table_far: not applicable: needs 8.0 GiB plus a 17 GiB margin") == \
+        "p_read_table_far"
+    assert unrun_kind("step 3 p_graph_replay: graph mode: not applicable") is None  # another note
+    assert unrun_kind("the palette: 12 sizes") is None
 
     s = Summary(by_kind={"p_read_table_far": 40, "p_read_table": 7}, unrun_by_kind={"p_read_table_far": 3})
     assert s.far_ops == {"ran": 37, "not_applicable": 3}
