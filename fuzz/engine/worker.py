@@ -208,7 +208,7 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
 
 def _job(beat: Beat, tier, job) -> tuple[str, object, bool]:
     """One replay (after the history it asks for): ("result", (verdict, notes)) or ("unknown",
-    why), and whether this process must leave (its device faulted)."""
+    (why, exiting)), and ``exiting``: whether this process must leave (its device faulted)."""
     import kvref
 
     from .dispatch import replay
