@@ -157,7 +157,10 @@ def _count(value, default: int = 1) -> int:
 def _reproduced(value) -> dict | None:
     if isinstance(value, dict) and all(isinstance(value.get(x), int) and not isinstance(value.get(x), bool)
                                        for x in ("k", "n")) and 0 <= value["k"] <= value["n"]:
-        return {"k": value["k"], "n": value["n"]}
+        unknown = value.get("unknown")  # replays that could not run (counted neither way)
+        return {"k": value["k"], "n": value["n"],
+                **({"unknown": unknown} if isinstance(unknown, int) and not isinstance(unknown, bool) and unknown > 0
+                   else {})}
     return None
 
 
@@ -172,8 +175,7 @@ def _candidate(f: Path, raw: dict, case: Case) -> _Candidate:
 def _add(contrib: dict, occurrences: int, reproduced, flaky) -> None:
     contrib["occurrences"] += occurrences
     if reproduced is not None:
-        r = contrib["reproduced"] or {"k": 0, "n": 0}
-        contrib["reproduced"] = {"k": r["k"] + reproduced["k"], "n": r["n"] + reproduced["n"]}
+        contrib["reproduced"] = _summed([r for r in (contrib["reproduced"], reproduced) if r])
     if isinstance(flaky, bool):
         contrib["flaky"] = flaky or bool(contrib["flaky"])
 
@@ -310,10 +312,17 @@ def collect(inputs) -> _Collection:
 # ---- the merged result ----------------------------------------------------------------------
 
 
+def _summed(rates: list[dict]) -> dict:
+    """Rates of several shards as one: k, n and (when any shard had some) unknown, summed."""
+    out = {"k": sum(r["k"] for r in rates), "n": sum(r["n"] for r in rates)}
+    unknown = sum(r.get("unknown", 0) for r in rates)
+    return {**out, "unknown": unknown} if unknown else out
+
+
 def _combined(by_shard: dict) -> tuple[int, dict | None, bool | None]:
     occurrences = sum(v["occurrences"] for v in by_shard.values())
     reps = [v["reproduced"] for v in by_shard.values() if v.get("reproduced")]
-    reproduced = {"k": sum(r["k"] for r in reps), "n": sum(r["n"] for r in reps)} if reps else None
+    reproduced = _summed(reps) if reps else None
     flags = [v["flaky"] for v in by_shard.values() if isinstance(v.get("flaky"), bool)]
     flaky = reproduced["k"] < reproduced["n"] if reproduced else (any(flags) if flags else None)
     return occurrences, reproduced, flaky

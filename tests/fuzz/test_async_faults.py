@@ -233,3 +233,11 @@ def test_the_summary_says_what_share_of_far_ops_ran():
     s = Summary(by_kind={"p_read_table_far": 40, "p_read_table": 7}, unrun_by_kind={"p_read_table_far": 3})
     assert s.far_ops == {"ran": 37, "not_applicable": 3}
     assert Summary(by_kind={"p_read_table": 7}).far_ops is None
+
+
+def test_merged_shards_keep_the_replays_that_could_not_run():
+    from fuzz.tools.merge import _reproduced, _summed
+
+    assert _reproduced({"k": 2, "n": 2, "unknown": 1, "note": "no memory"}) == {"k": 2, "n": 2, "unknown": 1}
+    assert _summed([{"k": 2, "n": 2, "unknown": 1}, {"k": 1, "n": 3}]) == {"k": 3, "n": 5, "unknown": 1}
+    assert _summed([{"k": 1, "n": 1}, {"k": 1, "n": 3}]) == {"k": 2, "n": 4}  # older shards: as before
