@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,11 +45,12 @@ def kvfuzz(*args, timeout: float, env: dict | None = None) -> tuple[subprocess.C
     return r, time.monotonic() - start
 
 
-def campaign(kernels: Path, backend: str, seed: int, budget: float, out: Path, env: dict) -> dict:
+def campaign(kernels: Path, backend: str, seed: int, budget: float, out: Path, env: dict,
+             extra: tuple[str, ...] = ()) -> dict:
     """One campaign and a replay of each of its cases."""
     cases_dir, summary = out / f"cases-{kernels.stem}-{seed}", out / f"summary-{kernels.stem}-{seed}.json"
     r, took = kvfuzz("run", "--backend", backend, "--kernels", kernels, "--budget-s", budget, "--workers", 1,
-                     "--seed", seed, "--out", cases_dir, "--summary", summary, timeout=budget + 600, env=env)
+                     "--seed", seed, "--out", cases_dir, "--summary", summary, *extra, timeout=budget + 600, env=env)
     res = {"seed": seed, "exit": None if r is None else r.returncode, "seconds": round(took, 1), "cases": []}
     if r is None:
         res["error"] = "timed out"
@@ -88,6 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=30.0)
     ap.add_argument("--out", default=os.environ.get("OUT") or "faults-gpu")
     ap.add_argument("--dry-run", action="store_true", help="the CPU: interpreter, async_fault.py, one campaign")
+    ap.add_argument("--parallel", type=int, default=1, help="campaigns run side by side (one GPU shared)")
+    ap.add_argument("--run-arg", action="append", default=[], help="one more argument for kvfuzz run (repeatable)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -98,7 +102,9 @@ def main(argv=None) -> int:
         env["TRITON_INTERPRET"] = "1"
     report = {"backend": backend, "budget_s": budget, "sets": {}}
     for name in sets:
-        results = [campaign(FOREIGN / name, backend, 21 + i, budget, out, env) for i in range(campaigns)]
+        with ThreadPoolExecutor(max(1, args.parallel)) as pool:  # each campaign is a subprocess of its own
+            results = list(pool.map(lambda i, kernels=FOREIGN / name: campaign(
+                kernels, backend, 21 + i, budget, out, env, tuple(args.run_arg)), range(campaigns)))
         report["sets"][name] = {"verdict": judge(results), "campaigns": results}
         print(f"{name}: exits {[r['exit'] for r in results]} {report['sets'][name]['verdict']}", flush=True)
         (out / "faults-gpu.json").write_text(json.dumps(report, indent=1) + "\n")  # after each set: a cut run keeps it
