@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "exit 1 only on a new signature; an empty value means none")
     run.add_argument("--no-minimize", action="store_true", help="write cases as found, without shrinking them")
     run.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    run.add_argument("--guided", action="store_true",
+                     help="coverage-guided: sequences mutated from a corpus of those that reached new features "
+                          "(--scale small)")
+    run.add_argument("--corpus", metavar="DIR", help="the guided corpus, kept and resumed (default: OUT/corpus)")
 
     rp = command("replay", "replay one case file in a child process: exit 1 if it still fails")
     rp.add_argument("case")
@@ -210,7 +214,9 @@ def _cmd_run(args) -> int:
         if not tracks.get(args.scale).uses_allocator:
             raise SetupError(f"--allocator drives the allocator state machine (--scale small); --scale {args.scale} "
                              f"runs kernel-level ops only")
-    opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
+    if (args.guided or args.corpus) and args.scale != "small":
+        raise SetupError(f"--guided and --corpus guide the small track (--scale small), not --scale {args.scale}")
+    opts = CampaignOptions(guided=args.guided or bool(args.corpus), corpus=args.corpus, backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
