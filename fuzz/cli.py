@@ -167,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("--write-baseline", metavar="FILE",
                     help="write a kvfuzz-baseline/1 file accepting every failure merged (and the --baseline's)")
     mg.add_argument("--json", action="store_true", help="print the merged summary as JSON on the last line")
+    mg.add_argument("--corpus", action="store_true",
+                    help="the inputs are guided corpora (--corpus DIR of kvfuzz run): write to --out the smallest "
+                         "subset covering their features' union")
+
+    cv = command("coverage", "what guided corpora reached, per kernel and function, and what they never reached")
+    cv.add_argument("corpora", nargs="+", metavar="CORPUS_DIR")
+    cv.add_argument("--json", action="store_true", help="print the report as JSON")
 
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
     check_sync_cli.add_arguments(cs)
@@ -440,6 +447,8 @@ def _cmd_minimize(args) -> int:
 
 
 def _cmd_merge(args) -> int:
+    if args.corpus:
+        return _merge_corpora(args)
     from .tools import merge, reports
     from .tools.baseline import load_baseline
 
@@ -466,6 +475,33 @@ def _cmd_merge(args) -> int:
 
         print(json.dumps(result.summary))
     return result.exit_code
+
+
+def _merge_corpora(args) -> int:
+    from .engine import guide
+
+    try:
+        read, kept, features = guide.merge(args.inputs, args.out)
+    except FileNotFoundError as exc:
+        raise SetupError(str(exc)) from None
+    print(f"kvfuzz merge --corpus: {read} entries read, {kept} kept in {args.out}, covering {features} features")
+    return 0
+
+
+def _cmd_coverage(args) -> int:
+    from .tools import coverage_report
+
+    try:
+        rep = coverage_report.report(args.corpora)
+    except FileNotFoundError as exc:
+        raise SetupError(str(exc)) from None
+    if args.json:
+        import json
+
+        print(json.dumps(rep))
+    else:
+        print(coverage_report.text(rep))
+    return 0
 
 
 # ---- the rest -------------------------------------------------------------------------------------
@@ -500,7 +536,7 @@ def _cmd_bench(args) -> int:
     return bench(seconds=args.seconds, tiers=tiers, out=args.out, plot=args.plot)
 
 
-COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "merge": _cmd_merge,
+COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "merge": _cmd_merge, "coverage": _cmd_coverage,
             "check-sync": _cmd_check_sync,
             "mutants": _cmd_mutants, "bench": _cmd_bench}
 

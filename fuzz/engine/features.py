@@ -10,8 +10,7 @@ integer of a name is a stable hash (``feature_id``), the same in every process.
 Two sources, both collected per sequence (``Collector``):
 
 * **Value features**, from the one launch hook (``launches.observe``): per launch, the
-  grid's size per dimension (log buckets), for each int argument against each ``*BLOCK*``
-  constexpr whether the last program's block is full, partial or empty and how far the
+  grid's size per dimension (log buckets), for each size argument (``SIZES``) against each ``*BLOCK*`` constexpr whether the last program's block is full, partial or empty and how far the
   size is from a block boundary (log buckets), how far each int argument and each
   tensor's extent is from the int32 boundary (log buckets, near ones only), and for
   read-table launches (a ``seq_lens`` argument and a ``BLOCK``) the loop trips each
@@ -43,6 +42,7 @@ _IDS: dict[str, int] = {}
 TRIP_BUCKETS = ("0", "1", "2", "3+")  # what the report expects every read-table kernel to reach
 MASKS = ("full", "partial", "empty")
 INT32 = 1 << 31
+SIZES = ("N", "n", "n_elements", "max_pages", "max_tokens")  # int arguments a block's mask is measured against
 
 
 def feature_id(name: str) -> int:
@@ -93,6 +93,8 @@ def launch_features(launch, out: set[str]) -> None:
         if INT32 - abs(v) < (1 << 20):
             out.add(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
         for b_name, b in blocks.items():
+            if name not in SIZES:
+                continue  # a stride or a row count: its remainder by a block means nothing
             rem = v % b if v > 0 else 0
             mask = "empty" if v <= 0 else "full" if rem == 0 else "partial"
             out.add(f"mask|{kernel}|{name}/{b_name}|{mask}")
@@ -101,21 +103,21 @@ def launch_features(launch, out: set[str]) -> None:
     for name, v in values.items():
         if _is_tensor(v) and INT32 - v.numel() < (1 << 20):
             out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
-    if "seq_lens_ptr" in values and "BLOCK" in blocks and len(grid) >= 2:
+    if "seq_lens_ptr" in values and "BLOCK" in blocks and "col_stride" in values and len(grid) >= 2:
         _trip_features(kernel, values, launch.constexprs, grid, out)
 
 
 def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out: set[str]) -> None:
     """Trips of each program (b, j) of a read table's strided loop: ``start = j * BLOCK``, then
-    ``start += col_stride`` while ``start < n`` (the legacy grid: one trip where ``start < n``),
-    where n is the row's live pages (``max_pages``: cdiv(seq_len, PAGE_SIZE), capped) or
+    ``start += col_stride`` while ``start < n`` (a kernel without ``col_stride``, the legacy
+    grid, makes one trip by construction: its masks say the rest), where n is the row's live pages (``max_pages``: cdiv(seq_len, PAGE_SIZE), capped) or
     tokens (``max_tokens``)."""
     lens = values["seq_lens_ptr"]
     if getattr(getattr(lens, "device", None), "type", "cpu") != "cpu":
         return
     block, ps = constexprs["BLOCK"], constexprs.get("PAGE_SIZE", 1)
-    stride = values.get("col_stride")
-    step = block * max(1, constexprs.get("UNROLL", 1)) if stride is None else stride * max(1, constexprs.get("UNROLL", 1))
+    stride = values["col_stride"]
+    step = stride * max(1, constexprs.get("UNROLL", 1))
     cap = values.get("max_pages", values.get("max_tokens"))
     per_page = "max_pages" in values
     with contextlib.suppress(Exception):
@@ -125,7 +127,7 @@ def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out
                 n = min(n, cap)
             for j in range(grid[1]):
                 start = j * block
-                trips = 0 if start >= n else (1 if stride is None else math.ceil((n - start) / step))
+                trips = 0 if start >= n else math.ceil((n - start) / step)
                 last = start + (trips - 1) * step if trips else None
                 edge = "none" if last is None else "partial" if last + block > n else "full"
                 out.add(f"trips|{kernel}|{trip_bucket(trips)}|{edge}")
@@ -197,10 +199,21 @@ class Collector:
     def __init__(self, code: CodeCoverage | None = None):
         self.code = code
         self.names: set[str] = set()
+        self.op = -1  # the op running now (``at``), -1 before the first
+        self.where: dict[str, int] = {}  # a value feature -> the op that first reached it
+
+    def at(self, marks: list, pos: int) -> None:
+        """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""
+        marks.append(pos)
+        self.op += 1
 
     def __call__(self, launch) -> None:
+        new: set[str] = set()
         with contextlib.suppress(Exception):  # a launch shape we cannot read adds nothing, never fails a run
-            launch_features(launch, self.names)
+            launch_features(launch, new)
+        for name in new - self.names:
+            self.where[name] = self.op
+        self.names |= new
 
     def __enter__(self):
         from .launches import observe, untraced_launches

@@ -36,12 +36,13 @@ from .knobs import choose, knob_module
 from .tracks.small import SmallTrack
 
 FORMAT = "kvfuzz-corpus/1"
-FRESH = 0.1  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
+FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
-MUTATIONS = ("delete", "insert", "splice", "swap", "nudge", "knob", "config")
+MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config")
+WEIGHTS = (1, 1, 3, 1, 1, 3, 0.5, 0.5)  # a knob or a config draw changes every op after it: seldom
 
 
 class ChoiceRandom(random.Random):
@@ -49,7 +50,7 @@ class ChoiceRandom(random.Random):
     ``Random(fresh_seed)``; ``log`` is every draw made, ``pos`` how many."""
 
     def __init__(self, given=(), fresh_seed: int = 0):
-        self.given, self.pos, self.log = list(given), 0, []
+        self.given, self.pos, self.log, self.bits = list(given), 0, [], []
         self._fresh = random.Random(fresh_seed)
         super().__init__(0)
 
@@ -60,11 +61,14 @@ class ChoiceRandom(random.Random):
         u = self.given[self.pos] if self.pos < len(self.given) else self._fresh.random()
         self.pos += 1
         self.log.append(u)
+        self.bits.append(0)
         return u
 
     def getrandbits(self, k: int) -> int:
         if k <= 53:
-            return int(self.random() * (1 << k))
+            r = int(self.random() * (1 << k))
+            self.bits[-1] = k
+            return r
         return sum(self.getrandbits(min(53, k - i)) << i for i in range(0, k, 53))
 
 
@@ -132,59 +136,97 @@ class Corpus:
         self._index(body)
         return True
 
-    def pick(self, rng: random.Random) -> dict:
-        """An entry, weighted by the rarity of its features (the sum of 1/count: an entry holding
-        a feature only it has weighs at least 1) over its cost (seconds, against the median)."""
-        costs = sorted(e.get("cost_s", 1.0) for e in self.entries)
-        median = max(costs[len(costs) // 2], 1e-3)
-        weights = [sum(1.0 / self.counts[f] for f in e["ids"]) / (0.5 + e.get("cost_s", median) / median)
-                   for e in self.entries]
-        return rng.choices(self.entries, weights)[0]
+    def pick(self, rng: random.Random) -> tuple[dict, str | None]:
+        """(an entry, the feature it was picked for), by rarity, domain first as Centipede
+        partitions them: a domain weighted by its rarest feature's 1/count (so a few hundred
+        code arcs do not drown a dozen trip buckets, and a domain every entry saturates, op
+        kinds, is seldom picked), a feature in it by 1/count² (the rarest first), then among the entries
+        holding it the cheaper more often (weight 1/sqrt(cost): 1/cost starves the long read
+        tables, the sequences whose rows reach the most trips))."""
+        by_domain: dict[int, list[int]] = {}
+        for f in self.counts:
+            by_domain.setdefault(f >> 40, []).append(f)
+        domains = sorted(by_domain)
+        feats = by_domain[rng.choices(domains, [max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains])[0]]
+        fid = rng.choices(feats, [1.0 / self.counts[f] ** 2 for f in feats])[0]
+        holders = [e for e in self.entries if fid in e["ids"]]
+        entry = rng.choices(holders, [max(e.get("cost_s", 1.0), 1e-3) ** -0.5 for e in holders])[0]
+        return entry, next((n for n in entry["features"] if feature_id(n) == fid), None)
 
 
-def _segments(entry: dict) -> list[list[float]]:
-    """The stream cut at its op marks: [config draws, op 0's draws, op 1's, ...]."""
+def _segments(entry: dict) -> list[list[list]]:
+    """The stream cut at its op marks, each draw ``[u, bits]`` (bits: the width of the integer it
+    was read as, 0 for a float): [config draws, op 0's draws, op 1's, ...]."""
     stream, marks = entry["stream"], entry["marks"]
+    bits = entry.get("bits") or [0] * len(stream)
     cuts = [0, *marks, len(stream)]
-    return [stream[a:b] for a, b in zip(cuts, cuts[1:])]
+    return [[[u, k] for u, k in zip(stream[x:y], bits[x:y])] for x, y in zip(cuts, cuts[1:])]
 
 
-def mutate(entry: dict, other: dict, rng: random.Random, kernels) -> tuple[list[float], dict | None, list[str]]:
-    """(stream, knobs, the mutations applied): one to three of ``MUTATIONS``."""
-    segs = [list(s) for s in _segments(entry)]
+def _nudge(seg: list[list], rng: random.Random) -> None:
+    """Move one draw of ``seg`` a small step: an integer draw by 1 to 3 units (a size or an
+    index one to three over, across a block boundary when it sat next to one), a float by a
+    small fraction (a chance near its threshold flips)."""
+    if not seg:
+        return
+    draw = seg[rng.randrange(len(seg))]
+    u, k = draw
+    if k:
+        r = int(u * (1 << k)) + rng.choice((-3, -2, -1, -1, 1, 1, 2, 3))
+        draw[0] = (min(max(r, 0), (1 << k) - 1) + 0.5) / (1 << k)
+    else:
+        draw[0] = min(max(u + rng.choice((-1, 1)) * rng.choice((1 / 1024, 1 / 256, 1 / 64, 1 / 16)), 0.0), 0.999999)
+
+
+def mutate(entry: dict, other: dict, rng: random.Random, kernels,
+           focus: int | None = None) -> tuple[list[float], dict | None, list[str]]:
+    """(stream, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
+    that first reached the feature the entry was picked for (its ``where``): most edits then
+    land on that op or the few before it (which made the state it read), since an edit
+    anywhere in a 200-op stream rarely touches it; ``repeat`` inserts nudged copies of it
+    right after it, each another try at a neighbouring shape from nearly the same state."""
+    segs = _segments(entry)
     knobs = dict(entry.get("knobs") or {}) or None
     done = []
+
+    def op_index() -> int:  # a segment index of an op (1..): near the focus most of the time
+        if focus is not None and focus + 1 < len(segs) and rng.random() < 0.75:
+            return max(1, focus + 1 - rng.choice((0, 0, 0, 1, 2, 4)))
+        return rng.randrange(1, len(segs))
+
     for _ in range(rng.choice((1, 1, 2, 3))):
-        kind = rng.choice(MUTATIONS)
+        kind = rng.choices(MUTATIONS, WEIGHTS)[0]
         ops = len(segs) - 1
         if kind == "delete" and ops > 1:
-            del segs[rng.randrange(1, len(segs))]
+            del segs[op_index()]
         elif kind == "insert":
             length = len(segs[rng.randrange(1, len(segs))]) if ops else 4
-            segs.insert(rng.randrange(1, len(segs) + 1), [rng.random() for _ in range(length)])
+            segs.insert(op_index() if ops else 1, [[rng.random(), 0] for _ in range(length)])
+        elif kind == "repeat" and ops:
+            i = op_index()
+            for j in range(rng.choice((2, 4, 8))):
+                copy = [list(d) for d in segs[i]]
+                _nudge(copy, rng)
+                segs.insert(i + 1 + j, copy)
         elif kind == "splice":
             theirs = _segments(other)
             segs = segs[: rng.randrange(1, len(segs) + 1)] + theirs[rng.randrange(1, len(theirs) + 1):] \
                 if len(theirs) > 1 else segs
         elif kind == "swap" and ops:
-            seg = segs[rng.randrange(1, len(segs))]
+            seg = segs[op_index()]
             if len(seg) >= 2:
-                seg[1] = rng.random()
+                seg[1] = [rng.random(), 0]
         elif kind == "nudge":
-            seg = segs[rng.randrange(len(segs))]
-            if seg:
-                i = rng.randrange(len(seg))
-                seg[i] = min(max(seg[i] + rng.choice((-1, 1)) * rng.choice((1 / 1024, 1 / 256, 1 / 64, 1 / 16)), 0.0),
-                             0.999999)
+            _nudge(segs[op_index() if ops and rng.random() < 0.9 else rng.randrange(len(segs))], rng)
         elif kind == "knob" and (mod := knob_module(kernels)) is not None:
             name = rng.choice(sorted(mod.FUZZ_KNOBS))
             knobs = {**(knobs or {}), name: rng.choice(tuple(mod.FUZZ_KNOBS[name]))}
         elif kind == "config" and segs[0]:
-            segs[0][rng.randrange(len(segs[0]))] = rng.random()
+            segs[0][rng.randrange(len(segs[0]))] = [rng.random(), 0]
         else:
             continue
         done.append(kind)
-    return [u for s in segs for u in s], knobs, done
+    return [d[0] for s in segs for d in s], knobs, done
 
 
 class GuidedTrack(SmallTrack):
@@ -218,8 +260,9 @@ class GuidedTrack(SmallTrack):
         if not corpus.entries or rng.random() < FRESH:
             plan = {"stream": [], "knobs": choose(tier.kernels, seed), "r2t": sequence_r2t_dtype(seed), "how": ["fresh"]}
         else:
-            entry = corpus.pick(rng)
-            stream, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels)
+            entry, why = corpus.pick(rng)
+            stream, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
+                                        focus=(entry.get("where") or {}).get(why))
             plan = {"stream": stream, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed), "how": how}
         self._plans = {seed: plan}
         return plan
@@ -230,7 +273,7 @@ class GuidedTrack(SmallTrack):
     def run_sequence(self, tier, seed, n_ops, *, knobs=None, **kw):
         plan = self.plan(tier, seed)
         seq_dir = self.root / ".seq"
-        seq_dir.mkdir(exist_ok=True)
+        seq_dir.mkdir(parents=True, exist_ok=True)
         _write_json(seq_dir / f"{seed}.json", {"stream": plan["stream"], "r2t": plan["r2t"]})
         old = seq_dir / f"{self._kept_seeds_pop(seed)}.json"
         if old.name != f"{seed}.json":
@@ -247,12 +290,12 @@ class GuidedTrack(SmallTrack):
         t0 = time.perf_counter()
         with (col := Collector(code)):
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
-                                       params=params, r2t_dtype=plan["r2t"], on_op=lambda: marks.append(rng.pos), **kw)
+                                       params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, rng.pos), **kw)
         col.add_run(seq.run)
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()
-        if self.corpus.add({"stream": rng.log, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
-                            "features": sorted(col.names), "ops": len(seq.ops), "seed": seed, "how": plan["how"],
+        if self.corpus.add({"stream": rng.log, "bits": rng.bits, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
+                            "features": sorted(col.names), "where": col.where, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
                             "cost_s": round(time.perf_counter() - t0, 4), "found": time.time()}):
             self.kept += 1
         seq.extra = {**seq.extra, "guided": plan["how"]}
@@ -265,7 +308,7 @@ class GuidedTrack(SmallTrack):
         return kept.pop(0) if len(kept) > SEQ_KEPT else seed
 
     def regenerate(self, seed, n_ops, info, *, hostile="spec"):
-        from ..generate import regenerate
+        from .generate import regenerate
 
         path = Path(info.get("corpus") or self.root) / ".seq" / f"{seed}.json"
         if not path.is_file():

@@ -1,0 +1,107 @@
+"""Guided against blind generation on the interpreter (issue 26), the same seeds and budgets.
+
+Three parts, each printed as a table row and written as JSON (``--out``):
+
+* ``throughput``: in one process, ``--ops`` ops of small-track sequences blind (the seeded
+  generator, no features) and guided (``guide.GuidedTrack``: features, corpus, mutations),
+  seeds from 0: ops per CPU second (process time: the machine is shared) and the features
+  reached per 1,000 ops (blind's measured by the same collector, off the clock);
+* ``fixture``: time and ops to kill ``mutants.FIXTURES`` (a read table wrong only on a third
+  trip whose block ends at the row's last live page), blind and guided, per seed;
+* ``mutants``: the same for a subset of the catalogue (``--mutants``).
+
+    TRITON_INTERPRET=1 .venv/bin/python -m benchmarks.guided_vs_blind --out benchmarks/results/FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+
+
+def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
+    from fuzz.engine import features, guide, tracks
+    from fuzz.engine.tiers import make_tier
+
+    tier = make_tier("interpret")
+    blind = tracks.get("small")
+    blind.run_sequence(tier, 10**6, 20)  # warm the interpreter's caches
+    rows = []
+    with tempfile.TemporaryDirectory() as root:
+        for name in ("blind", "guided"):
+            track = guide.GuidedTrack(root) if name == "guided" else blind
+            ops, cpu, seen, seed = 0, 0.0, set(), 0
+            code = features.CodeCoverage(features.files_under_test(tier))
+            while ops < n_ops:
+                t0 = time.process_time()
+                if name == "guided":
+                    track.plan(tier, seed)
+                seq = track.run_sequence(tier, seed, ops_per_seq)
+                cpu += time.process_time() - t0
+                ops += len(seq.ops)
+                if name == "blind":  # its features, off the clock: the same sequence again, collected
+                    col = features.Collector(code if seed % guide.CODE_EVERY == 0 else None)
+                    with col:
+                        again = blind.run_sequence(tier, seed, ops_per_seq)
+                    col.add_run(again.run)
+                    seen |= col.ids()
+                seed += 1
+            if name == "guided":
+                seen = track.corpus.features
+            rows.append({"mode": name, "ops": ops, "cpu_s": round(cpu, 2), "ops_per_cpu_s": round(ops / cpu, 1),
+                         "features": len(seen), "features_per_1000_ops": round(1000 * len(seen) / ops, 1)})
+    return rows
+
+
+def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
+    from fuzz.tools.mutants import FIXTURES, MUTANTS, hunt
+
+    by_name = {m.name: m for m in (*MUTANTS, *FIXTURES)}
+    rows = []
+    for name in names:
+        for seed in seeds:
+            for guided in (False, True):
+                r = hunt(by_name[name], "interpret", budget_s, seed=seed, guided=guided)
+                rows.append({"mutant": name, "seed": seed, "mode": "guided" if guided else "blind", "killed": r.killed,
+                             "seconds": round(r.seconds, 1), "ops": r.ops,
+                             "signature": None if r.signature is None else str(r.signature)})
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> int:
+    from fuzz.engine.tiers import select_backend
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ops", type=int, default=3000, help="ops per mode for the throughput part")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--budget-s", type=float, default=60.0, help="per hunt")
+    p.add_argument("--mutants", default="read-table-stride-skips-blocks,grow-down-start-off-by-one",
+                   help="comma list of catalogue mutants (empty: none)")
+    p.add_argument("--parts", default="throughput,fixture,mutants")
+    p.add_argument("--out")
+    args = p.parse_args()
+    select_backend("interpret")
+    parts = args.parts.split(",")
+    result = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if "throughput" in parts:
+        result["throughput"] = throughput(args.ops)
+        for row in result["throughput"]:
+            print(json.dumps(row), flush=True)
+    seeds = list(range(args.seeds))
+    if "fixture" in parts:
+        result["fixture"] = kills(["read-table-third-trip-full-edge"], seeds, args.budget_s)
+    if "mutants" in parts and args.mutants:
+        result["mutants"] = kills(args.mutants.split(","), seeds, args.budget_s)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
