@@ -6,8 +6,9 @@ Three parts, each printed as a table row and written as JSON (``--out``):
   generator, no features) and guided (``guide.GuidedTrack``: features, corpus, mutations),
   seeds from 0: ops per CPU second (process time: the machine is shared) and the features
   reached per 1,000 ops (blind's measured by the same collector, off the clock);
-* ``fixture``: time and ops to kill ``mutants.FIXTURES`` (a read table wrong only on a third
-  trip whose block ends at the row's last live page), blind and guided, per seed;
+* ``fixture``: time and ops to kill ``mutants.FIXTURES`` (read tables wrong only on a third
+  or later trip over a partial last block, or over one ending exactly at the row's last live
+  page), blind and guided, per seed;
 * ``mutants``: the same for a subset of the catalogue (``--mutants``).
 
     TRITON_INTERPRET=1 .venv/bin/python -m benchmarks.guided_vs_blind --out benchmarks/results/FILE.json
@@ -82,11 +83,15 @@ def main() -> int:
     p.add_argument("--mutants", default="read-table-stride-skips-blocks,grow-down-start-off-by-one",
                    help="comma list of catalogue mutants (empty: none)")
     p.add_argument("--parts", default="throughput,fixture,mutants")
+    p.add_argument("--fixtures", default="read-table-third-trip-partial-edge,read-table-third-trip-full-edge",
+                   help="comma list of mutants.FIXTURES")
+    p.add_argument("--note", default="", help="what else ran on the machine (a shared CPU: say so)")
     p.add_argument("--out")
     args = p.parse_args()
     select_backend("interpret")
     parts = args.parts.split(",")
     result = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
+              "cpus": __import__("os").cpu_count(), "note": args.note, "args": vars(args),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if "throughput" in parts:
         result["throughput"] = throughput(args.ops)
@@ -94,7 +99,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     seeds = list(range(args.seeds))
     if "fixture" in parts:
-        result["fixture"] = kills(["read-table-third-trip-full-edge"], seeds, args.budget_s)
+        result["fixture"] = kills(args.fixtures.split(","), seeds, args.budget_s)
     if "mutants" in parts and args.mutants:
         result["mutants"] = kills(args.mutants.split(","), seeds, args.budget_s)
     if args.out:

@@ -1,5 +1,5 @@
 """Coverage-guided generation for the small track: a corpus of sequences kept for the features
-they alone reached, mutated and scheduled by rarity and cost (libFuzzer's ``InputCorpus``).
+they alone reached, mutated and scheduled by rarity (libFuzzer's ``InputCorpus``).
 
 An input is not an op list but the **choice stream** the seeded generator consumed
 (``ChoiceRandom``: every draw of ``random.Random`` is one float in [0, 1)), with marks where
@@ -140,9 +140,10 @@ class Corpus:
         """(an entry, the feature it was picked for), by rarity, domain first as Centipede
         partitions them: a domain weighted by its rarest feature's 1/count (so a few hundred
         code arcs do not drown a dozen trip buckets, and a domain every entry saturates, op
-        kinds, is seldom picked), a feature in it by 1/count² (the rarest first), then among the entries
-        holding it the cheaper more often (weight 1/sqrt(cost): 1/cost starves the long read
-        tables, the sequences whose rows reach the most trips))."""
+        kinds, is seldom picked), a feature in it by 1/count² (the rarest first), then one of the
+        entries holding it. Not by cost: on the interpreter the cheap sequences are those with
+        large blocks (one program, one trip), and weighting by 1/cost starved exactly the
+        sequences whose rows reach three trips (benchmarks/results/guided-vs-blind-*)."""
         by_domain: dict[int, list[int]] = {}
         for f in self.counts:
             by_domain.setdefault(f >> 40, []).append(f)
@@ -150,7 +151,7 @@ class Corpus:
         feats = by_domain[rng.choices(domains, [max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains])[0]]
         fid = rng.choices(feats, [1.0 / self.counts[f] ** 2 for f in feats])[0]
         holders = [e for e in self.entries if fid in e["ids"]]
-        entry = rng.choices(holders, [max(e.get("cost_s", 1.0), 1e-3) ** -0.5 for e in holders])[0]
+        entry = rng.choice(holders)
         return entry, next((n for n in entry["features"] if feature_id(n) == fid), None)
 
 
@@ -241,6 +242,7 @@ class GuidedTrack(SmallTrack):
         self._code: CodeCoverage | None = None
         self.sequences = 0
         self.kept = 0
+        self._seq_seeds: list[int] = []  # the seeds whose streams are under .seq/, oldest first
 
     @property
     def corpus(self) -> Corpus:
@@ -303,7 +305,7 @@ class GuidedTrack(SmallTrack):
 
     def _kept_seeds_pop(self, seed: int) -> int:
         """The seed whose stream falls out of the last SEQ_KEPT (itself while there are fewer)."""
-        kept = self.__dict__.setdefault("_seq_seeds", [])
+        kept = self._seq_seeds
         kept.append(seed)
         return kept.pop(0) if len(kept) > SEQ_KEPT else seed
 

@@ -132,3 +132,36 @@ def text(rep: dict, all_lines: bool = False) -> str:
             else:
                 out.append(f"  {fn}: never entered")
     return "\n".join(out)
+
+
+def features_block(root) -> dict:
+    """The summary's ``features`` block of a guided run: its corpus, entries, features by domain."""
+    rep = report([root])
+    return {"corpus": str(root), "entries": rep["entries"], "by_domain": rep["features"]}
+
+
+def main(corpora, as_json: bool = False) -> int:
+    """``kvfuzz coverage``: the report, as text or JSON; a missing directory is a usage error."""
+    import json
+
+    from ..engine.tiers import SetupError
+
+    try:
+        rep = report(corpora)
+    except FileNotFoundError as exc:
+        raise SetupError(str(exc)) from None
+    print(json.dumps(rep) if as_json else text(rep))
+    return 0
+
+
+def merge_main(inputs, out) -> int:
+    """``kvfuzz merge --corpus``: the smallest covering subset of the corpora ``inputs`` into ``out``."""
+    from ..engine import guide
+    from ..engine.tiers import SetupError
+
+    try:
+        read, kept, features = guide.merge(inputs, out)
+    except FileNotFoundError as exc:
+        raise SetupError(str(exc)) from None
+    print(f"kvfuzz merge --corpus: {read} entries read, {kept} kept in {out}, covering {features} features")
+    return 0

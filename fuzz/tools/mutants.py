@@ -100,6 +100,14 @@ FIXTURES = (
             ("        start += col_stride * UNROLL\n\n", "        trip += 1\n        start += col_stride * UNROLL\n\n")),
            "a program's third (or later) trip whose block ends exactly at the row's last live page "
            "leaves that page's entry unwritten"),
+    Mutant("read-table-third-trip-partial-edge", "triton_kernels.py",
+           (("    while start < n_pages:\n        cols = start + tl.arange(0, BLOCK)\n        if UNROLL == 2:",
+             "    trip = 0\n    while start < n_pages:\n        cols = start + tl.arange(0, BLOCK)\n        if UNROLL == 2:"),
+            ("            _read_table_cols(cols, n_pages, req_row_ptr,",
+             "            _read_table_cols(cols, tl.where((trip >= 2) & (start + BLOCK > n_pages), n_pages - 1, n_pages),"
+             " req_row_ptr,"),
+            ("        start += col_stride * UNROLL\n\n", "        trip += 1\n        start += col_stride * UNROLL\n\n")),
+           "a program's third (or later) trip over a partial last block leaves the row's last live page unwritten"),
 )
 
 

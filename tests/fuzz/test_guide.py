@@ -20,7 +20,7 @@ from tests.fuzz.test_engine import REPO, cli_env, kvfuzz
 
 def test_a_choice_stream_replays_the_ops_it_made_and_a_mutation_stays_valid(tmp_path):
     """What the worker ran is what the parent rebuilds from the stream it wrote under .seq/
-    (a dead worker's case), for a fresh and for a mutated sequence; mutations change ops."""
+    (a dead worker's case), for a fresh and for a mutated sequence; mutations change streams."""
     tier = make_tier("torch")
     track = guide.GuidedTrack(tmp_path)
     ran = {}
@@ -31,11 +31,15 @@ def test_a_choice_stream_replays_the_ops_it_made_and_a_mutation_stays_valid(tmp_
         ran[seed] = [op.to_json() for op in seq.ops]
         _, _, again = track.regenerate(seed, 30, {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
         assert [op.to_json() for op in again] == ran[seed]
-    assert track.kept >= 1 and any(track.plan(tier, s)["how"] != ["fresh"] for s in range(6, 40))
-    mutated = [s for s in range(6) if track._plans.get(s, {}).get("how") not in (None, ["fresh"])]
+    assert track.kept >= 1
+    seed = next(s for s in range(6, 60) if track.plan(tier, s)["how"] != ["fresh"])
+    seq = track.run_sequence(tier, seed, 30)  # a mutated stream: still a valid sequence, still rebuilt as it ran
+    assert seq.divergence is None, seq.divergence
+    _, _, again = track.regenerate(seed, 30, {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
+    assert [op.to_json() for op in again] == [op.to_json() for op in seq.ops]
     entry = track.corpus.entries[0]
-    stream, _, how = guide.mutate(entry, entry, random.Random(3), tier.kernels)
-    assert how and stream != entry["stream"] or not mutated
+    changed = [guide.mutate(entry, entry, random.Random(i), tier.kernels)[0] != entry["stream"] for i in range(8)]
+    assert sum(changed) >= 4, changed
 
 
 def test_launch_features_count_trips_and_the_last_block_of_a_read_table():
@@ -130,3 +134,32 @@ def test_the_report_names_what_no_sequence_reached(tmp_path):
 def test_guided_is_the_small_tracks_only(tmp_path, flag):
     r = kvfuzz("run", flag, "--scale", "production", "--budget-s", 1, "--out", tmp_path)
     assert r.returncode == 2 and "--scale small" in r.stderr
+
+
+def _never(rep: dict) -> set[str]:
+    out = {f"{k}: {why}" for k, v in rep["kernels"].items() for why in v["never"]}
+    return out | {f"{f}:{line}" for f, per in rep["code"].items() for v in per.values() for line in v["never"]}
+
+
+def test_what_blind_sequences_never_reached_is_named_and_guided_ones_reach_some_of_it(tmp_path, monkeypatch):
+    """Interpreter, our kernels: a corpus of blind sequences (every plan fresh), its report's
+    never-reached list; guided sequences resumed from that corpus reach items of that list."""
+    import shutil
+
+    tier = make_tier("interpret")
+    monkeypatch.setattr(guide, "CODE_EVERY", 1)
+    monkeypatch.setattr(guide, "FRESH", 1.0)
+    blind = guide.GuidedTrack(tmp_path / "blind")
+    for seed in range(5):
+        blind.plan(tier, seed)
+        blind.run_sequence(tier, seed, 40)
+    never = _never(coverage_report.report([tmp_path / "blind"]))
+    assert any("trips" in n for n in never) and any("kvref/allocator.py" in n for n in never)
+    shutil.copytree(tmp_path / "blind", tmp_path / "guided", ignore=shutil.ignore_patterns(".seq"))
+    monkeypatch.setattr(guide, "FRESH", 0.0)
+    guided = guide.GuidedTrack(tmp_path / "guided")
+    for seed in range(5, 12):
+        assert guided.plan(tier, seed)["how"] != ["fresh"]
+        guided.run_sequence(tier, seed, 40)
+    reached = never - _never(coverage_report.report([tmp_path / "guided"]))
+    assert reached, "guided sequences reached nothing the blind ones had not"
