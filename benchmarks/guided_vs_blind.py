@@ -1,11 +1,12 @@
 """Guided against blind generation on the interpreter (issue 26), the same seeds and budgets.
 
-Three parts, each printed as a table row and written as JSON (``--out``):
+Four parts, each printed as a table row and written as JSON (``--out``):
 
 * ``throughput``: in one process, ``--ops`` ops of small-track sequences blind (the seeded
   generator, no features) and guided (``guide.GuidedTrack``: features, corpus, mutations),
   seeds from 0: ops per CPU second (process time: the machine is shared) and the features
   reached per 1,000 ops (blind's measured by the same collector, off the clock);
+* ``overhead``: the same blind sequences bare and with features collected (``overhead``);
 * ``fixture``: time and ops to kill ``mutants.FIXTURES`` (read tables wrong only on a third
   or later trip over a partial last block, or over one ending exactly at the row's last live
   page), blind and guided, per seed;
@@ -57,6 +58,41 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
     return rows
 
 
+def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
+    """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
+    and under the guided track's collection schedule (value features on every launch, code
+    coverage one sequence in ``guide.CODE_EVERY``, the interpreted kernel bodies traced one in
+    ``guide.KERNEL_CODE_EVERY``), alternating, CPU seconds; what a guided run pays on top of
+    the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
+    from fuzz.engine import features, guide, tracks
+    from fuzz.engine.tiers import make_tier
+
+    tier = make_tier("interpret")
+    track = tracks.get("small")
+    track.run_sequence(tier, 10**6, 20)
+    code = features.CodeCoverage(features.files_under_test(tier))
+    cpu = {"bare": 0.0, "collected": 0.0}
+    ops = 0
+    for _ in range(rounds):
+        seed = 0
+        while ops < n_ops * (_ + 1):
+            for mode in ("bare", "collected"):
+                t0 = time.process_time()
+                if mode == "bare":
+                    seq = track.run_sequence(tier, seed, ops_per_seq)
+                else:
+                    code.trace_kernels = seed % guide.KERNEL_CODE_EVERY == 0
+                    col = features.Collector(code if seed % guide.CODE_EVERY == 0 else None)
+                    with col:
+                        seq = track.run_sequence(tier, seed, ops_per_seq)
+                    col.add_run(seq.run)
+                cpu[mode] += time.process_time() - t0
+            ops += len(seq.ops)
+            seed += 1
+    return [{"mode": m, "ops": ops, "cpu_s": round(c, 2), "ops_per_cpu_s": round(ops / c, 1)} for m, c in cpu.items()] + [
+        {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3)}]
+
+
 def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
     from fuzz.tools.mutants import FIXTURES, MUTANTS, hunt
 
@@ -93,6 +129,10 @@ def main() -> int:
     result = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
               "cpus": __import__("os").cpu_count(), "note": args.note, "args": vars(args),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if "overhead" in parts:
+        result["overhead"] = overhead(args.ops)
+        for row in result["overhead"]:
+            print(json.dumps(row), flush=True)
     if "throughput" in parts:
         result["throughput"] = throughput(args.ops)
         for row in result["throughput"]:

@@ -26,7 +26,8 @@ Two sources, both collected per sequence (``Collector``):
   holes taken, pending moved, refusals). Measured once per sequence (start, stop, read),
   never per op; its per-op cost is the tracer's (``benchmarks/guided_vs_blind.py``).
 
-Plus the run's own counts: op kinds run and refused, and the hostile classes probed.
+Plus the run's own counts (op kinds run, hostile classes probed) and what it ran under
+(``config_features``: scenario, page size, growth, launch knobs).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import math
 import zlib
 from pathlib import Path
 
-DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op")
+DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config")
 _DOMAIN_BITS = 40
 _IDS: dict[str, int] = {}
 TRIP_BUCKETS = ("0", "1", "2", "3+")  # what the report expects every read-table kernel to reach
@@ -68,6 +69,18 @@ def trip_bucket(trips: int) -> str:
     if trips <= 2:
         return str(trips)
     return "3+" if trips == 3 else "4-7" if trips < 8 else "8+"
+
+
+def config_features(config, scenario: str, knobs: dict | None) -> set[str]:
+    """What a sequence ran under, as features: its scenario, page size, growth direction and
+    launch knobs. Not reached by the code but chosen before it; as features they make the
+    rarity schedule spread over them (a corpus grown from its first few entries keeps their
+    scenario and knobs otherwise: long rows come from the ``long`` scenario, second trips
+    only from small blocks)."""
+    out = {f"config|scenario|{scenario}", f"config|page_size|{config.page_size}", f"config|grow|{config.grow}"}
+    if knobs:
+        out.add("config|knobs|" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items())))
+    return out
 
 
 def _is_tensor(v) -> bool:

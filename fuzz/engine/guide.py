@@ -30,12 +30,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .features import CodeCoverage, Collector, feature_id, files_under_test
+from .features import CodeCoverage, Collector, config_features, feature_id, files_under_test
 from .generate import SCENARIOS, random_config, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .tracks.small import SmallTrack
 
 FORMAT = "kvfuzz-corpus/1"
+SEED_ENTRIES = 8  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
@@ -259,7 +260,7 @@ class GuidedTrack(SmallTrack):
             return self._plans[seed]
         rng = random.Random(f"kvfuzz-guide:{seed}")
         corpus = self.corpus
-        if not corpus.entries or rng.random() < FRESH:
+        if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:
             plan = {"stream": [], "knobs": choose(tier.kernels, seed), "r2t": sequence_r2t_dtype(seed), "how": ["fresh"]}
         else:
             entry, why = corpus.pick(rng)
@@ -294,6 +295,7 @@ class GuidedTrack(SmallTrack):
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
                                        params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, rng.pos), **kw)
         col.add_run(seq.run)
+        col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()
         if self.corpus.add({"stream": rng.log, "bits": rng.bits, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],

@@ -163,3 +163,10 @@ def test_what_blind_sequences_never_reached_is_named_and_guided_ones_reach_some_
         guided.run_sequence(tier, seed, 40)
     reached = never - _never(coverage_report.report([tmp_path / "guided"]))
     assert reached, "guided sequences reached nothing the blind ones had not"
+
+
+def test_the_fixture_bugs_still_apply_to_our_kernels():
+    from fuzz.tools.mutants import FIXTURES, SRC, mutated_source
+
+    for m in FIXTURES:
+        assert mutated_source(m) != (SRC / m.file).read_text()
