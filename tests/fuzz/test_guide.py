@@ -10,17 +10,16 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from fuzz.engine import features, guide
 from fuzz.engine.tiers import make_tier
 from fuzz.tools import coverage_report
 from tests.fuzz.test_engine import REPO, cli_env, kvfuzz
 
 
-def test_a_choice_stream_replays_the_ops_it_made_and_a_mutation_stays_valid(tmp_path):
+def test_a_choice_stream_replays_the_ops_it_made_and_a_mutation_stays_valid(tmp_path, monkeypatch):
     """What the worker ran is what the parent rebuilds from the stream it wrote under .seq/
     (a dead worker's case), for a fresh and for a mutated sequence; mutations change streams."""
+    monkeypatch.setattr(guide, "SEED_ENTRIES", 1)
     tier = make_tier("torch")
     track = guide.GuidedTrack(tmp_path)
     ran = {}
@@ -130,9 +129,8 @@ def test_the_report_names_what_no_sequence_reached(tmp_path):
     assert r.returncode == 0 and "never: read_table_kernel: no program ever ran 3+ trips" in r.stdout
 
 
-@pytest.mark.parametrize("flag", ["--guided", "--corpus=x"])
-def test_guided_is_the_small_tracks_only(tmp_path, flag):
-    r = kvfuzz("run", flag, "--scale", "production", "--budget-s", 1, "--out", tmp_path)
+def test_guided_is_the_small_tracks_only(tmp_path):
+    r = kvfuzz("run", "--corpus", tmp_path / "c", "--scale", "production", "--budget-s", 1, "--out", tmp_path)
     assert r.returncode == 2 and "--scale small" in r.stderr
 
 
@@ -157,6 +155,7 @@ def test_what_blind_sequences_never_reached_is_named_and_guided_ones_reach_some_
     assert any("trips" in n for n in never) and any("kvref/allocator.py" in n for n in never)
     shutil.copytree(tmp_path / "blind", tmp_path / "guided", ignore=shutil.ignore_patterns(".seq"))
     monkeypatch.setattr(guide, "FRESH", 0.0)
+    monkeypatch.setattr(guide, "SEED_ENTRIES", 1)
     guided = guide.GuidedTrack(tmp_path / "guided")
     for seed in range(5, 12):
         assert guided.plan(tier, seed)["how"] != ["fresh"]
