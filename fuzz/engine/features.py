@@ -123,8 +123,8 @@ def launch_features(launch, out: set[str]) -> None:
 def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out: set[str]) -> None:
     """Trips of each program (b, j) of a read table's strided loop: ``start = j * BLOCK``, then
     ``start += col_stride`` while ``start < n`` (a kernel without ``col_stride``, the legacy
-    grid, makes one trip by construction: its masks say the rest), where n is the row's live pages (``max_pages``: cdiv(seq_len, PAGE_SIZE), capped) or
-    tokens (``max_tokens``)."""
+    grid, makes one trip by construction: its masks say the rest), where n is the row's live
+    pages (``max_pages``: cdiv(seq_len, PAGE_SIZE), capped) or tokens (``max_tokens``)."""
     lens = values["seq_lens_ptr"]
     if getattr(getattr(lens, "device", None), "type", "cpu") != "cpu":
         return
