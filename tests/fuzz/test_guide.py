@@ -169,3 +169,17 @@ def test_the_fixture_bugs_still_apply_to_our_kernels():
 
     for m in FIXTURES:
         assert mutated_source(m) != (SRC / m.file).read_text()
+
+
+def test_the_state_machine_reports_its_features_to_hypothesis_target(monkeypatch):
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from fuzz.engine import strategies
+
+    seen = []
+    monkeypatch.setattr(strategies, "target", lambda value, label: seen.append((label, value)))
+    run_state_machine_as_test(strategies.DifferentialMachine,
+                              settings=settings(max_examples=3, stateful_step_count=6, deadline=None, database=None))
+    assert seen and all(label == "kvfuzz features" for label, _ in seen)
+    assert max(v for _, v in seen) >= 1  # at least the op kinds it ran
