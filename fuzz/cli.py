@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "exit 1 only on a new signature; an empty value means none")
     run.add_argument("--no-minimize", action="store_true", help="write cases as found, without shrinking them")
     run.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    run.add_argument("--guided", action="store_true", help="coverage-guided sequences from a corpus (--scale small)")
+    run.add_argument("--corpus", metavar="DIR", help="the guided corpus, kept and resumed (default: OUT/corpus)")
 
     rp = command("replay", "replay one case file in a child process: exit 1 if it still fails")
     rp.add_argument("case")
@@ -163,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("--write-baseline", metavar="FILE",
                     help="write a kvfuzz-baseline/1 file accepting every failure merged (and the --baseline's)")
     mg.add_argument("--json", action="store_true", help="print the merged summary as JSON on the last line")
+    mg.add_argument("--corpus", action="store_true", help="the inputs are guided corpora: keep a covering subset")
+
+    cv = command("coverage", "what guided corpora reached, per kernel and function, and what they never reached")
+    cv.add_argument("corpora", nargs="+", metavar="CORPUS_DIR")
+    cv.add_argument("--json", action="store_true", help="print the report as JSON")
 
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
     check_sync_cli.add_arguments(cs)
@@ -210,7 +217,9 @@ def _cmd_run(args) -> int:
         if not tracks.get(args.scale).uses_allocator:
             raise SetupError(f"--allocator drives the allocator state machine (--scale small); --scale {args.scale} "
                              f"runs kernel-level ops only")
-    opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
+    if (args.guided or args.corpus) and args.scale != "small":
+        raise SetupError(f"--guided and --corpus guide --scale small, not --scale {args.scale}")
+    opts = CampaignOptions(guided=args.guided or bool(args.corpus), corpus=args.corpus, backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
@@ -254,6 +263,12 @@ def _cmd_run(args) -> int:
                                          "op_timeout": args.op_timeout or "auto", "reproduce": args.reproduce,
                                          "program_order": opts.order(), "palette": "on" if opts.palette_on() else "off"},
                                 baseline=verdict, allocator=args.allocator)
+    if opts.guided:
+        from .tools.coverage_report import features_block
+
+        data["features"] = features_block(opts.track.root)
+        print(f"kvfuzz run: corpus {data['features']['corpus']}: {data['features']['entries']} entries, "
+              f"{sum(data['features']['by_domain'].values())} features (kvfuzz coverage DIR: what none reached)")
     if args.summary:
         reports.write(args.summary, reports.dumps(data))
     if args.junit_xml:
@@ -451,6 +466,10 @@ def _cmd_minimize(args) -> int:
 
 
 def _cmd_merge(args) -> int:
+    if args.corpus:
+        from .tools import coverage_report
+
+        return coverage_report.merge_main(args.inputs, args.out)
     from .tools import merge, reports
     from .tools.baseline import load_baseline
 
@@ -477,6 +496,12 @@ def _cmd_merge(args) -> int:
 
         print(json.dumps(result.summary))
     return result.exit_code
+
+
+def _cmd_coverage(args) -> int:
+    from .tools import coverage_report
+
+    return coverage_report.main(args.corpora, as_json=args.json)
 
 
 # ---- the rest -------------------------------------------------------------------------------------
@@ -511,7 +536,7 @@ def _cmd_bench(args) -> int:
     return bench(seconds=args.seconds, tiers=tiers, out=args.out, plot=args.plot)
 
 
-COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "merge": _cmd_merge,
+COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "merge": _cmd_merge, "coverage": _cmd_coverage,
             "check-sync": _cmd_check_sync,
             "mutants": _cmd_mutants, "bench": _cmd_bench}
 

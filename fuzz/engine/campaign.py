@@ -94,9 +94,15 @@ class CampaignOptions:
     factory: str | None = None  # a tier factory instead of a kernel set (TierSpec)
     factory_arg: str | None = None
     allocator: str | None = None  # MODULE_OR_FILE[:FACTORY] (allocators.py); None: ours
+    guided: bool = False  # sequences planned from a corpus (guide.py), small track only
+    corpus: str | None = None  # the guided corpus directory (None: OUT/corpus)
 
     @property
     def track(self) -> tracks.Track:
+        if self.guided:
+            from . import guide
+
+            return guide.track_for(self.corpus or Path(self.out) / "corpus")
         return tracks.get(self.scale)
 
     def n_ops(self) -> int:

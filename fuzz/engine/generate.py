@@ -198,15 +198,17 @@ def sequence_r2t_dtype(seed: int) -> str:
 
 
 def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec",
-               skips=()) -> tuple[kvref.PoolConfig, str, list[Op]]:
+               skips=(), params=None, r2t_dtype: str | None = None) -> tuple[kvref.PoolConfig, str, list[Op]]:
     """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
 
     The stream depends on nothing the target does: the generator reads the spec, and an
     op the kernel set cannot run (``has``: its optional functions) is skipped exactly as
     the runner skips it, and so is an op kind the allocator lacks (``skips``, allocators.py).
-    ``hostile`` must be the campaign's (it sets the contract rate)."""
-    config, scenario, rng = sequence_params(seed)
-    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile), r2t_dtype=sequence_r2t_dtype(seed))
+    ``hostile`` must be the campaign's (it sets the contract rate). ``params`` and ``r2t_dtype``:
+    what the seed would decide, given instead (a guided sequence's, ``guide``)."""
+    config, scenario, rng = params or sequence_params(seed)
+    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
+                      r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
     side, tier = SpecSide(config), Capabilities(has)
     ops: list[Op] = []
     for _ in range(n_ops):

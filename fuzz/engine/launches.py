@@ -37,6 +37,7 @@ import functools
 import inspect
 import math
 import random
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -49,6 +50,7 @@ COMPILE_MIN_S = 0.2  # a compiled launch that held the host this long compiled (
 _LOCAL = threading.local()  # .depth: launches this thread is inside; .recorders: Recorders entered here
 _OBSERVERS: list = []
 _ORDER = {"mode": "launch", "seed": 0, "launches": 0}
+_UNTRACED = [0]  # > 0: outermost launches run with this thread's trace function off (features.CodeCoverage)
 
 
 @dataclass
@@ -78,10 +80,27 @@ class Launch:
 def _inside():
     depth = getattr(_LOCAL, "depth", 0)
     _LOCAL.depth = depth + 1
+    tracer = sys.gettrace() if _UNTRACED[0] and not depth else None
+    if tracer is not None:
+        sys.settrace(None)
     try:
         yield
     finally:
         _LOCAL.depth = depth
+        if tracer is not None:
+            sys.settrace(tracer)
+
+
+@contextlib.contextmanager
+def untraced_launches():
+    """Launches inside run with the thread's trace function off: a line tracer measuring the
+    host code (``features.CodeCoverage``) would otherwise trace the interpreter's own Python
+    for every program of every launch, which costs more than the launch."""
+    _UNTRACED[0] += 1
+    try:
+        yield
+    finally:
+        _UNTRACED[0] -= 1
 
 
 def _wrap(original):

@@ -19,11 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
+from hypothesis import target
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, multiple, precondition, rule
 
 import kvref
 
 from . import shapes
+from .features import Collector
 from .knobs import knob_module
 from .ops import R2T_DTYPES, Clear, Fire, Op
 from .runner import PoolRun
@@ -145,6 +147,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.knobs = data.draw(launch_knobs(tier.kernels), label="knobs")
         self.r2t_dtype = data.draw(st.sampled_from(R2T_DTYPES), label="r2t_dtype")  # one per run, as a sequence
         self.run = PoolRun(config, tier, knobs=self.knobs)
+        self.seen = Collector().__enter__()  # value features of its launches, for hypothesis.target (teardown)
         self.gen = 0
         self.stamp = 1
         self.dead: list[list[int]] = []
@@ -276,5 +279,10 @@ class DifferentialMachine(RuleBasedStateMachine):
     def teardown(self):
         # Hypothesis tears down after a failing step too; the final full-state check
         # would then replace the step's Divergence with a later, vaguer one.
+        seen = getattr(self, "seen", None)
+        if seen is not None:  # the guided track's features (value ones: no tracer here), steering Hypothesis too
+            seen.__exit__(None, None, None)
+            seen.add_run(self.run)
+            target(float(len(seen.names)), label="kvfuzz features")
         if self.run is not None and self.divergence is None:
             self.run.finish()

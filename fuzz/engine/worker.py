@@ -62,7 +62,6 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
     if tier is None:
         return
-    from . import tracks
     from .generate import WARMUP_BASE, warmup_seed
     from .health import charged, fault_of
     from .knobs import choose as choose_knobs
@@ -71,7 +70,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .tiers import SetupError, count_launches
     from .verdict import RunStats, is_cuda_error, poisoned, unrun_kind
 
-    track = tracks.get(opts.scale)
+    track = opts.track  # the guided track when --guided (guide.py)
     palette_seed = opts.palette_seed(worker)  # None: sizes drawn freely (the palette bounds a GPU's compiles)
     try:
         info = track.worker_info(tier, palette_seed=palette_seed)  # what the parent rebuilds ops from

@@ -88,6 +88,29 @@ MUTANTS = (
 )
 
 
+# Not in the catalogue (kill rates stay comparable): bugs that need a rare combination of
+# features, to measure guided generation against blind (benchmarks/guided_vs_blind.py).
+FIXTURES = (
+    Mutant("read-table-third-trip-full-edge", "triton_kernels.py",
+           (("    while start < n_pages:\n        cols = start + tl.arange(0, BLOCK)\n        if UNROLL == 2:",
+             "    trip = 0\n    while start < n_pages:\n        cols = start + tl.arange(0, BLOCK)\n        if UNROLL == 2:"),
+            ("            _read_table_cols(cols, n_pages, req_row_ptr,",
+             "            _read_table_cols(cols, tl.where((trip >= 2) & (start + BLOCK == n_pages), n_pages - 1, n_pages),"
+             " req_row_ptr,"),
+            ("        start += col_stride * UNROLL\n\n", "        trip += 1\n        start += col_stride * UNROLL\n\n")),
+           "a program's third (or later) trip whose block ends exactly at the row's last live page "
+           "leaves that page's entry unwritten"),
+    Mutant("read-table-third-trip-partial-edge", "triton_kernels.py",
+           (("    while start < n_pages:\n        cols = start + tl.arange(0, BLOCK)\n        if UNROLL == 2:",
+             "    trip = 0\n    while start < n_pages:\n        cols = start + tl.arange(0, BLOCK)\n        if UNROLL == 2:"),
+            ("            _read_table_cols(cols, n_pages, req_row_ptr,",
+             "            _read_table_cols(cols, tl.where((trip >= 2) & (start + BLOCK > n_pages), n_pages - 1, n_pages),"
+             " req_row_ptr,"),
+            ("        start += col_stride * UNROLL\n\n", "        trip += 1\n        start += col_stride * UNROLL\n\n")),
+           "a program's third (or later) trip over a partial last block leaves the row's last live page unwritten"),
+)
+
+
 class MutantError(RuntimeError):
     """A mutant no longer applies to the source it was written against."""
 
@@ -146,14 +169,14 @@ class KillReport:
 
 def mutant_tier_named(name: str, backend: str) -> Tier:
     """The tier factory a campaign's child process calls (``TierSpec.factory``)."""
-    return mutant_tier(next(m for m in MUTANTS if m.name == name), backend)
+    return mutant_tier(next(m for m in (*MUTANTS, *FIXTURES) if m.name == name), backend)
 
 
 def runs_on(m: Mutant, backend: str) -> bool:
     return backend != "torch" or m.file == "allocator.py"
 
 
-def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
+def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0, guided: bool = False) -> KillReport:
     """Fuzz one mutant, the way ``kvfuzz run`` fuzzes (supervised workers, the same find ->
     minimize -> case path), until the first failure or the budget ends; minimizing it
     may take half a budget more."""
@@ -164,7 +187,7 @@ def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0) -> KillReport:
     if not runs_on(m, backend):
         raise MutantError(f"mutant {m.name} lives in a Triton kernel: use --backend interpret or cuda")
     with tempfile.TemporaryDirectory(prefix="kvfuzz-mutant-cases-") as out:
-        opts = CampaignOptions(backend=backend, seed=seed, budget_s=budget_s, out=out, stop_after=1,
+        opts = CampaignOptions(backend=backend, seed=seed, budget_s=budget_s, out=out, stop_after=1, guided=guided,
                                minimize_s=max(5.0, budget_s / 2), factory="fuzz.tools.mutants:mutant_tier_named",
                                factory_arg=m.name)
         s = Campaign(opts, progress=None, out=io.StringIO()).run()

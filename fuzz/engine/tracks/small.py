@@ -34,10 +34,12 @@ class SmallTrack(Track):
         return PoolRun(config, tier, **kw)
 
     def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
-                     check_every=1, palette_seed=None) -> Sequence:
-        config, scenario, rng = sequence_params(seed)
+                     check_every=1, palette_seed=None, params=None, r2t_dtype=None, on_op=None) -> Sequence:
+        """``params``/``r2t_dtype``: what the seed would decide, given instead; ``on_op()``: called
+        before each op is drawn (a guided run marks where each op's draws begin, ``guide``)."""
+        config, scenario, rng = params or sequence_params(seed)
         gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
-                          r2t_dtype=sequence_r2t_dtype(seed))
+                          r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
         run = PoolRun(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
                       beat=beat, check_every=check_every)
         ops, d = [], None
@@ -45,6 +47,8 @@ class SmallTrack(Track):
             for _ in range(n_ops):
                 if deadline is not None and time.monotonic() >= deadline:
                     break
+                if on_op is not None:
+                    on_op()
                 op = gen.next_op(run.spec)
                 ops.append(op)
                 gen.observe(op, run.step(op))

@@ -1,0 +1,152 @@
+"""Guided against blind generation on the interpreter (issue 26), the same seeds and budgets.
+
+Four parts, each printed as a table row and written as JSON (``--out``):
+
+* ``throughput``: in one process, ``--ops`` ops of small-track sequences blind (the seeded
+  generator, no features) and guided (``guide.GuidedTrack``: features, corpus, mutations),
+  seeds from 0: ops per CPU second (process time: the machine is shared) and the features
+  reached per 1,000 ops (blind's measured by the same collector, off the clock);
+* ``overhead``: the same blind sequences bare and with features collected (``overhead``);
+* ``fixture``: time and ops to kill ``mutants.FIXTURES`` (read tables wrong only on a third
+  or later trip over a partial last block, or over one ending exactly at the row's last live
+  page), blind and guided, per seed;
+* ``mutants``: the same for a subset of the catalogue (``--mutants``).
+
+    TRITON_INTERPRET=1 .venv/bin/python -m benchmarks.guided_vs_blind --out benchmarks/results/FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+
+
+def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
+    from fuzz.engine import features, guide, tracks
+    from fuzz.engine.tiers import make_tier
+
+    tier = make_tier("interpret")
+    blind = tracks.get("small")
+    blind.run_sequence(tier, 10**6, 20)  # warm the interpreter's caches
+    rows = []
+    with tempfile.TemporaryDirectory() as root:
+        for name in ("blind", "guided"):
+            track = guide.GuidedTrack(root) if name == "guided" else blind
+            ops, cpu, seen, seed = 0, 0.0, set(), 0
+            code = features.CodeCoverage(features.files_under_test(tier))
+            while ops < n_ops:
+                t0 = time.process_time()
+                if name == "guided":
+                    track.plan(tier, seed)
+                seq = track.run_sequence(tier, seed, ops_per_seq)
+                cpu += time.process_time() - t0
+                ops += len(seq.ops)
+                if name == "blind":  # its features, off the clock: the same sequence again, collected
+                    col = features.Collector(code if seed % guide.CODE_EVERY == 0 else None)
+                    with col:
+                        again = blind.run_sequence(tier, seed, ops_per_seq)
+                    col.add_run(again.run)
+                    seen |= col.ids()
+                seed += 1
+            if name == "guided":
+                seen = track.corpus.features
+            rows.append({"mode": name, "ops": ops, "cpu_s": round(cpu, 2), "ops_per_cpu_s": round(ops / cpu, 1),
+                         "features": len(seen), "features_per_1000_ops": round(1000 * len(seen) / ops, 1)})
+    return rows
+
+
+def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
+    """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
+    and under the guided track's collection schedule (value features on every launch, code
+    coverage one sequence in ``guide.CODE_EVERY``, the interpreted kernel bodies traced one in
+    ``guide.KERNEL_CODE_EVERY``), alternating, CPU seconds; what a guided run pays on top of
+    the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
+    from fuzz.engine import features, guide, tracks
+    from fuzz.engine.tiers import make_tier
+
+    tier = make_tier("interpret")
+    track = tracks.get("small")
+    track.run_sequence(tier, 10**6, 20)
+    code = features.CodeCoverage(features.files_under_test(tier))
+    cpu = {"bare": 0.0, "collected": 0.0}
+    ops = 0
+    for _ in range(rounds):
+        seed = 0
+        while ops < n_ops * (_ + 1):
+            for mode in ("bare", "collected"):
+                t0 = time.process_time()
+                if mode == "bare":
+                    seq = track.run_sequence(tier, seed, ops_per_seq)
+                else:
+                    code.trace_kernels = seed % guide.KERNEL_CODE_EVERY == 0
+                    col = features.Collector(code if seed % guide.CODE_EVERY == 0 else None)
+                    with col:
+                        seq = track.run_sequence(tier, seed, ops_per_seq)
+                    col.add_run(seq.run)
+                cpu[mode] += time.process_time() - t0
+            ops += len(seq.ops)
+            seed += 1
+    return [{"mode": m, "ops": ops, "cpu_s": round(c, 2), "ops_per_cpu_s": round(ops / c, 1)} for m, c in cpu.items()] + [
+        {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3)}]
+
+
+def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
+    from fuzz.tools.mutants import FIXTURES, MUTANTS, hunt
+
+    by_name = {m.name: m for m in (*MUTANTS, *FIXTURES)}
+    rows = []
+    for name in names:
+        for seed in seeds:
+            for guided in (False, True):
+                r = hunt(by_name[name], "interpret", budget_s, seed=seed, guided=guided)
+                rows.append({"mutant": name, "seed": seed, "mode": "guided" if guided else "blind", "killed": r.killed,
+                             "seconds": round(r.seconds, 1), "ops": r.ops,
+                             "signature": None if r.signature is None else str(r.signature)})
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> int:
+    from fuzz.engine.tiers import select_backend
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ops", type=int, default=3000, help="ops per mode for the throughput part")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--budget-s", type=float, default=60.0, help="per hunt")
+    p.add_argument("--mutants", default="read-table-stride-skips-blocks,grow-down-start-off-by-one",
+                   help="comma list of catalogue mutants (empty: none)")
+    p.add_argument("--parts", default="throughput,fixture,mutants")
+    p.add_argument("--fixtures", default="read-table-third-trip-partial-edge,read-table-third-trip-full-edge",
+                   help="comma list of mutants.FIXTURES")
+    p.add_argument("--note", default="", help="what else ran on the machine (a shared CPU: say so)")
+    p.add_argument("--out")
+    args = p.parse_args()
+    select_backend("interpret")
+    parts = args.parts.split(",")
+    result = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
+              "cpus": __import__("os").cpu_count(), "note": args.note, "args": vars(args),
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if "overhead" in parts:
+        result["overhead"] = overhead(args.ops)
+        for row in result["overhead"]:
+            print(json.dumps(row), flush=True)
+    if "throughput" in parts:
+        result["throughput"] = throughput(args.ops)
+        for row in result["throughput"]:
+            print(json.dumps(row), flush=True)
+    seeds = list(range(args.seeds))
+    if "fixture" in parts:
+        result["fixture"] = kills(args.fixtures.split(","), seeds, args.budget_s)
+    if "mutants" in parts and args.mutants:
+        result["mutants"] = kills(args.mutants.split(","), seeds, args.budget_s)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

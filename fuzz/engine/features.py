@@ -1,0 +1,256 @@
+"""Features: what a sequence made the code under test do, as plain integers in named domains.
+
+The model is libFuzzer's ``InputCorpus`` and Centipede's ``feature.h``: a feature is an
+integer whose top bits name its domain (``DOMAINS``) and whose low bits hash a key within
+it, so one set type serves code coverage and value features alike, and a corpus keeps an
+input for the features it alone reaches. Names (``"trips|read_table_kernel|3+|partial"``)
+are kept beside the integers only so that a report can say what was never reached; the
+integer of a name is a stable hash (``feature_id``), the same in every process.
+
+Two sources, both collected per sequence (``Collector``):
+
+* **Value features**, from the one launch hook (``launches.observe``): per launch, the
+  grid's size per dimension (log buckets), for each size argument (``SIZES``) against each ``*BLOCK*`` constexpr whether the last program's block is full, partial or empty and how far the
+  size is from a block boundary (log buckets), how far each int argument and each
+  tensor's extent is from the int32 boundary (log buckets, near ones only), and for
+  read-table launches (a ``seq_lens`` argument and a ``BLOCK``) the loop trips each
+  program makes, bucketed 0/1/2/3/4-7/8+, with whether its last trip's block is partial.
+  Trips are computed from the sizes the launch was given (``seq_lens``, ``max_pages`` /
+  ``max_tokens``, ``col_stride``), the way the kernel's while loop counts them, so they are
+  the same on every tier; ``seq_lens`` is read only where it lives on the CPU (reading a
+  GPU tensor would synchronise, and inside a graph capture would break it).
+* **Code coverage** (``CodeCoverage``): branch arcs of the files under test, through
+  ``coverage``'s C tracer (Python 3.11 has no ``sys.monitoring``): the kernel set's own
+  files (on the interpreter its ``@triton.jit`` bodies run as Python there, so their lines
+  and branches count), the allocator's and kvref's allocator (fast vs slow alloc path,
+  holes taken, pending moved, refusals). Measured once per sequence (start, stop, read),
+  never per op; its per-op cost is the tracer's (``benchmarks/guided_vs_blind.py``).
+
+Plus the run's own counts (op kinds run, hostile classes probed) and what it ran under
+(``config_features``: scenario, page size, growth, launch knobs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import zlib
+from pathlib import Path
+
+DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config")
+_DOMAIN_BITS = 40
+_IDS: dict[str, int] = {}
+TRIP_BUCKETS = ("0", "1", "2", "3+")  # what the report expects every read-table kernel to reach
+MASKS = ("full", "partial", "empty")
+INT32 = 1 << 31
+SIZES = ("N", "n", "n_elements", "max_pages", "max_tokens")  # int arguments a block's mask is measured against
+
+
+def feature_id(name: str) -> int:
+    """The integer of a feature name ``DOMAIN|key...``: the domain's index in the top bits, a
+    crc32 of the name below (stable across processes, unlike ``hash``)."""
+    fid = _IDS.get(name)
+    if fid is None:
+        domain = name.split("|", 1)[0]
+        fid = _IDS[name] = (DOMAINS.index(domain) << _DOMAIN_BITS) | zlib.crc32(name.encode())
+    return fid
+
+
+def domain_of(fid: int) -> str:
+    return DOMAINS[fid >> _DOMAIN_BITS]
+
+
+def log_bucket(n: int) -> str:
+    """0, 1, 2, 3-4, 5-8, ...: the bit length, so a size's order of magnitude."""
+    return str(int(n).bit_length()) if n >= 0 else "neg"
+
+
+def trip_bucket(trips: int) -> str:
+    if trips <= 2:
+        return str(trips)
+    return "3+" if trips == 3 else "4-7" if trips < 8 else "8+"
+
+
+def config_features(config, scenario: str, knobs: dict | None) -> set[str]:
+    """What a sequence ran under, as features: its scenario, page size, growth direction and
+    launch knobs. Not reached by the code but chosen before it; as features they make the
+    rarity schedule spread over them (a corpus grown from its first few entries keeps their
+    scenario and knobs otherwise: long rows come from the ``long`` scenario, second trips
+    only from small blocks)."""
+    out = {f"config|scenario|{scenario}", f"config|page_size|{config.page_size}", f"config|grow|{config.grow}"}
+    if knobs:
+        out.add("config|knobs|" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items())))
+    return out
+
+
+def _is_tensor(v) -> bool:
+    return hasattr(v, "data_ptr") and hasattr(v, "numel")
+
+
+def launch_features(launch, out: set[str]) -> None:
+    """Add the value features of one launch (``launches.Launch``) to ``out`` (names)."""
+    from .launches import _params
+
+    kernel = launch.name
+    sig, _ = _params(getattr(launch.fn, "fn", launch.fn))
+    names = list(sig.parameters) if sig is not None else []
+    values = dict(zip(names, launch.args))
+    values.update({k: v for k, v in launch.kwargs.items() if k in names})
+    grid = launch.grid_dims or ()
+    for i, d in enumerate(grid):
+        out.add(f"grid|{kernel}|dim{i}|{log_bucket(d)}")
+    blocks = {k: v for k, v in launch.constexprs.items() if "BLOCK" in k and v > 0}
+    ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)
+            and k not in launch.constexprs}
+    for name, v in ints.items():
+        if INT32 - abs(v) < (1 << 20):
+            out.add(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
+        for b_name, b in blocks.items():
+            if name not in SIZES:
+                continue  # a stride or a row count: its remainder by a block means nothing
+            rem = v % b if v > 0 else 0
+            mask = "empty" if v <= 0 else "full" if rem == 0 else "partial"
+            out.add(f"mask|{kernel}|{name}/{b_name}|{mask}")
+            if v > 0:
+                out.add(f"block_dist|{kernel}|{name}/{b_name}|{log_bucket(min(rem, b - rem))}")
+    for name, v in values.items():
+        if _is_tensor(v) and INT32 - v.numel() < (1 << 20):
+            out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
+    if "seq_lens_ptr" in values and "BLOCK" in blocks and "col_stride" in values and len(grid) >= 2:
+        _trip_features(kernel, values, launch.constexprs, grid, out)
+
+
+def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out: set[str]) -> None:
+    """Trips of each program (b, j) of a read table's strided loop: ``start = j * BLOCK``, then
+    ``start += col_stride`` while ``start < n`` (a kernel without ``col_stride``, the legacy
+    grid, makes one trip by construction: its masks say the rest), where n is the row's live
+    pages (``max_pages``: cdiv(seq_len, PAGE_SIZE), capped) or tokens (``max_tokens``)."""
+    lens = values["seq_lens_ptr"]
+    if getattr(getattr(lens, "device", None), "type", "cpu") != "cpu":
+        return
+    block, ps = constexprs["BLOCK"], constexprs.get("PAGE_SIZE", 1)
+    stride = values["col_stride"]
+    step = stride * max(1, constexprs.get("UNROLL", 1))
+    cap = values.get("max_pages", values.get("max_tokens"))
+    per_page = "max_pages" in values
+    with contextlib.suppress(Exception):
+        for seq in lens.tolist()[: grid[0]]:
+            n = -(-max(int(seq), 0) // ps) if per_page else max(int(seq), 0)
+            if isinstance(cap, int):
+                n = min(n, cap)
+            for j in range(grid[1]):
+                start = j * block
+                trips = 0 if start >= n else math.ceil((n - start) / step)
+                last = start + (trips - 1) * step if trips else None
+                edge = "none" if last is None else "partial" if last + block > n else "full"
+                out.add(f"trips|{kernel}|{trip_bucket(trips)}|{edge}")
+
+
+class CodeCoverage:
+    """Branch arcs of ``files`` (absolute paths of the code under test), per sequence, through
+    one ``coverage.Coverage`` that is started and stopped around each sequence; None of it
+    when ``coverage`` is missing (the value features still work)."""
+
+    def __init__(self, files, trace_kernels: bool = False):
+        self.trace_kernels = trace_kernels
+        self.files = sorted({str(Path(f).resolve()) for f in files})
+        self._cov = None
+        with contextlib.suppress(ImportError):
+            import coverage
+
+            self._cov = coverage.Coverage(data_file=None, branch=True, include=self.files, config_file=False)
+
+    @property
+    def available(self) -> bool:
+        return self._cov is not None
+
+    def start(self) -> None:
+        if self._cov is not None:
+            self._cov.erase()
+            self._cov.start()
+
+    def stop(self, out: set[str]) -> None:
+        """Stop measuring; add ``code|FILE|FROM>TO`` for every arc run (FILE relative to its folder's parent)."""
+        if self._cov is None:
+            return
+        self._cov.stop()
+        data = self._cov.get_data()
+        for f in data.measured_files():
+            short = "/".join(Path(f).parts[-2:])
+            for a, b in data.arcs(f) or ():
+                out.add(f"code|{short}|{a}>{b}")
+
+
+def files_under_test(tier) -> list[str]:
+    """The files whose branches count: the kernel set's (its package's .py files, or its
+    file), the allocator's, and kvref's allocator (the spec's branches)."""
+    import kvref.allocator as spec_alloc
+
+    files = {spec_alloc.__file__}
+    mods = [tier.kernels, getattr(tier.kernels, "launchers", None), getattr(tier.kernels, "_k", None)]
+    if tier.allocator_cls is not None:
+        import sys
+
+        mods.append(sys.modules.get(tier.allocator_cls.__module__))
+    else:
+        import kvkernels.allocator as ours
+
+        mods.append(ours)
+    for mod in mods:
+        path = getattr(mod, "__file__", None)
+        if not path:
+            continue
+        p = Path(path)
+        files |= {str(x) for x in p.parent.glob("*.py")} if p.name == "__init__.py" else {str(p)}
+    return sorted(files)
+
+
+class Collector:
+    """The features of one sequence: enter it around the sequence, then ``add_run(run)`` for
+    the runner's own counts; ``names`` holds what it saw, ``ids()`` the integers."""
+
+    def __init__(self, code: CodeCoverage | None = None):
+        self.code = code
+        self.names: set[str] = set()
+        self.op = -1  # the op running now (``at``), -1 before the first
+        self.where: dict[str, int] = {}  # a value feature -> the op that first reached it
+
+    def at(self, marks: list, pos: int) -> None:
+        """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""
+        marks.append(pos)
+        self.op += 1
+
+    def __call__(self, launch) -> None:
+        new: set[str] = set()
+        with contextlib.suppress(Exception):  # a launch shape we cannot read adds nothing, never fails a run
+            launch_features(launch, new)
+        for name in new - self.names:
+            self.where[name] = self.op
+        self.names |= new
+
+    def __enter__(self):
+        from .launches import observe, untraced_launches
+
+        self._stop = observe(self)
+        self._untraced = contextlib.ExitStack()
+        if self.code is not None:
+            if not self.code.trace_kernels:
+                self._untraced.enter_context(untraced_launches())
+            self.code.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop()
+        if self.code is not None:
+            self.code.stop(self.names)
+        self._untraced.close()
+
+    def add_run(self, run) -> None:
+        stats = getattr(run, "stats", None)
+        for kind in getattr(stats, "by_kind", {}) or {}:
+            self.names.add(f"op|{kind}")
+        for cls in getattr(stats, "hostile", {}) or {}:
+            self.names.add(f"hostile|{cls}")
+
+    def ids(self) -> set[int]:
+        return {feature_id(n) for n in self.names}

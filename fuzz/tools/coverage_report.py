@@ -1,0 +1,167 @@
+"""``kvfuzz coverage``: what a guided corpus reached, and what it never reached.
+
+Per kernel, the value features a read table or an id kernel is expected to reach (each
+trip bucket with a full and with a partial last block, full / partial / empty masks) and
+which of them no entry has ("read_table_kernel: no program ever ran 3+ trips with a
+partial last block"); per function of the files under test (kvref's allocator, ours,
+the launchers, on the interpreter the ``@triton.jit`` bodies), the lines no sequence ran.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+from ..engine.features import MASKS, TRIP_BUCKETS  # MASKS[:2] expected: launchers skip empty launches
+from ..engine.guide import Corpus
+
+
+def _reached(dirs) -> tuple[set[str], int]:
+    names, entries = set(), 0
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise FileNotFoundError(f"corpus {d}: not a directory")
+        corpus = Corpus(d)
+        entries += len(corpus.entries)
+        for e in corpus.entries:
+            names.update(e["features"])
+    return names, entries
+
+
+def _source(short: str) -> Path | None:
+    """A measured file named ``pkg/file.py`` back to its path (kvref's, kvkernels')."""
+    import kvkernels
+    import kvref
+
+    for pkg in (kvref, kvkernels):
+        base = Path(pkg.__file__).resolve().parent
+        if base.name == short.split("/")[0] and (base.parent / short).is_file():
+            return base.parent / short
+    return None
+
+
+def _functions(path: Path) -> dict[int, str]:
+    """line -> the innermost function (``Class.method``) whose body it is in (its ``def`` and
+    decorator lines ran at import, before anything was measured: left out)."""
+    where: dict[int, str] = {}
+
+    def walk(node, prefix=""):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{prefix}{child.name}"
+                for line in range(child.body[0].lineno, (child.end_lineno or child.lineno) + 1):
+                    where[line] = name
+                walk(child, f"{name}.")
+            elif isinstance(child, ast.ClassDef):
+                walk(child, f"{prefix}{child.name}.")
+            else:
+                walk(child, prefix)
+
+    walk(ast.parse(path.read_text()))
+    return where
+
+
+def _statements(path: Path) -> set[int]:
+    from coverage.parser import PythonParser
+
+    parser = PythonParser(filename=str(path))
+    parser.parse_source()
+    return set(parser.statements)
+
+
+def report(dirs) -> dict:
+    """{"entries", "features" (by domain), "kernels": {kernel: {"reached": [...], "never": [...]}},
+    "code": {file: {function: {"lines": n, "never": [lines]}}}}."""
+    names, entries = _reached(dirs)
+    by_domain = defaultdict(int)
+    for n in names:
+        by_domain[n.split("|", 1)[0]] += 1
+    kernels: dict[str, dict] = defaultdict(lambda: {"reached": [], "never": []})
+    trips, masks, ran = defaultdict(set), defaultdict(set), defaultdict(set)
+    for n in names:
+        parts = n.split("|")
+        if parts[0] == "trips":
+            trips[parts[1]].add((parts[2], parts[3]))
+        elif parts[0] == "mask":
+            masks[(parts[1], parts[2])].add(parts[3])
+        elif parts[0] == "code":
+            a, b = (int(x) for x in parts[2].split(">"))
+            ran[parts[1]].update(x for x in (a, b) if x > 0)
+    for kernel, seen in sorted(trips.items()):
+        kernels[kernel]["reached"] += [f"trips {t} ({e} last block)" for t, e in sorted(seen)]
+        for t in TRIP_BUCKETS[1:]:
+            for edge in ("full", "partial"):
+                if not any(e == edge and (s == t or (t == "3+" and s in ("3+", "4-7", "8+"))) for s, e in seen):
+                    kernels[kernel]["never"].append(f"no program ever ran {t} trips with a {edge} last block")
+    for (kernel, arg), seen in sorted(masks.items()):
+        kernels[kernel]["reached"] += [f"{arg} {m}" for m in sorted(seen)]
+        kernels[kernel]["never"] += [f"{arg}: never a {m} last block" for m in MASKS[:2] if m not in seen]
+    code: dict[str, dict] = {}
+    for short, lines in sorted(ran.items()):
+        path = _source(short)
+        if path is None:
+            continue
+        where, stmts = _functions(path), _statements(path)
+        per: dict[str, dict] = defaultdict(lambda: {"lines": 0, "never": []})
+        for line in sorted(stmts):
+            fn = where.get(line)
+            if fn is None:
+                continue
+            per[fn]["lines"] += 1
+            if line not in lines:
+                per[fn]["never"].append(line)
+        code[short] = dict(per)
+    return {"entries": entries, "features": dict(by_domain), "kernels": dict(kernels), "code": code}
+
+
+def text(rep: dict, all_lines: bool = False) -> str:
+    out = [f"corpus: {rep['entries']} entries, features by domain: "
+           + ", ".join(f"{d} {n}" for d, n in sorted(rep["features"].items()))]
+    for kernel, k in rep["kernels"].items():
+        out.append(f"{kernel}: reached {len(k['reached'])}")
+        out += [f"  never: {kernel}: {why}" for why in k["never"]]
+    for short, per in rep["code"].items():
+        never = {fn: v for fn, v in per.items() if v["never"]}
+        out.append(f"{short}: {sum(v['lines'] for v in per.values())} lines in functions, "
+                   f"{sum(len(v['never']) for v in per.values())} never ran")
+        for fn, v in sorted(never.items()):
+            if all_lines or len(v["never"]) < v["lines"]:  # a function never entered is one line, not each of its lines
+                out.append(f"  {fn}: {len(v['never'])} of {v['lines']} lines never ran: "
+                           + ", ".join(map(str, v["never"][:12])) + (" ..." if len(v["never"]) > 12 else ""))
+            else:
+                out.append(f"  {fn}: never entered")
+    return "\n".join(out)
+
+
+def features_block(root) -> dict:
+    """The summary's ``features`` block of a guided run: its corpus, entries, features by domain."""
+    rep = report([root])
+    return {"corpus": str(root), "entries": rep["entries"], "by_domain": rep["features"]}
+
+
+def main(corpora, as_json: bool = False) -> int:
+    """``kvfuzz coverage``: the report, as text or JSON; a missing directory is a usage error."""
+    import json
+
+    from ..engine.tiers import SetupError
+
+    try:
+        rep = report(corpora)
+    except FileNotFoundError as exc:
+        raise SetupError(str(exc)) from None
+    print(json.dumps(rep) if as_json else text(rep))
+    return 0
+
+
+def merge_main(inputs, out) -> int:
+    """``kvfuzz merge --corpus``: the smallest covering subset of the corpora ``inputs`` into ``out``."""
+    from ..engine import guide
+    from ..engine.tiers import SetupError
+
+    try:
+        read, kept, features = guide.merge(inputs, out)
+    except FileNotFoundError as exc:
+        raise SetupError(str(exc)) from None
+    print(f"kvfuzz merge --corpus: {read} entries read, {kept} kept in {out}, covering {features} features")
+    return 0

@@ -1,0 +1,185 @@
+"""Guided generation (issue 26): features, the corpus on disk, merge, the coverage report."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from fuzz.engine import features, guide
+from fuzz.engine.tiers import make_tier
+from fuzz.tools import coverage_report
+from tests.fuzz.test_engine import REPO, cli_env, kvfuzz
+
+
+def test_a_choice_stream_replays_the_ops_it_made_and_a_mutation_stays_valid(tmp_path, monkeypatch):
+    """What the worker ran is what the parent rebuilds from the stream it wrote under .seq/
+    (a dead worker's case), for a fresh and for a mutated sequence; mutations change streams."""
+    monkeypatch.setattr(guide, "SEED_ENTRIES", 1)
+    tier = make_tier("torch")
+    track = guide.GuidedTrack(tmp_path)
+    ran = {}
+    for seed in range(6):
+        track.plan(tier, seed)
+        seq = track.run_sequence(tier, seed, 30)
+        assert seq.divergence is None, seq.divergence
+        ran[seed] = [op.to_json() for op in seq.ops]
+        _, _, again = track.regenerate(seed, 30, {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
+        assert [op.to_json() for op in again] == ran[seed]
+    assert track.kept >= 1
+    seed = next(s for s in range(6, 60) if track.plan(tier, s)["how"] != ["fresh"])
+    seq = track.run_sequence(tier, seed, 30)  # a mutated stream: still a valid sequence, still rebuilt as it ran
+    assert seq.divergence is None, seq.divergence
+    _, _, again = track.regenerate(seed, 30, {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
+    assert [op.to_json() for op in again] == [op.to_json() for op in seq.ops]
+    entry = track.corpus.entries[0]
+    changed = [guide.mutate(entry, entry, random.Random(i), tier.kernels)[0] != entry["stream"] for i in range(8)]
+    assert sum(changed) >= 4, changed
+
+
+def test_launch_features_count_trips_and_the_last_block_of_a_read_table():
+    """A read table of 10 live pages, BLOCK 4, one column program (col_stride 4): trips 3 with
+    a partial last block (cols 8..11 for 10 pages); 12 pages: its last block full."""
+    class FakeLaunch:
+        name = "read_table_kernel"
+        constexprs = {"BLOCK": 4, "PAGE_SIZE": 1}
+
+        def __init__(self, n):
+            import torch
+
+            from kvkernels import triton_kernels
+
+            self.fn = triton_kernels.read_table_kernel
+            self.args = ()
+            self.kwargs = {"seq_lens_ptr": torch.tensor([n]), "max_pages": 64, "col_stride": 4}
+            self.grid_dims = (1, 1)
+
+    for n, edge in ((10, "partial"), (12, "full")):
+        out: set[str] = set()
+        features.launch_features(FakeLaunch(n), out)
+        assert f"trips|read_table_kernel|3+|{edge}" in out, sorted(out)
+        assert "mask|read_table_kernel|max_pages/BLOCK|full" in out
+    assert features.feature_id("trips|k|1|full") >> 40 == features.DOMAINS.index("trips")
+    assert features.feature_id("code|a>b") != features.feature_id("code|b>a")
+
+
+def test_the_corpus_survives_a_killed_campaign_and_the_next_one_resumes_from_it(tmp_path):
+    corpus = tmp_path / "corpus"
+    cmd = [sys.executable, "-m", "fuzz", "run", "--corpus", str(corpus), "--budget-s", "300",
+           "--out", str(tmp_path / "out"), "--ops-per-sequence", "30"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env(),
+                            start_new_session=True)
+    start = time.monotonic()
+    try:
+        while len(list(corpus.glob("*.json"))) < 3:
+            assert proc.poll() is None and time.monotonic() - start < 120, "no corpus entry written in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    kept = guide.Corpus(corpus)
+    assert len(kept.entries) >= 3 and all(e["features"] and e["stream"] for e in kept.entries)
+    before = set(kept._files)
+    r = kvfuzz("run", "--corpus", corpus, "--budget-s", 15, "--out", tmp_path / "out2", "--ops-per-sequence", 30,
+               "--json")
+    assert r.returncode == 0, r.stderr
+    after = guide.Corpus(corpus)
+    assert before <= set(after._files)  # nothing lost; what it found is added to the same directory
+    seqs = list((corpus / ".seq").glob("*.json"))
+    assert any(json.loads(p.read_text())["stream"] for p in seqs), "the resumed run mutated no loaded entry"
+
+
+def _entry(features_, ops=10):
+    return {"stream": [random.random() for _ in range(ops)], "marks": list(range(1, ops)), "knobs": None, "r2t": "int64",
+            "features": sorted(features_), "ops": ops, "cost_s": 0.1}
+
+
+def test_merge_keeps_the_smallest_subset_covering_the_union(tmp_path):
+    a, b = guide.Corpus(tmp_path / "a"), guide.Corpus(tmp_path / "b")
+    assert a.add(_entry({"op|alloc", "op|free"}, ops=50))
+    assert a.add(_entry({"op|flush"}, ops=5))
+    assert b.add(_entry({"op|alloc", "op|free", "op|flush"}, ops=20))  # covers both of a's
+    assert b.add(_entry({"hostile|translate"}, ops=5))
+    assert not b.add(_entry({"op|alloc"}))  # nothing new: not kept
+    read, kept, n = guide.merge([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    assert (read, kept, n) == (4, 2, 4)
+    merged = guide.Corpus(tmp_path / "m")
+    assert merged.features == a.features | b.features
+    assert sorted(e["ops"] for e in merged.entries) == [5, 20]
+    r = kvfuzz("merge", "--corpus", tmp_path / "a", tmp_path / "nowhere", "--out", tmp_path / "m2")
+    assert r.returncode == 2 and "nowhere" in r.stderr
+
+
+def test_the_report_names_what_no_sequence_reached(tmp_path):
+    c = guide.Corpus(tmp_path)
+    c.add(_entry({"trips|read_table_kernel|1|partial", "trips|read_table_kernel|2|partial",
+                  "mask|bind_kernel|N/BLOCK|partial", "code|kvref/allocator.py|-1>100"}))
+    rep = coverage_report.report([tmp_path])
+    never = rep["kernels"]["read_table_kernel"]["never"]
+    assert "no program ever ran 3+ trips with a partial last block" in never
+    assert "no program ever ran 2 trips with a partial last block" not in never
+    assert rep["kernels"]["bind_kernel"]["never"] == ["N/BLOCK: never a full last block"]
+    alloc = rep["code"]["kvref/allocator.py"]
+    assert any(v["never"] for v in alloc.values()) and rep["features"]["code"] == 1
+    r = kvfuzz("coverage", tmp_path)
+    assert r.returncode == 0 and "never: read_table_kernel: no program ever ran 3+ trips" in r.stdout
+
+
+def test_guided_is_the_small_tracks_only(tmp_path):
+    r = kvfuzz("run", "--corpus", tmp_path / "c", "--scale", "production", "--budget-s", 1, "--out", tmp_path)
+    assert r.returncode == 2 and "--scale small" in r.stderr
+
+
+def _never(rep: dict) -> set[str]:
+    out = {f"{k}: {why}" for k, v in rep["kernels"].items() for why in v["never"]}
+    return out | {f"{f}:{line}" for f, per in rep["code"].items() for v in per.values() for line in v["never"]}
+
+
+def test_what_blind_sequences_never_reached_is_named_and_guided_ones_reach_some_of_it(tmp_path, monkeypatch):
+    """Interpreter, our kernels: a corpus of blind sequences (every plan fresh), its report's
+    never-reached list; guided sequences resumed from that corpus reach items of that list."""
+    import shutil
+
+    tier = make_tier("interpret")
+    monkeypatch.setattr(guide, "CODE_EVERY", 1)
+    monkeypatch.setattr(guide, "FRESH", 1.0)
+    blind = guide.GuidedTrack(tmp_path / "blind")
+    for seed in range(5):
+        blind.plan(tier, seed)
+        blind.run_sequence(tier, seed, 40)
+    never = _never(coverage_report.report([tmp_path / "blind"]))
+    assert any("trips" in n for n in never) and any("kvref/allocator.py" in n for n in never)
+    shutil.copytree(tmp_path / "blind", tmp_path / "guided", ignore=shutil.ignore_patterns(".seq"))
+    monkeypatch.setattr(guide, "FRESH", 0.0)
+    monkeypatch.setattr(guide, "SEED_ENTRIES", 1)
+    guided = guide.GuidedTrack(tmp_path / "guided")
+    for seed in range(5, 12):
+        assert guided.plan(tier, seed)["how"] != ["fresh"]
+        guided.run_sequence(tier, seed, 40)
+    reached = never - _never(coverage_report.report([tmp_path / "guided"]))
+    assert reached, "guided sequences reached nothing the blind ones had not"
+
+
+def test_the_fixture_bugs_still_apply_to_our_kernels():
+    from fuzz.tools.mutants import FIXTURES, SRC, mutated_source
+
+    for m in FIXTURES:
+        assert mutated_source(m) != (SRC / m.file).read_text()
+
+
+def test_the_state_machine_reports_its_features_to_hypothesis_target(monkeypatch):
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from fuzz.engine import strategies
+
+    seen = []
+    monkeypatch.setattr(strategies, "target", lambda value, label: seen.append((label, value)))
+    run_state_machine_as_test(strategies.DifferentialMachine,
+                              settings=settings(max_examples=3, stateful_step_count=6, deadline=None, database=None))
+    assert seen and all(label == "kvfuzz features" for label, _ in seen)
+    assert max(v for _, v in seen) >= 1  # at least the op kinds it ran
