@@ -59,6 +59,12 @@ def affine_ids(desc: Ints, n: int, device) -> torch.Tensor:
     return i.mul_(a).add_(b).remainder_(span).add_(lo)
 
 
+def affine_list(desc: Ints, n: int) -> list[int]:
+    """``affine_ids`` on the host, as ints (for the precondition checks)."""
+    lo, span, a, b, i0 = desc
+    return [lo + (a * (i0 + i) + b) % span for i in range(n)]
+
+
 def affine_error(desc: Ints, n: int, lo_min: int, hi: int, what: str) -> str | None:
     """Why an affine slice is not ``n`` unique ids inside [lo_min, hi), or None."""
     if len(desc) != 5:

@@ -42,7 +42,7 @@ from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, R2T_DTYPES, Ints
 from ..verdict import Divergence, Outcome, crash
 from .arith import LONG, cdiv, hash_int, shrunk_ints
 from .compare import Compare, packed_live
-from .ops import PRows, ScaleOp
+from .ops import PRows, ScaleOp, check_packed_call, check_table_call
 
 FAR = 1 << 31  # the element offset an int32 product cannot hold
 FAR_GUARD = 2  # red-zone rows on each side of the target's req_to_token
@@ -122,6 +122,24 @@ class PReadTableFar(ScaleOp):
 
     def elements(self):
         return len(self.live) * self.max_pages
+
+    def preflight(self, ctx):
+        """The target's call (``rows`` x ``width``, every batch row); the oracle's compact one
+        reads the same rows, so its clauses are the same."""
+        lens, k = self.lens(ctx.config.page_size), len(self.read)
+        if self.packed:
+            indptr = [0]
+            for n in lens:
+                indptr.append(indptr[-1] + n)
+            check_packed_call(ctx, r2t_rows=self.rows, width=self.width, req_idx=[self.read[j % k] for j in self.live],
+                              seq_lens=lens, indptr=indptr, kv_start=None, max_tokens=self.max_pages,
+                              out_len=indptr[-1])
+            return
+        seq, req = [0] * self.bs, [self.read[0]] * self.bs
+        for j, b in enumerate(self.live):
+            seq[b], req[b] = lens[j], self.read[j % k]
+        check_table_call(ctx, r2t_rows=self.rows, width=self.width, req_idx=req, seq_lens=seq,
+                         max_pages=self.max_pages, out_rows=self.bs, out_cols=self.max_pages)
 
     def need_bytes(self) -> int:
         """Bytes of the target's buffers (req_to_token with its red zones, and out)."""

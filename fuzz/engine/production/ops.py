@@ -24,11 +24,12 @@ from typing import ClassVar, Iterator
 import torch
 
 import kvref
+from kvref import preconditions as pre
 
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
-from .arith import LONG, affine_error, affine_ids, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
+from .arith import LONG, affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
 from .compare import Compare, packed_live, table_live
 
 BUILD_CHUNK = 1 << 22  # req_to_token elements built per pass (bounds the int64 temporaries)
@@ -47,6 +48,12 @@ class ScaleOp(Op):
 
     def invalid(self, run) -> str | None:
         return None
+
+    def preflight(self, ctx) -> None:
+        """SPEC §2's preconditions of every kernel call this op makes, checked from its
+        parameters (``ctx``: ``config`` and ``rows_shape``, the run's or a generator's
+        twin) with ``kvref.preconditions``: host arithmetic, no device read. Raises the
+        clause's ContractViolation (``gate``: a generated op that does is kvfuzz's bug)."""
 
     def execute(self, run, i: int) -> Outcome:
         raise NotImplementedError
@@ -102,6 +109,10 @@ class PSetup(_Pairs):
 class PBind(_Pairs):
     kind = "p_bind"
 
+    def preflight(self, ctx):
+        pre.check_bind(rows=ctx.config.table_rows, v_pages=affine_list(self.v, self.n),
+                       p_pages=affine_list(self.p, self.n))
+
     def execute(self, run, i):
         v, p = self.ids(run.device)
         vo.bind(run.o_v2p, run.o_p2v, v, p)
@@ -125,6 +136,9 @@ class PAllocBind(ScaleOp):
         if self.start < c.min_page or self.start + self.n > c.num_pages:
             return f"p_alloc_bind: pages [{self.start}, {self.start + self.n}) leave the pool"
         return affine_error(self.v, self.n, c.min_page, c.num_pages, "p_alloc_bind v")
+
+    def preflight(self, ctx):
+        pre.check_alloc_bind(rows=ctx.config.table_rows, v_pages=affine_list(self.v, self.n), start_phys=self.start)
 
     def execute(self, run, i):
         v = affine_ids(self.v, self.n, run.device)
@@ -155,6 +169,11 @@ class PFreeUnbind(ScaleOp):
         if err is None and self.n and bool(run.o_v2p.index_select(0, affine_ids(self.v, self.n, run.device)).lt(0).any()):
             err = "p_free_unbind: a page is not bound (double free)"  # one host read; valid input only
         return err
+
+    def preflight(self, ctx):
+        """The ids' clauses (``free_unbind.bound`` needs the tables: ``invalid`` reads them)."""
+        pre.ids("free_unbind", affine_list(self.v, self.n), ctx.config.table_rows, "v_pages",
+                unique="free_unbind.v_unique")
 
     def execute(self, run, i):
         v = affine_ids(self.v, self.n, run.device)
@@ -244,6 +263,28 @@ class PRows(ScaleOp):
             yield dataclasses.replace(self, dtype="int32")
 
 
+def check_table_call(ctx, *, r2t_rows: int, width: int, req_idx, seq_lens, max_pages: int, out_rows: int,
+                     out_cols: int) -> None:
+    """Every clause of one read_table call (the entries' from the bound a pool's v2p keeps)."""
+    cfg = ctx.config
+    bs = pre.check_batch("read_table", r2t_rows=r2t_rows, req_pool_indices=req_idx, seq_lens=seq_lens)
+    pre.check_read_table(bs=bs, seq_lens=seq_lens, max_pages=max_pages, page_size=cfg.page_size, width=width,
+                         out_rows=out_rows, out_cols=out_cols)
+    pre.check_entry_bound("read_table", max_v2p=cfg.table_rows - 1, multiplier=cfg.multiplier,
+                          page_size=cfg.page_size)
+
+
+def check_packed_call(ctx, *, r2t_rows: int, width: int, req_idx, seq_lens, indptr, kv_start, max_tokens: int,
+                      out_len: int) -> None:
+    """Every clause of one read_table_packed call."""
+    cfg = ctx.config
+    bs = pre.check_batch("read_table_packed", r2t_rows=r2t_rows, req_pool_indices=req_idx, seq_lens=seq_lens)
+    pre.check_read_table_packed(bs=bs, seq_lens=seq_lens, indptr=indptr, max_tokens=max_tokens, out_len=out_len,
+                                page_size=cfg.page_size, width=width, kv_start_idx=kv_start)
+    pre.check_entry_bound("read_table_packed", max_v2p=cfg.table_rows - 1, multiplier=cfg.multiplier,
+                          page_size=cfg.page_size)
+
+
 def _seq_lens(seed: int, bs: int, cap: int, long_len: int, n_long: int) -> list[int]:
     """``long_len`` for the ``n_long`` rows ``(i + seed) mod bs < n_long``; a seeded length in [0, cap] elsewhere."""
     out = []
@@ -309,6 +350,11 @@ class PReadTable(ScaleOp):
 
     def seq_lens(self, ps: int) -> list[int]:
         return _seq_lens(self.seed, self.bs, self.max_pages * ps, self.long_len, self.n_long)
+
+    def preflight(self, ctx):
+        check_table_call(ctx, r2t_rows=ctx.rows_shape[0], width=ctx.rows_shape[1], req_idx=_req_idx(self.req, self.bs),
+                         seq_lens=self.seq_lens(ctx.config.page_size), max_pages=self.max_pages,
+                         out_rows=self.bs, out_cols=self.max_pages)
 
     def elements(self):
         return self.bs * self.max_pages
@@ -402,6 +448,12 @@ class PReadTablePacked(ScaleOp):
 
     def elements(self):
         return sum(_seq_lens(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long))
+
+    def preflight(self, ctx):
+        seq, indptr, starts = self.layout(ctx.rows_shape[1])
+        check_packed_call(ctx, r2t_rows=ctx.rows_shape[0], width=ctx.rows_shape[1], req_idx=_req_idx(self.req, self.bs),
+                          seq_lens=seq, indptr=indptr, kv_start=starts, max_tokens=self.max_tokens,
+                          out_len=self.max_tokens)
 
     def inputs(self, run) -> tuple[list[int], list[int], dict]:
         """(seq_lens, indptr, their device tensors by name: req, seq, indptr, start)."""

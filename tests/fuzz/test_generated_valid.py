@@ -1,0 +1,130 @@
+"""Every op a generator emits as valid meets SPEC §2's preconditions (``kvref.preconditions``).
+
+What counts as valid input is the spec's to say: an op a generator hands the target as
+valid but that breaks a clause turns a kernel that follows SPEC to the letter into a false
+finding (issue 22: the far packed read table had ``indptr[bs] > max_tokens`` and an ``out``
+of only the lengths' sum). These tests drive every generator (the small track's, its
+warm-up seeds that the compile track learns from, and the production track's with far,
+graph and packed read tables, at interpreter and at GPU limits) through many sequences,
+generation only (the spec side is kvref, production ops are checked from their
+parameters: no kernel runs), and assert that no op emitted as valid breaks a clause.
+Hypothesis shrinks a failure to the first seed and the shortest prefix that still breaks
+one; the message names the op and the clause.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvref
+from fuzz.engine import gate
+from fuzz.engine.generate import (
+    WARMUP_SEQUENCES,
+    OpGenerator,
+    contract_rate,
+    sequence_params,
+    sequence_r2t_dtype,
+    warmup_seed,
+)
+from fuzz.engine.production.generator import generator, scale_info
+from fuzz.engine.production.hostile import HostileOp
+from fuzz.engine.production.ops import PRows
+from fuzz.engine.spec_side import Capabilities, SpecSide, unsupported
+from fuzz.engine.tiers import OPTIONAL, make_tier
+
+
+def _settings(n: int):
+    return settings(max_examples=n, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+READ_MIX = {"p_read_table_far": 3, "g_read_table": 2, "p_read_table_packed": 3, "p_read_table": 2, "p_alloc_bind": 1,
+            "p_free_unbind": 1, "p_bind": 1}
+
+
+def _small_violation(seed: int, n_ops: int) -> str | None:
+    """The first op of ``seed``'s small sequence emitted as valid that the spec refuses with a
+    SPEC §2 clause (the allocator's own kernel calls included), described, or None."""
+    config, scenario, rng = sequence_params(seed)
+    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate("spec"), r2t_dtype=sequence_r2t_dtype(seed))
+    side, tier = SpecSide(config), Capabilities(OPTIONAL)
+    for i in range(n_ops):
+        op = gen.next_op(side.spec)
+        out = side.apply(op) if op.supported_by(tier) else unsupported(op)
+        if gen.last_violation is None and gate.spec_refusal(out.error):
+            return f"seed {seed} step {i} {op}: {out.error.clause}: {out.error}"
+        gen.observe(op, out)
+    return None
+
+
+@functools.cache
+def _info(gpu: bool) -> dict:
+    return {**scale_info(make_tier("torch")), "gpu": gpu}
+
+
+class _Twin:
+    """What a production op's preflight reads of a run (``config``, ``rows_shape``), kept
+    from the ops alone."""
+
+    def __init__(self, config: kvref.PoolConfig):
+        self.config, self.rows_shape = config, None
+
+
+def _production_violation(seed: int, n_ops: int, gpu: bool, mix: dict | None) -> str | None:
+    config, gen = generator(seed, _info(gpu), mix=mix)
+    twin = _Twin(config)
+    for i in range(n_ops):
+        op = gen.next_op()
+        if isinstance(op, PRows):
+            twin.rows_shape = (op.rows, op.width)
+        if isinstance(op, HostileOp):
+            continue  # breaks a clause on purpose (its hostile class)
+        try:
+            op.preflight(twin)
+        except kvref.ContractViolation as exc:
+            return f"seed {seed} step {i} (gpu={gpu}) {op.kind}: {exc.clause}: {exc}; op {op}"
+    return None
+
+
+@_settings(150)
+@given(seed=st.integers(0, 2**32), n_ops=st.integers(1, 60))
+def test_small_generator_emits_only_valid_input(seed, n_ops):
+    assert _small_violation(seed, n_ops) is None
+
+
+def test_warmup_sequences_the_compile_track_learns_from_are_valid():
+    """``--scale compile`` learns its shapes from these sequences (``tracks.compile.learn``)."""
+    for i in range(WARMUP_SEQUENCES):
+        assert _small_violation(warmup_seed(i), 40) is None
+
+
+@_settings(200)
+@given(seed=st.integers(0, 2**32), n_ops=st.integers(1, 24), gpu=st.booleans(),
+       mix=st.sampled_from([None, READ_MIX]))
+def test_production_generator_emits_only_valid_input(seed, n_ops, gpu, mix):
+    assert _production_violation(seed, n_ops, gpu, mix) is None
+
+
+@_settings(100)
+@given(seed=st.integers(0, 2**32), n_ops=st.integers(1, 12), gpu=st.booleans())
+def test_far_read_tables_are_valid_input(seed, n_ops, gpu):
+    """The far read table alone (issue 22's false alarm), in both forms."""
+    assert _production_violation(seed, n_ops, gpu, {"p_read_table_far": 4, "p_read_table": 1}) is None
+
+
+def test_a_far_packed_read_table_past_max_tokens_is_refused():
+    """The check the property stands on can fail: issue 22's op (bs 3, max_tokens 2870, the
+    lengths' running sum past it, out holding only that sum) breaks indptr_within_max_tokens."""
+    from fuzz.engine.production.far import PReadTableFar
+
+    op = PReadTableFar(seed=1, rows=8, width=4096, read=(0, 1, 2), bs=3, live=(0, 1, 2), max_pages=2870,
+                       src=(1, 60, 1, 0, 0, 60, 1, 0), long_len=2870, packed=True)
+    twin = _Twin(kvref.PoolConfig(num_pages=64))
+    try:
+        op.preflight(twin)
+    except kvref.ContractViolation as exc:
+        assert exc.clause == "read_table_packed.indptr_within_max_tokens"
+    else:
+        raise AssertionError("a far packed table past max_tokens passed the preconditions")
