@@ -73,7 +73,10 @@ class PReadTableFar(ScaleOp):
     ``live[j]`` reads row ``read[j % len(read)]`` with ``seq_lens`` ``long_len`` for ``j == 0``
     and a seeded one in ``[1, long_len]`` after; every other batch row reads ``read[0]`` with length
     0. The rows' tokens are ``PRows(seed, len(read), width, src, 0)``'s. Packed: ``live`` is
-    every batch row, ``indptr`` their running sum."""
+    every batch row, ``indptr`` their running sum, ``max_pages`` a row's cap and the captured
+    ``out`` holds ``max_tokens = bs * max_pages`` (SPEC §2: ``indptr[bs] <= max_tokens`` and an
+    ``out`` of ``max_tokens``, as ``g_read_table``'s; cases written before this rule asked for an
+    ``out`` of the lengths' sum and ``max_tokens = max_pages``, which SPEC refuses)."""
 
     kind = "p_read_table_far"
     seed: int
@@ -123,6 +126,10 @@ class PReadTableFar(ScaleOp):
     def elements(self):
         return len(self.live) * self.max_pages
 
+    def max_tokens(self) -> int:
+        """The packed form's captured buffer: every row at its cap."""
+        return self.bs * self.max_pages
+
     def preflight(self, ctx):
         """The target's call (``rows`` x ``width``, every batch row); the oracle's compact one
         reads the same rows, so its clauses are the same."""
@@ -132,8 +139,8 @@ class PReadTableFar(ScaleOp):
             for n in lens:
                 indptr.append(indptr[-1] + n)
             check_packed_call(ctx, r2t_rows=self.rows, width=self.width, req_idx=[self.read[j % k] for j in self.live],
-                              seq_lens=lens, indptr=indptr, kv_start=None, max_tokens=self.max_pages,
-                              out_len=indptr[-1])
+                              seq_lens=lens, indptr=indptr, kv_start=None, max_tokens=self.max_tokens(),
+                              out_len=self.max_tokens())
             return
         seq, req = [0] * self.bs, [self.read[0]] * self.bs
         for j, b in enumerate(self.live):
@@ -235,14 +242,14 @@ class PReadTableFar(ScaleOp):
         indptr = [0]
         for n in lens:
             indptr.append(indptr[-1] + n)
-        total = indptr[-1]
-        o_buf, t_buf = (torch.full((total + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
+        cap = self.max_tokens()  # the buffer captured at max_tokens (SPEC §2), poisoned past the live spans
+        o_buf, t_buf = (torch.full((cap + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
                         for _ in range(2))
         ip = torch.tensor(indptr, dtype=LONG, device=dev)
-        vo.read_table_packed(indptr=ip, out=o_buf[PACKED_SLACK:PACKED_SLACK + total], kv_start_idx=None,
-                             max_tokens=self.max_pages, **oracle, **common)
+        vo.read_table_packed(indptr=ip, out=o_buf[PACKED_SLACK:PACKED_SLACK + cap], kv_start_idx=None,
+                             max_tokens=cap, **oracle, **common)
         _call(run, i, self, lambda kern: kern.build_kv_read_table_packed(
-            indptr=ip.clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + total], max_tokens=self.max_pages,
+            indptr=ip.clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + cap], max_tokens=cap,
             **target, **common))
         spans = list(zip(indptr[:-1], lens))
         return Compare("out", o_buf, t_buf, live=lambda: packed_live(o_buf.numel(), spans, dev),

@@ -337,7 +337,7 @@ class ScaleGenerator:
         R = self.rows[0]
         op = PReadTablePacked(seed=rng.randrange(1 << 30), bs=bs, max_tokens=cols,
                               req=(rng.randrange(R + 1), rng.randrange(R), R), long_len=long_len, n_long=n_long,
-                              gap=rng.choice((0, 0, 3)), has_start=rng.random() < 0.5, row_cap=cols)
+                              gap=0, has_start=rng.random() < 0.5, row_cap=cols)  # SPEC §2: spans = seq_lens
         if op.elements() > 2 * lim.max_packed:
             op = dataclasses.replace(op, n_long=1, row_cap=min(cols, max(1, lim.max_packed // bs)),
                                      long_len=min(long_len, max(1, lim.max_packed // bs)))

@@ -28,6 +28,7 @@ import kvref
 from kvref import ContractViolation
 
 from .. import vector_oracle as vo
+from ..gate import admit
 from ..knobs import apply as apply_knobs
 from ..memory import Guarded, index_canary
 from ..ops import Op, OpError
@@ -61,6 +62,7 @@ class ScaleRun:
         self.device = torch.device(tier.device)
         self.check_every = max(1, check_every)
         self.knobs, self.hostile, self.beat = knobs, hostile, beat
+        self.gate = False  # the track's generated sequences set it: a refused valid op is then exit 3
         self.dropped_knobs = apply_knobs(tier.kernels, knobs, strict=strict_knobs)
         rows = config.table_rows
         self.table_canary = index_canary(rows, TABLE_GUARD)  # read as a page id: lands in the trailing red zone
@@ -117,6 +119,10 @@ class ScaleRun:
             if err is not None:
                 self.stats.contract_ops += 1
                 return Outcome(error=ContractViolation(err))
+            if not isinstance(op, HostileOp):  # a hostile op breaks its clause on purpose
+                refused = self._preflight(i, op)
+                if refused is not None:
+                    return refused
             return op.execute(self, i)
         except Divergence:
             raise
@@ -125,6 +131,20 @@ class ScaleRun:
             if d is None:
                 raise
             raise d from None
+
+    def _preflight(self, i: int, op: ScaleOp) -> Outcome | None:
+        """SPEC §2's preconditions of the op's kernel calls (``ScaleOp.preflight``). Broken in a
+        generated op (``gate``): kvfuzz's own bug, exit 3 (``gate.GeneratedInvalid``); in a
+        replayed or minimized one: a refusal, like ``invalid``'s."""
+        if self.gate:
+            admit(i, op, lambda: op.preflight(self))
+            return None
+        try:
+            op.preflight(self)
+        except ContractViolation as exc:
+            self.stats.contract_ops += 1
+            return Outcome(error=exc)
+        return None
 
     def finish(self) -> None:
         self._since_state = self.check_every
