@@ -127,3 +127,59 @@ def test_issue_22s_far_packed_call_breaks_two_clauses():
             pre.check_read_table_packed(max_tokens=max_tokens, out_len=out_len, **call)
         assert err.value.clause == clause and clause in str(err.value)
     pre.check_read_table_packed(max_tokens=2884, out_len=2884, **call)  # the buffer captured at max_tokens
+
+
+# ---- the gate: a generated valid op that breaks a clause ends the run before the target sees it ----
+
+
+class _NoTarget:
+    """A kernel set that fails any test calling it: the gate must stop the op first."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the target was called ({name}) with an op SPEC refuses")
+
+
+def _gapped_packed():
+    from fuzz.engine.production.ops import PReadTablePacked
+
+    return PReadTablePacked(seed=3, bs=2, max_tokens=64, req=(1, 0, 2), long_len=8, n_long=2, gap=3,
+                            has_start=False, row_cap=8)
+
+
+def test_a_production_op_breaking_a_clause_is_a_harness_error_when_generated_and_a_refusal_in_a_replay():
+    from fuzz.engine.production.ops import PRows
+    from fuzz.engine.production.run import ScaleRun
+
+    tier = make_tier("torch")
+    for gated in (True, False):
+        run = ScaleRun(kvref.PoolConfig(num_pages=64), tier)
+        run.gate = gated
+        run.step(PRows(1, 2, 64, (1, 60, 1, 0, 0, 60, 5, 1), 0))
+        run.tier = type("T", (), {"kernels": _NoTarget(), "has": lambda self, fn: True, "device": "cpu"})()
+        if gated:
+            with pytest.raises(gate.GeneratedInvalid) as err:
+                run.step(_gapped_packed())
+            assert err.value.clause == "read_table_packed.indptr_consistent"
+            assert "p_read_table_packed" in str(err.value) and "indptr_consistent" in str(err.value)
+        else:
+            out = run.step(_gapped_packed())
+            assert out.error.clause == "read_table_packed.indptr_consistent" and run.stats.contract_ops == 1
+
+
+def test_a_small_op_breaking_a_clause_is_a_harness_error_when_generated(monkeypatch):
+    from fuzz.engine import shapes
+    from fuzz.engine.ops import ReadTablePacked
+    from fuzz.engine.runner import PoolRun
+    from fuzz.engine.tracks.small import SmallTrack
+
+    gapped = ReadTablePacked([[1, 2, 3]], [0], [2], None, [0, 3], 3, 4)  # span 3, seq_lens 2
+    run = PoolRun(kvref.PoolConfig(num_pages=16), make_tier("torch"))
+    with pytest.raises(gate.GeneratedInvalid) as err:
+        run.step(gapped, generated_valid=True)
+    assert err.value.clause == "read_table_packed.indptr_consistent"
+    assert run.step(gapped).error.clause == "read_table_packed.indptr_consistent"  # a replay: a refusal
+    # Through the track: a generator that emits it as valid ends the sequence with the gate's error.
+    monkeypatch.setattr(shapes, "read_table_packed_op", lambda *a, **k: gapped)
+    with pytest.raises(gate.GeneratedInvalid):
+        for seed in range(20):
+            SmallTrack().run_sequence(make_tier("torch"), seed, 60)
