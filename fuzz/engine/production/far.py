@@ -42,7 +42,8 @@ from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, R2T_DTYPES, Ints
 from ..verdict import Divergence, Outcome, crash
 from .arith import LONG, cdiv, hash_int, shrunk_ints
 from .compare import Compare, packed_live
-from .ops import PRows, ScaleOp, check_packed_call, check_table_call
+from .ops import PRows, ScaleOp
+from .preflight import check_packed_call, check_table_call
 
 FAR = 1 << 31  # the element offset an int32 product cannot hold
 FAR_GUARD = 2  # red-zone rows on each side of the target's req_to_token

@@ -34,7 +34,8 @@ from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Outcome
 from .arith import LONG, cdiv, hash_int, out_cols
 from .compare import Compare, packed_live, table_live
-from .ops import PRows, ScaleOp, check_packed_call, check_table_call
+from .ops import PRows, ScaleOp
+from .preflight import check_packed_call, check_table_call
 
 # Ops that only allocate: a tensor they made holds no capture-time value a replay would need.
 _ALLOC_ONLY = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")

@@ -31,6 +31,7 @@ from ..ops import PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
 from .arith import LONG, affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
 from .compare import Compare, packed_live, table_live
+from .preflight import check_packed_call, check_table_call
 
 BUILD_CHUNK = 1 << 22  # req_to_token elements built per pass (bounds the int64 temporaries)
 
@@ -261,28 +262,6 @@ class PRows(ScaleOp):
             yield dataclasses.replace(self, seed=0)
         if self.dtype != "int32":
             yield dataclasses.replace(self, dtype="int32")
-
-
-def check_table_call(ctx, *, r2t_rows: int, width: int, req_idx, seq_lens, max_pages: int, out_rows: int,
-                     out_cols: int) -> None:
-    """Every clause of one read_table call (the entries' from the bound a pool's v2p keeps)."""
-    cfg = ctx.config
-    bs = pre.check_batch("read_table", r2t_rows=r2t_rows, req_pool_indices=req_idx, seq_lens=seq_lens)
-    pre.check_read_table(bs=bs, seq_lens=seq_lens, max_pages=max_pages, page_size=cfg.page_size, width=width,
-                         out_rows=out_rows, out_cols=out_cols)
-    pre.check_entry_bound("read_table", max_v2p=cfg.table_rows - 1, multiplier=cfg.multiplier,
-                          page_size=cfg.page_size)
-
-
-def check_packed_call(ctx, *, r2t_rows: int, width: int, req_idx, seq_lens, indptr, kv_start, max_tokens: int,
-                      out_len: int) -> None:
-    """Every clause of one read_table_packed call."""
-    cfg = ctx.config
-    bs = pre.check_batch("read_table_packed", r2t_rows=r2t_rows, req_pool_indices=req_idx, seq_lens=seq_lens)
-    pre.check_read_table_packed(bs=bs, seq_lens=seq_lens, indptr=indptr, max_tokens=max_tokens, out_len=out_len,
-                                page_size=cfg.page_size, width=width, kv_start_idx=kv_start)
-    pre.check_entry_bound("read_table_packed", max_v2p=cfg.table_rows - 1, multiplier=cfg.multiplier,
-                          page_size=cfg.page_size)
 
 
 def _seq_lens(seed: int, bs: int, cap: int, long_len: int, n_long: int) -> list[int]:
