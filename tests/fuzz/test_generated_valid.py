@@ -183,3 +183,39 @@ def test_a_small_op_breaking_a_clause_is_a_harness_error_when_generated(monkeypa
     with pytest.raises(gate.GeneratedInvalid):
         for seed in range(20):
             SmallTrack().run_sequence(make_tier("torch"), seed, 60)
+
+
+def test_the_vector_oracle_checks_the_same_clauses_on_the_tensors(monkeypatch):
+    """A production op whose preflight missed a clause is still caught by the oracle's flags
+    (one host read with the results), under the same name, before any finding."""
+    import torch
+
+    from fuzz.engine import vector_oracle as vo
+    from fuzz.engine.production.ops import PReadTablePacked, PRows
+    from fuzz.engine.production.run import ScaleRun
+
+    L = torch.int64
+    args = dict(req_to_token=torch.arange(8, dtype=L).reshape(1, 8), req_pool_indices=torch.zeros(2, dtype=L),
+                v2p=torch.arange(10, dtype=L), multiplier=1, page_size=1)
+    for seq, indptr, max_tokens, clause in (([3, 3], [0, 3, 6], 4, "read_table_packed.indptr_within_max_tokens"),
+                                            ([3, 2], [0, 3, 6], 6, "read_table_packed.indptr_consistent"),
+                                            ([3, 3], [0, 3, 6], 6, None)):
+        flags = []
+        vo.read_table_packed(seq_lens=torch.tensor(seq), indptr=torch.tensor(indptr), max_tokens=max_tokens,
+                             out=torch.zeros(6, dtype=torch.int32), clauses=flags, **args)
+        assert vo.broken_clause(flags) == clause and not flags
+    with pytest.raises(kvref.ContractViolation) as err:  # a shape clause: on the host, at once
+        vo.read_table_packed(seq_lens=torch.tensor([3, 3]), indptr=torch.tensor([0, 3, 6]), max_tokens=8,
+                             out=torch.zeros(6, dtype=torch.int32), clauses=[], **args)
+    assert err.value.clause == "read_table_packed.out_holds_max_tokens"
+    flags = []
+    vo.read_table(seq_lens=torch.tensor([5, 1]), max_pages=4, out=torch.zeros(2, 4, dtype=torch.int32),
+                  clauses=flags, **args)
+    assert vo.broken_clause(flags) == "read_table.max_pages_covers_rows"
+
+    monkeypatch.setattr(PReadTablePacked, "preflight", lambda self, ctx: None)  # a preflight that misses it
+    run = ScaleRun(kvref.PoolConfig(num_pages=64), make_tier("torch"))
+    run.step(PRows(1, 2, 64, (1, 60, 1, 0, 0, 60, 5, 1), 0))
+    with pytest.raises(gate.GeneratedInvalid) as err:
+        run.step(_gapped_packed())
+    assert err.value.clause == "read_table_packed.indptr_consistent"

@@ -215,7 +215,7 @@ class PReadTableFar(ScaleOp):
     def _table(self, run, i, oracle, target, common, lens, mem) -> Compare:
         dev, ps, cols = run.device, run.config.page_size, self.max_pages + OUT_SLACK_COLS
         o_buf = torch.full((len(self.live), cols), POISON, dtype=torch.int32, device=dev)
-        vo.read_table(max_pages=self.max_pages, out=o_buf[:, :self.max_pages], **oracle, **common)
+        vo.read_table(max_pages=self.max_pages, out=o_buf[:, :self.max_pages], clauses=run.clauses, **oracle, **common)
         # Buffer rows compared: the red-zone rows 0 and bs + 1, each live row and its neighbours.
         checked = sorted({0, self.bs + 1} | {b + d for b in self.live for d in (0, 1, 2)})
         checked_t = torch.tensor(checked, dtype=LONG, device=dev)
@@ -248,7 +248,7 @@ class PReadTableFar(ScaleOp):
                         for _ in range(2))
         ip = torch.tensor(indptr, dtype=LONG, device=dev)
         vo.read_table_packed(indptr=ip, out=o_buf[PACKED_SLACK:PACKED_SLACK + cap], kv_start_idx=None,
-                             max_tokens=cap, **oracle, **common)
+                             max_tokens=cap, clauses=run.clauses, **oracle, **common)
         _call(run, i, self, lambda kern: kern.build_kv_read_table_packed(
             indptr=ip.clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + cap], max_tokens=cap,
             **target, **common))

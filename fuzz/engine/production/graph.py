@@ -327,7 +327,7 @@ class GReadTable(ScaleOp):
 
         def oracle():
             fn = vo.read_table_packed if self.packed else vo.read_table
-            fn(**common(0, o_r2t, run.o_v2p))
+            fn(**common(0, o_r2t, run.o_v2p), clauses=run.clauses)
 
         target_args = common(1, t_r2t, run.t_v2p.view)
         fn_name = "build_kv_read_table_packed" if self.packed else "build_kv_read_table"

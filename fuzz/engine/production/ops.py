@@ -347,7 +347,7 @@ class PReadTable(ScaleOp):
                                    device=dev) for _ in range(2))
         vo.read_table(req_to_token=run.o_r2t, req_pool_indices=req_t, seq_lens=seq_t, v2p=run.o_v2p,
                       multiplier=run.config.multiplier, page_size=ps, max_pages=self.max_pages,
-                      out=o_buf[1:1 + self.bs, :self.max_pages])
+                      out=o_buf[1:1 + self.bs, :self.max_pages], clauses=run.clauses)
         fn = "build_kv_read_table_legacy" if self.legacy else "build_kv_read_table"
         run.call_target(i, self, lambda k: getattr(k, fn)(
             req_to_token=run.t_r2t.view, req_pool_indices=req_t.clone(), seq_lens=seq_t.clone(), v2p=run.t_v2p.view,
@@ -451,7 +451,7 @@ class PReadTablePacked(ScaleOp):
         common = dict(multiplier=run.config.multiplier, page_size=run.config.page_size, max_tokens=cap)
         vo.read_table_packed(req_to_token=run.o_r2t, req_pool_indices=ints["req"], seq_lens=ints["seq"],
                              v2p=run.o_v2p, indptr=ints["indptr"], out=o_buf[PACKED_SLACK:PACKED_SLACK + cap],
-                             kv_start_idx=ints.get("start"), **common)
+                             kv_start_idx=ints.get("start"), clauses=run.clauses, **common)
         start_t = ints["start"].clone() if "start" in ints else None
         run.call_target(i, self, lambda k: k.build_kv_read_table_packed(
             req_to_token=run.t_r2t.view, req_pool_indices=ints["req"].clone(), seq_lens=ints["seq"].clone(),

@@ -28,7 +28,7 @@ import kvref
 from kvref import ContractViolation
 
 from .. import vector_oracle as vo
-from ..gate import admit
+from ..gate import GeneratedInvalid, admit
 from ..knobs import apply as apply_knobs
 from ..memory import Guarded, index_canary
 from ..ops import Op, OpError
@@ -84,6 +84,7 @@ class ScaleRun:
         self.graph_not_applicable = 0
         self.shapes: dict | None = None  # the generator's summary, when a generator made the ops
         self.last: list[Compare] = []  # the results the last check compared (tests read them)
+        self.clauses: list = []  # the vector oracle's precondition flags, read with the next check
 
     # ---- state the ops share ----------------------------------------------------------------
     def set_rows(self, rows: torch.Tensor) -> None:
@@ -161,7 +162,10 @@ class ScaleRun:
             self._since_state += 1
         state = state or (not results_only and self._since_state >= self.check_every)
         self.last = compares
-        flags: list[tuple[str, object, torch.Tensor]] = []
+        # The oracle's SPEC §2 flags first: an op that met preflight but whose tensors break a
+        # clause is kvfuzz's own bug whatever the target did.
+        flags: list[tuple[str, object, torch.Tensor]] = [("pre", name, f) for name, f in self.clauses]
+        self.clauses = []
         for cmp in compares:
             got = cmp.actual
             if not isinstance(got, torch.Tensor) or got.shape != cmp.expected.shape or got.dtype != cmp.expected.dtype:
@@ -189,7 +193,10 @@ class ScaleRun:
         except Exception as exc:  # noqa: BLE001 - an asynchronous device fault of the target surfaces here
             raise crash(i, op, exc, f"the device faulted after {op.kind if op else 'the run'}: {exc}") from None
         hits = [(what, item) for (what, item, _), b in zip(flags, bad) if b]
-        for what, item in sorted(hits, key=lambda h: ("zone", "state", "cmp").index(h[0])):
+        for what, item in sorted(hits, key=lambda h: ("pre", "zone", "state", "cmp").index(h[0])):
+            if what == "pre":
+                raise GeneratedInvalid(i, op, ContractViolation(
+                    f"the vector oracle found SPEC §2's {item} broken by the op's tensors", clause=item))
             if what == "zone":
                 raise Divergence(i, op, "memory", item, "canary", "overwritten", f"red zone around {item} was written")
             if what == "state":
