@@ -33,6 +33,19 @@ class GeneratedInvalid(RuntimeError):
                          f"precondition {exc.clause}: {getattr(exc, 'detail', exc)}; op: {text}")
 
 
+# Each hostile class (``Op.hostile_class``, ``HostileOp.probe_class``: the inputs SPEC §2 promises
+# memory safety for) with the clauses its inputs break on purpose. ``translate`` breaks none:
+# translate has no precondition; its class is a data op the allocator refuses (§3) whose memory
+# goes through translate.
+HOSTILE_CLAUSES: dict[str, tuple[str, ...]] = {
+    "free_unbind": ("free_unbind.ids_are_ints", "free_unbind.ids_in_range", "free_unbind.v_unique",
+                    "free_unbind.bound", "free_unbind.v2p_in_table"),
+    "read_table_seq_lens": ("read_table.max_pages_covers_rows",),
+    "read_table_packed_seq_lens": ("read_table_packed.indptr_consistent",),
+    "translate": (),
+}
+
+
 def spec_refusal(exc) -> bool:
     """Whether a refusal names a SPEC §2 clause (an allocator-level refusal of §3 does not)."""
     return isinstance(exc, ContractViolation) and getattr(exc, "clause", None) is not None

@@ -33,6 +33,7 @@ from fuzz.engine.generate import (
 from fuzz.engine.production.generator import generator, scale_info
 from fuzz.engine.production.hostile import HostileOp
 from fuzz.engine.production.ops import PRows
+from fuzz.engine.raw_ops import KernelOp
 from fuzz.engine.spec_side import Capabilities, SpecSide, unsupported
 from fuzz.engine.tiers import OPTIONAL, make_tier
 
@@ -56,6 +57,11 @@ def _small_violation(seed: int, n_ops: int) -> str | None:
         out = side.apply(op) if op.supported_by(tier) else unsupported(op)
         if gen.last_violation is None and gate.spec_refusal(out.error):
             return f"seed {seed} step {i} {op}: {out.error.clause}: {out.error}"
+        if gen.last_violation is not None and gate.spec_refusal(out.error):
+            # a hostile op breaks only the clauses of its hostile class (when it has one)
+            cls = op.hostile_class(side.raw if isinstance(op, KernelOp) else side.spec, tier)
+            if cls is not None and out.error.clause not in gate.HOSTILE_CLAUSES[cls]:
+                return f"seed {seed} step {i} {op}: hostile class {cls} but it breaks {out.error.clause}"
         gen.observe(op, out)
     return None
 
@@ -113,6 +119,15 @@ def test_production_generator_emits_only_valid_input(seed, n_ops, gpu, mix):
 def test_far_read_tables_are_valid_input(seed, n_ops, gpu):
     """The far read table alone (issue 22's false alarm), in both forms."""
     assert _production_violation(seed, n_ops, gpu, {"p_read_table_far": 4, "p_read_table": 1}) is None
+
+
+def test_every_hostile_class_names_registered_clauses():
+    from fuzz.engine.production.hostile import PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree
+
+    for cls in (PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree):
+        assert cls.probe_class in gate.HOSTILE_CLAUSES, cls
+    for cls, clauses in gate.HOSTILE_CLAUSES.items():
+        assert set(clauses) <= set(kvref.preconditions.CLAUSES), cls
 
 
 def test_issue_22s_far_packed_call_breaks_two_clauses():
