@@ -95,7 +95,7 @@ def _production_violation(seed: int, n_ops: int, gpu: bool, mix: dict | None) ->
     return None
 
 
-@_settings(100)
+@_settings(1000)
 @given(seed=st.integers(0, 2**32), n_ops=st.integers(1, 60))
 def test_small_generator_emits_only_valid_input(seed, n_ops):
     assert _small_violation(seed, n_ops) is None
