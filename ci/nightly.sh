@@ -2,7 +2,7 @@
 # Nightly job (GPU where present, else CPU): the test suite, a long small-scale campaign
 # (sharded with KVFUZZ_SHARD=I/N across a CI matrix or a Slurm/Kubernetes array), a
 # production-scale campaign (kernel-level ops at the kernel set's own block boundaries, and
-# CUDA-graph replay), the mutant catalogue (kill rate), and kvfuzz bench. Results land in
+# CUDA-graph replay), the letter-of-SPEC kernel sets at both scales (letter/), the mutant catalogue (kill rate), and kvfuzz bench. Results land in
 # KVFUZZ_OUT (default nightly-out/): cases/ and production/ (case files, summary.json,
 # junit.xml), mutants.txt, bench.json. Exit 1 if any step failed (3 if kvfuzz itself did).
 set -uo pipefail
@@ -25,6 +25,15 @@ KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-360
   --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" --check-every "$CHECK_EVERY" \
   --out "$OUT/production" --summary "$OUT/production/summary.json" --junit-xml "$OUT/production/junit.xml" \
   || status=1
+# The letter-of-SPEC kernel sets (tests/fixtures/kernels/letter/): right on all valid input, so any
+# finding against one is kvfuzz handing it input SPEC refuses (issue 22). Each at both scales.
+for set in tests/fixtures/kernels/letter/[a-z]*.py; do
+  for scale in small production; do
+    "$PY" -m fuzz run --backend "$BACKEND" --scale "$scale" --kernels "$set" --budget-s "${KVFUZZ_LETTER_S:-60}" \
+      --workers "$([ "$GPUS" -gt 0 ] && echo "$GPUS" || echo 1)" --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" \
+      --out "$OUT/letter/$(basename "$set" .py)-$scale" || status=1
+  done
+done
 "$PY" -m fuzz mutants --backend "$BACKEND" --budget-s "${KVFUZZ_MUTANT_S:-60}" | tee "$OUT/mutants.txt" || status=1
 "$PY" -m fuzz bench --seconds 30 --out "$OUT/bench.json" || status=1
 exit $status

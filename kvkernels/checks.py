@@ -67,6 +67,10 @@ def check_read_table(c: PoolConfig, v2p_t: torch.Tensor, req_to_token, req_idx, 
         ptr = indptr.tolist()
         if len(ptr) != len(rows) + 1 or len(starts) != len(rows):
             raise ContractViolation(f"indptr needs {len(rows) + 1} entries and kv_start_idx {len(rows)}")
+        # SPEC §2 (kvref.preconditions: indptr_within_max_tokens, out_holds_max_tokens)
+        if ptr[-1] > max_tokens or out.numel() < max_tokens:
+            raise ContractViolation(f"indptr[bs] = {ptr[-1]} and out of {out.numel()} elements: SPEC §2 asks "
+                                    f"indptr[bs] <= max_tokens = {max_tokens} <= len(out)")
     for b, (r, n, start) in enumerate(zip(rows, lens, starts)):
         if r not in r2t:
             raise ContractViolation(f"req_to_token row index {r} (req_pool_indices[{b}]) is outside [0, {n_rows})")
@@ -77,7 +81,7 @@ def check_read_table(c: PoolConfig, v2p_t: torch.Tensor, req_to_token, req_idx, 
             if len(cols) > max_pages:
                 raise ContractViolation(f"seq_lens[{b}] = {n} needs {len(cols)} pages > max_pages={max_pages}")
         else:
-            if n > max_tokens or ptr[b] < 0 or ptr[b] + n > min(ptr[b + 1], out.numel()):
+            if n > max_tokens or ptr[b] < 0 or ptr[b] + n != ptr[b + 1]:  # SPEC §2: indptr_consistent
                 raise ContractViolation(f"row {b} writes out[{ptr[b]}:{ptr[b] + n}], outside its indptr span or out")
             cols = [(((start + col) // ps) * ps, start + col) for col in range(n)]
         for col, pos in cols:

@@ -7,7 +7,20 @@ crash inside the spec.
 
 
 class ContractViolation(ValueError):
-    """A call broke a precondition of SPEC.md; nothing was changed."""
+    """A call broke a precondition of SPEC.md; nothing was changed.
+
+    ``clause``: the name of the precondition broken (``kvref.preconditions.CLAUSES``), or
+    None where the refusal is not one of SPEC §2's clauses (the allocator's contract of §3,
+    an op the harness refuses). The message names it too, so a log line says which rule.
+    """
+
+    def __init__(self, message: str = "", clause: str | None = None):
+        super().__init__(f"{message} [{clause}]" if clause else message)
+        self.clause = clause
+        self.detail = message
+
+    def __reduce__(self):  # keep the clause across a process boundary
+        return (type(self), (self.detail, self.clause))
 
 
 class InvariantViolation(AssertionError):

@@ -4,6 +4,9 @@ Tables are lists of ints (``v2p``/``p2v``, ``num_pages + 1`` rows each). Every i
 checked: a negative or too-large index raises ContractViolation, because an oracle that
 wraps ``table[-1]`` the way torch does would hide exactly the bugs we hunt.
 
+Every precondition is a named check of ``preconditions`` (one source of truth: the
+generators and the vector oracle run the same ones), called before anything is written.
+
 Rules the spec leaves open, chosen here:
 - Kernel-level writes never touch the sentinel rows: ids given to ``bind``,
   ``alloc_bind`` and ``free_unbind`` must lie in ``[1, rows - 1)``.
@@ -17,60 +20,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import ContractViolation
+from . import preconditions as pre
 
-INT32_LIMIT = 2**31
+INT32_LIMIT = pre.INT32_LIMIT
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _check_ids(ids: Sequence[int], rows: int, what: str) -> None:
-    seen: set[int] = set()
-    for i, x in enumerate(ids):
-        if not isinstance(x, int) or isinstance(x, bool):
-            raise ContractViolation(f"{what}[{i}] = {x!r} is not an int")
-        if not 1 <= x < rows - 1:
-            raise ContractViolation(
-                f"{what}[{i}] = {x} is outside [1, {rows - 1}): it would hit a sentinel row or leave the table"
-            )
-        if x in seen:
-            raise ContractViolation(f"{what} holds {x} twice: lanes would race on one row")
-        seen.add(x)
-
-
-def _check_tables(v2p: list[int], p2v: list[int]) -> int:
-    if len(v2p) != len(p2v):
-        raise ContractViolation(f"v2p has {len(v2p)} rows but p2v has {len(p2v)}")
-    return len(v2p)
-
-
 def bind(v2p: list[int], p2v: list[int], v_pages: Sequence[int], p_pages: Sequence[int]) -> None:
-    rows = _check_tables(v2p, p2v)
-    if len(v_pages) != len(p_pages):
-        raise ContractViolation(f"bind got {len(v_pages)} virtual pages but {len(p_pages)} physical pages")
-    _check_ids(v_pages, rows, "v_pages")
-    _check_ids(p_pages, rows, "p_pages")
+    rows = pre.tables_match("bind", len(v2p), len(p2v))
+    pre.check_bind(rows=rows, v_pages=v_pages, p_pages=p_pages)
     for v, p in zip(v_pages, p_pages):
         v2p[v] = p
         p2v[p] = v
 
 
 def alloc_bind(v2p: list[int], p2v: list[int], v_pages: Sequence[int], start_phys: int) -> list[int]:
+    rows = pre.tables_match("alloc_bind", len(v2p), len(p2v))
+    pre.check_alloc_bind(rows=rows, v_pages=v_pages, start_phys=start_phys)
     p_pages = [start_phys + i for i in range(len(v_pages))]
     bind(v2p, p2v, v_pages, p_pages)
     return p_pages
 
 
 def free_unbind(v2p: list[int], p2v: list[int], v_pages: Sequence[int]) -> list[int]:
-    rows = _check_tables(v2p, p2v)
-    _check_ids(v_pages, rows, "v_pages")
-    for i, v in enumerate(v_pages):
-        if v2p[v] == -1:
-            raise ContractViolation(f"double free: virtual page {v} (v_pages[{i}]) is not bound")
-        if not 0 <= v2p[v] < rows:  # a table no kernel of the spec could have written: refuse, never wrap
-            raise ContractViolation(f"v2p[{v}] = {v2p[v]} is not a physical page of a {rows}-row p2v")
+    rows = pre.tables_match("free_unbind", len(v2p), len(p2v))
+    pre.check_free_unbind(rows=rows, v_pages=v_pages, v2p=v2p)
     p_pages = [v2p[v] for v in v_pages]
     for v, p in zip(v_pages, p_pages):
         v2p[v] = -1
@@ -78,30 +55,10 @@ def free_unbind(v2p: list[int], p2v: list[int], v_pages: Sequence[int]) -> list[
     return p_pages
 
 
-def _index(seq: Sequence, i: int, what: str):
-    if not 0 <= i < len(seq):
-        raise ContractViolation(f"{what} index {i} is outside [0, {len(seq)})")
-    return seq[i]
-
-
-def _page_entry(v2p: Sequence[int], tok: int, page_size: int, multiplier: int, where: str) -> int:
-    """max(v2p[page] * multiplier, 0) for the page of ``tok``, with the tok < 0 guard."""
-    page = 0 if tok < 0 else tok // page_size
-    scaled = max(_index(v2p, page, f"v2p (token {tok} at {where})") * multiplier, 0)
-    if scaled >= INT32_LIMIT:
-        raise ContractViolation(f"v2p[{page}] * multiplier = {scaled} does not fit int32 (at {where})")
-    return scaled
-
-
-def _check_batch(req_to_token, req_pool_indices, seq_lens) -> int:
-    bs = len(req_pool_indices)
-    if len(seq_lens) != bs:
-        raise ContractViolation(f"req_pool_indices has {bs} rows but seq_lens has {len(seq_lens)}")
-    for b in range(bs):
-        _index(req_to_token, req_pool_indices[b], f"req_to_token row (req_pool_indices[{b}])")
-        if seq_lens[b] < 0:
-            raise ContractViolation(f"seq_lens[{b}] = {seq_lens[b]} is negative")
-    return bs
+def _entry(fn: str, v2p: Sequence[int], tok: int, page_size: int, multiplier: int, pos: int | None, where: str) -> int:
+    """The entry for ``tok`` (SPEC's ``tok < 0`` guard included), its clauses checked."""
+    return pre.check_entry(fn, tok=tok, v2p_rows=len(v2p), v2p_value=v2p.__getitem__, multiplier=multiplier,
+                           page_size=page_size, pos=pos, where=where)
 
 
 def read_table(
@@ -115,25 +72,17 @@ def read_table(
     max_pages: int,
     out: list[list[int]],
 ) -> list[list[int]]:
-    bs = _check_batch(req_to_token, req_pool_indices, seq_lens)
+    bs = pre.check_batch("read_table", r2t_rows=len(req_to_token), req_pool_indices=req_pool_indices,
+                         seq_lens=seq_lens)
     width = len(req_to_token[0]) if req_to_token else 0
-    if max_pages < 0:
-        raise ContractViolation(f"max_pages must be >= 0, got {max_pages}")
-    if (max_pages - 1) * page_size >= width:
-        raise ContractViolation(
-            f"req_to_token is {width} tokens wide; max_pages={max_pages} at page_size={page_size} needs more than {(max_pages - 1) * page_size}"
-        )
-    if len(out) < bs or any(len(out[b]) < max_pages for b in range(bs)):
-        raise ContractViolation(f"out must have >= {bs} rows of >= {max_pages} columns")
+    pre.check_read_table(bs=bs, seq_lens=seq_lens, max_pages=max_pages, page_size=page_size, width=width,
+                         out_rows=len(out), out_cols=min((len(r) for r in out[:bs]), default=max_pages))
     staged: list[tuple[int, int, int]] = []
     for b in range(bs):
-        n_b = cdiv(seq_lens[b], page_size)
-        if n_b > max_pages:
-            raise ContractViolation(f"seq_lens[{b}] = {seq_lens[b]} needs {n_b} pages > max_pages={max_pages}")
         row = req_to_token[req_pool_indices[b]]
-        for c in range(n_b):
-            tok = row[c * page_size]
-            staged.append((b, c, _page_entry(v2p, tok, page_size, multiplier, f"row {b}, column {c}")))
+        for c in range(cdiv(seq_lens[b], page_size)):
+            value = _entry("read_table", v2p, row[c * page_size], page_size, multiplier, None, f"row {b}, column {c}")
+            staged.append((b, c, value))
     for b, c, value in staged:
         out[b][c] = value
     return out
@@ -152,30 +101,19 @@ def read_table_packed(
     out: list[int],
     kv_start_idx: Sequence[int] | None = None,
 ) -> list[int]:
-    bs = _check_batch(req_to_token, req_pool_indices, seq_lens)
+    bs = pre.check_batch("read_table_packed", r2t_rows=len(req_to_token), req_pool_indices=req_pool_indices,
+                         seq_lens=seq_lens)
     width = len(req_to_token[0]) if req_to_token else 0
-    if len(indptr) != bs + 1:
-        raise ContractViolation(f"indptr must have bs + 1 = {bs + 1} entries, got {len(indptr)}")
-    if kv_start_idx is not None and len(kv_start_idx) != bs:
-        raise ContractViolation(f"kv_start_idx must have {bs} entries, got {len(kv_start_idx)}")
+    pre.check_read_table_packed(bs=bs, seq_lens=seq_lens, indptr=indptr, max_tokens=max_tokens, out_len=len(out),
+                                page_size=page_size, width=width, kv_start_idx=kv_start_idx)
     staged: list[tuple[int, int]] = []
     for b in range(bs):
-        n = seq_lens[b]
         start = 0 if kv_start_idx is None else kv_start_idx[b]
-        if n > max_tokens:
-            raise ContractViolation(f"seq_lens[{b}] = {n} exceeds max_tokens={max_tokens}")
-        if start < 0:
-            raise ContractViolation(f"kv_start_idx[{b}] = {start} is negative")
-        if indptr[b] < 0 or indptr[b] + n > min(indptr[b + 1], len(out)):
-            raise ContractViolation(f"row {b} writes out[{indptr[b]}:{indptr[b] + n}], outside its indptr span or out")
         row = req_to_token[req_pool_indices[b]]
-        for col in range(n):
+        for col in range(seq_lens[b]):
             pos = start + col
-            tok = _index(row, (pos // page_size) * page_size, f"req_to_token column (row {b}, pos {pos}, width {width})")
-            scaled = _page_entry(v2p, tok, page_size, multiplier, f"row {b}, col {col}")
-            value = scaled * page_size + pos % page_size
-            if value >= INT32_LIMIT:
-                raise ContractViolation(f"packed entry {value} at row {b}, col {col} does not fit int32")
+            value = _entry("read_table_packed", v2p, row[(pos // page_size) * page_size], page_size, multiplier, pos,
+                           f"row {b}, col {col}")
             staged.append((indptr[b] + col, value))
     for i, value in staged:
         out[i] = value

@@ -213,3 +213,14 @@ def test_every_spec_reference_in_the_repository_resolves():
         elif sub is not None and not re.search(rf"^\|\s*{sec}\.{sub}\s*\|", found[sec], flags=re.M):
             problems.append(f"§{sec}.{sub} (cited in {where}) has no '| {sec}.{sub} |' row")
     assert not problems, "docs/spec.md cannot answer references made elsewhere:\n  " + "\n  ".join(problems)
+
+
+def test_every_precondition_is_named_in_section_2():
+    """A clause registered in kvref.preconditions (a check the generators, kvref and the vector
+    oracle run) has its name in §2, in code, so docs and refusals speak of the same rule."""
+    from kvref import preconditions
+
+    assert preconditions.CLAUSES, "kvref.preconditions registers no clause"
+    spans = set(re.findall(r"`([^`\n]+)`", section(2)))
+    absent = sorted(set(preconditions.CLAUSES) - spans)
+    assert not absent, f"docs/spec.md §2 does not name the preconditions {absent} (as `FUNCTION.RULE`)"

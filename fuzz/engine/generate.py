@@ -75,6 +75,7 @@ class OpGenerator:
         self.raw_bound: dict[int, int] = {}  # the raw tables as the spec left them: v -> p
         self.violations: dict[str, int] = {}  # contract-violation kinds drawn, by name
         self._kept: list[int] | None = None  # what a partial free leaves live
+        self.last_violation: str | None = None  # the contract the last op breaks on purpose (None: emitted valid)
 
     def _tokens(self) -> list[int]:
         return [t for r in self.live for t in r]
@@ -103,9 +104,11 @@ class OpGenerator:
 
     def _next_op(self, spec: kvref.Allocator) -> Op:
         ch = self.ch
+        self.last_violation = None
         if self.rng.random() < self.contract_rate:
             kind, op = shapes.violation_op(ch, self.config, self.live, self._dead_runs(spec), self.raw_bound)
             self.violations[kind] = self.violations.get(kind, 0) + 1
+            self.last_violation = kind
             return op
         return getattr(self, f"_gen_{ch.weighted(KINDS, self.weights)}")(spec)
 

@@ -431,15 +431,15 @@ class ReadTablePacked(_TableOp):
     def hostile_class(self, s, tier):
         """SPEC §2: even when seq_lens and indptr disagree, nothing is written at or past
         max_tokens. Only that break is promised: indptr ascending from 0 or more to
-        ``indptr[bs] <= max_tokens``, and the op with each seq_lens entry cut to its row's
-        indptr span must be one the spec accepts."""
+        ``indptr[bs] <= max_tokens``, and the op with each seq_lens entry set to its row's
+        indptr span (SPEC §2: ``indptr_consistent``) must be one the spec accepts."""
         bs, ptr = len(self.req_idx), self.indptr
         if len(ptr) != bs + 1 or len(self.seq_lens) != bs or ptr[0] < 0 or ptr[-1] > self.max_tokens:
             return None
         if any(ptr[b] > ptr[b + 1] for b in range(bs)):
             return None
         spans = [self.indptr[b + 1] - self.indptr[b] for b in range(bs)]
-        repaired = dataclasses.replace(self, seq_lens=tuple(min(n, w) for n, w in zip(self.seq_lens, spans)))
+        repaired = dataclasses.replace(self, seq_lens=tuple(spans))
         try:
             repaired.spec(s)
         except kvref.ContractViolation:

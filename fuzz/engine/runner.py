@@ -27,6 +27,7 @@ import torch
 import kvref
 from kvref import ContractViolation, InvariantViolation
 
+from .gate import GeneratedInvalid, spec_refusal
 from .generate import HOSTILE
 from .knobs import apply as apply_knobs
 from .memory import RawTables, RedZones, index_canary
@@ -186,10 +187,13 @@ class PoolRun:
         return spec_out
 
     # ---- the oracles ------------------------------------------------------------
-    def step(self, op: Op) -> Outcome:
+    def step(self, op: Op, *, generated_valid: bool = False) -> Outcome:
         """Run one op on both sides; raise Divergence at the first disagreement.
 
-        Returns what the spec did (its result, or the ContractViolation it raised)."""
+        Returns what the spec did (its result, or the ContractViolation it raised).
+        ``generated_valid``: a generator emitted the op as valid input; if the spec refuses it
+        with a SPEC §2 clause, that is kvfuzz's bug (``gate.GeneratedInvalid``, exit 3), raised
+        before the target sees the op."""
         i = self.step_no
         self.step_no += 1
         if self.beat is not None:
@@ -198,7 +202,7 @@ class PoolRun:
         if not op.supported_by(self.tier) or op.kind in self.target.skips:
             return unsupported(op)
         try:
-            return self._step(i, op)
+            return self._step(i, op, generated_valid)
         except Divergence:
             raise
         except Exception as exc:
@@ -207,8 +211,10 @@ class PoolRun:
                 raise
             raise d from None
 
-    def _step(self, i: int, op: Op) -> Outcome:
+    def _step(self, i: int, op: Op, generated_valid: bool = False) -> Outcome:
         spec_out = self.side.apply(op)
+        if generated_valid and spec_refusal(spec_out.error):
+            raise GeneratedInvalid(i, op, spec_out.error)
         if spec_out.error is not None:
             self.stats.contract_ops += 1
             try:

@@ -265,7 +265,8 @@ def with_r2t_dtype(op: Op, dtype: str) -> Op:
 
 
 def read_table_packed_op(ch: Chooser, config: kvref.PoolConfig, live, dead=()) -> ReadTablePacked:
-    """read_table_packed: the CSR form, with and without kv_start, gaps in indptr."""
+    """read_table_packed: the CSR form, with and without kv_start; indptr the running sum of
+    seq_lens (SPEC §2: ``indptr[b + 1] - indptr[b] = seq_lens[b]``, no gaps)."""
     ps = config.page_size
     bs = ch.integer(1, 6)
     rows = table_rows(ch, live, dead, bs)
@@ -276,7 +277,7 @@ def read_table_packed_op(ch: Chooser, config: kvref.PoolConfig, live, dead=()) -
         start = 0 if kv_start is None else kv_start[b]
         n = ch.integer(0, max(0, len(rows[j]) - start))
         lens.append(n)
-        indptr.append(indptr[-1] + n + ch.pick((0, 0, 2)))
+        indptr.append(indptr[-1] + n)
     width = max([len(r) for r in rows] + [1]) + ps
     # SPEC §2: indptr[bs] <= max_tokens, the capacity of the captured out (a little more, at times).
     max_tokens = max(indptr[-1], 1) + ch.pick((0, 0, 1, 5))

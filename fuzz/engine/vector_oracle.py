@@ -24,6 +24,12 @@ guessing at a kernel's behaviour:
   a GPU fuzz loop never stalls on the oracle. (``first_mismatch`` is the one place that
   reads back, once on the equal path.)
 
+The preconditions: given a ``clauses`` list, ``read_table`` and ``read_table_packed`` check
+SPEC §2's clauses under ``kvref.preconditions``' names, vectorized: those a shape decides
+on the host at once (raising ContractViolation), those the values decide as one 0-dim bool
+tensor each, appended as ``(clause, flag)`` for the caller's one host read
+(``broken_clause``), so the oracle still never waits for the device.
+
 Rules chosen where the spec is silent: ``read_table`` writes no column at or past
 ``max_pages`` (SPEC) and ``read_table_packed`` none at or past ``max_tokens`` (the same
 rule); the packed form's work is sized by ``len(out)``, not ``bs * max_tokens``, because
@@ -47,9 +53,12 @@ from __future__ import annotations
 
 import torch
 
+from kvref import preconditions as pre
+
 __all__ = [
     "alloc_bind",
     "bind",
+    "broken_clause",
     "first_mismatch",
     "free_unbind",
     "read_table",
@@ -182,10 +191,16 @@ def read_table(
     page_size: int,
     max_pages: int,
     out: torch.Tensor,
+    clauses: list | None = None,
 ) -> torch.Tensor:
-    """SPEC §2 read_table, written into ``out[:bs, :max_pages]`` at the live prefix only; returns ``out``."""
+    """SPEC §2 read_table, written into ``out[:bs, :max_pages]`` at the live prefix only; returns ``out``.
+    ``clauses``: where the preconditions' flags go (module docstring)."""
     bs, ps = req_pool_indices.shape[0], page_size
     n_req = req_to_token.shape[0]
+    if clauses is not None:
+        _shape_clauses("read_table", req_pool_indices, seq_lens)
+        pre.check_read_table(bs=bs, seq_lens=[0] * bs, max_pages=max_pages, page_size=ps, width=req_to_token.shape[1],
+                             out_rows=out.shape[0], out_cols=out.shape[1], out_int32=out.dtype == torch.int32)
     if bs == 0 or max_pages <= 0 or n_req == 0:
         return out
 
@@ -205,6 +220,12 @@ def read_table(
     value = _scaled_lookup(v2p, multiplier).index_select(0, page.view(-1)).view(bs, n_tok_cols)
 
     live = _live_columns(n_cols, n_tok_cols)
+    if clauses is not None:
+        lens = _ids(seq_lens, out.device)
+        clauses += [("read_table.req_idx_in_range", _out_of(req_pool_indices, n_req).any()),
+                    ("read_table.seq_lens_nonnegative", (lens < 0).any()),
+                    ("read_table.max_pages_covers_rows", (n_b > max_pages).any()),
+                    *_entry_flags("read_table", v2p, multiplier, ps, page, live, None)]
     dst = out[:bs, :n_tok_cols]
     torch.where(live, value, dst, out=dst)
     return out
@@ -222,6 +243,7 @@ def read_table_packed(
     max_tokens: int,
     out: torch.Tensor,
     kv_start_idx: torch.Tensor | None = None,
+    clauses: list | None = None,
 ) -> torch.Tensor:
     """SPEC §2 read_table_packed (CSR): ``out[indptr[b] + col]`` for ``col < seq_lens[b]``; returns ``out``.
 
@@ -232,6 +254,15 @@ def read_table_packed(
     """
     bs, n_out, ps = req_pool_indices.shape[0], out.shape[0], page_size
     n_req, width = req_to_token.shape
+    if clauses is not None:
+        _shape_clauses("read_table_packed", req_pool_indices, seq_lens)
+        fn = "read_table_packed"
+        pre.require(indptr.shape[0] == bs + 1, f"{fn}.indptr_length", f"indptr has {indptr.shape[0]} entries, not {bs + 1}")
+        pre.require(kv_start_idx is None or kv_start_idx.shape[0] == bs, f"{fn}.kv_start_length",
+                    f"kv_start_idx must have {bs} entries")
+        pre.require(n_out >= max_tokens, f"{fn}.out_holds_max_tokens",
+                    f"out holds {n_out} elements, fewer than max_tokens = {max_tokens}")
+        pre.require(out.dtype == torch.int32, f"{fn}.out_int32", "out must be int32")
     if bs == 0 or n_out == 0 or n_req == 0 or width == 0:
         return out
     device = out.device
@@ -253,14 +284,58 @@ def read_table_packed(
     pos = i.add_(row_shift.index_select(0, k))
     tok_col = torch.div(pos, ps, rounding_mode="floor").mul_(ps)
     col_safe, col_ok = _clamp_rows(tok_col, width)
+    if clauses is not None:
+        fn, ptr, lens_in = "read_table_packed", indptr.to(_LONG), _ids(seq_lens, device)
+        clauses += [(f"{fn}.req_idx_in_range", _out_of(req_pool_indices, n_req).any()),
+                    (f"{fn}.seq_lens_nonnegative", (lens_in < 0).any()),
+                    (f"{fn}.indptr_nonnegative", ptr[0] < 0),
+                    (f"{fn}.indptr_consistent", (ptr[1:] - ptr[:-1]).ne(lens_in).any()),
+                    (f"{fn}.indptr_within_max_tokens", ptr[bs] > max_tokens),
+                    (f"{fn}.kv_start_nonnegative", (kv_start < 0).any()),
+                    (f"{fn}.columns_in_width", (live & (tok_col >= width)).any())]
     live &= col_ok  # pos < 0 gives a negative token column: masked here
     tok = req_to_token[row_req.index_select(0, k), col_safe]
 
     page = _pages_of_tokens(tok, ps, v2p.shape[0])
+    if clauses is not None:
+        clauses += _entry_flags("read_table_packed", v2p, multiplier, ps, page, live, pos)
     value = _scaled_lookup(v2p, multiplier).index_select(0, page).mul_(ps)  # fits int32 (precondition)
     value += pos.remainder_(ps)
     torch.where(live, value, out, out=out)
     return out
+
+
+def _shape_clauses(fn: str, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> None:
+    pre.require(seq_lens.shape[0] == req_pool_indices.shape[0], f"{fn}.batch_lengths",
+                f"req_pool_indices has {req_pool_indices.shape[0]} rows but seq_lens has {seq_lens.shape[0]}")
+
+
+def _out_of(idx: torch.Tensor, rows: int) -> torch.Tensor:
+    return (idx < 0) | (idx >= rows)
+
+
+def _entry_flags(fn: str, v2p: torch.Tensor, multiplier: int, ps: int, page: torch.Tensor, live: torch.Tensor,
+                 pos: torch.Tensor | None) -> list:
+    """token_in_table and entry_fits_int32 over the live lanes (``page``: clamped to ``rows``,
+    the slot of a page past the table; ``pos``: the packed positions, None for read_table)."""
+    rows = v2p.shape[0]
+    inside = page < rows
+    scaled = v2p.to(_LONG).mul(multiplier).clamp_(min=0).index_select(0, page.clamp(max=rows - 1).reshape(-1))
+    scaled = scaled.view(page.shape)
+    if pos is not None:
+        scaled = scaled * ps + pos.remainder(ps)
+    return [(f"{fn}.token_in_table", (live & ~inside).any()),
+            (f"{fn}.entry_fits_int32", (live & inside & (scaled >= pre.INT32_LIMIT)).any())]
+
+
+def broken_clause(clauses: list) -> str | None:
+    """The first clause whose flag is set (one host read), or None; empties ``clauses``."""
+    if not clauses:
+        return None
+    names, flags = zip(*clauses)
+    clauses.clear()
+    hits = torch.stack([f.reshape(()) for f in flags]).tolist()
+    return next((n for n, hit in zip(names, hits) if hit), None)
 
 
 # --------------------------------------------------------------------------- translate

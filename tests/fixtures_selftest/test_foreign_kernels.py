@@ -209,15 +209,18 @@ def read_table_packed(k, device, *, bs: int, max_tokens: int, ps: int = 1, lens=
     kv_start = torch.randint(0, ps + 2, (bs,), generator=g).tolist() if starts else None
     indptr = [0]
     for n in lens:
-        indptr.append(indptr[-1] + n + 1)  # one spare slot per row: it must stay poisoned
-    out = torch.full((indptr[-1] + 2,), POISON, dtype=torch.int32, device=device)
+        indptr.append(indptr[-1] + n)  # SPEC §2: spans = seq_lens
+    # The buffer captured at max_tokens (SPEC §2: indptr[bs] <= max_tokens <= len(out)), with a
+    # poisoned tail past the live spans that must stay poisoned.
+    cap = indptr[-1] + bs
+    out = torch.full((cap + 2,), POISON, dtype=torch.int32, device=device)
     want = out.tolist()
     spec.read_table_packed(req_to_token=r2t.tolist(), req_pool_indices=req_idx.tolist(), seq_lens=lens, v2p=t.v2p,
-                           indptr=indptr, multiplier=3, page_size=ps, max_tokens=max_tokens, out=want,
+                           indptr=indptr, multiplier=3, page_size=ps, max_tokens=cap, out=want,
                            kv_start_idx=kv_start)
     k.build_kv_read_table_packed(req_to_token=r2t.to(device), req_pool_indices=req_idx.to(device),
                                  seq_lens=ids(lens, device), v2p=t.v2p_t, indptr=ids(indptr, device), multiplier=3,
-                                 page_size=ps, max_tokens=max_tokens, out=out,
+                                 page_size=ps, max_tokens=cap, out=out,
                                  kv_start_idx=None if kv_start is None else ids(kv_start, device))
     result = Outcome()
     result.add("out", out.tolist(), want)

@@ -259,7 +259,7 @@ def test_order_dependent_free_is_right_only_in_launch_order():
 def test_order_raw_packed_table_is_right_only_in_launch_order():
     k = load(sibling("order_raw"))
     cpu = torch.device("cpu")
-    check_small(k, cpu)  # the helper's indptr has a gap after every row
+    check_small(k, cpu)  # the helper's indptr is the running sum of seq_lens (SPEC §2), its out a poisoned tail longer
     read_table_packed(k, cpu, bs=1024, max_tokens=600, lens=PROD["lens"], starts=True).assert_matches()
     with reversed_programs():
         read_table_packed(k, cpu, bs=1, max_tokens=9, ps=2, lens=[9], starts=True).assert_matches()

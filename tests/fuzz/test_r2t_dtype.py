@@ -88,7 +88,7 @@ def test_the_target_gets_req_to_token_in_the_ops_dtype(backend, dtype):
     rows = [toks[:6] + [-1, toks[7]], toks[2:8]]
     ops = [ReadTable(rows, [1, 0, 1], [6, 8, 3], 4, 8, False, r2t_dtype=dtype),
            ReadTable(rows[:1], [0], [7], 5, 10, True, r2t_dtype=dtype),
-           ReadTablePacked(rows, [0, 1], [3, 2], [1, 0], [0, 3, 6], 3, 8, r2t_dtype=dtype),
+           ReadTablePacked(rows, [0, 1], [3, 2], [1, 0], [0, 3, 5], 5, 8, r2t_dtype=dtype),
            ReadTable(rows, [0], [9 * 2 + 1], 4, 8, False, r2t_dtype=dtype)]  # seq_lens past max_pages: probed
     for op in ops:
         run.step(op)

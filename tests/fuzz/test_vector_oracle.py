@@ -115,13 +115,14 @@ def packed_cases(draw):
     lens = [draw(st.integers(0, width - s)) for s in starts]
     indptr = [draw(st.integers(0, 2))]
     for n in lens:
-        indptr.append(indptr[-1] + n + draw(st.integers(0, 2)))  # gaps between rows
+        indptr.append(indptr[-1] + n)  # SPEC §2: indptr_consistent (no gaps)
+    max_tokens = indptr[-1] + draw(st.integers(0, 2))  # indptr_within_max_tokens
     return dict(
         ps=ps, multiplier=multiplier, v2p=v2p, req_to_token=draw(token_rows(n_req, width, rows, ps)),
         req_idx=draw(st.lists(st.integers(0, n_req - 1), min_size=bs, max_size=bs)), seq_lens=lens,
         kv_start=starts if with_start else None, indptr=indptr,
-        max_tokens=max(lens, default=0) + draw(st.integers(0, 2)),
-        out_len=indptr[-1] + draw(st.integers(0, 3)), out_offset=draw(st.integers(0, 2)),
+        max_tokens=max_tokens,
+        out_len=max_tokens + draw(st.integers(0, 3)), out_offset=draw(st.integers(0, 2)),  # out_holds_max_tokens
         token_dtype=draw(index_dtypes), idx_dtype=draw(index_dtypes), indptr_dtype=draw(index_dtypes),
     )
 

@@ -132,7 +132,7 @@ def _packed_scenario(rng, *, bs, ps, max_tokens, with_start, rows=40):
     starts = [rng.randint(0, width - n) for n in seq_lens] if with_start else None
     indptr = [0]
     for n in seq_lens:
-        indptr.append(indptr[-1] + n + rng.choice([0, 0, 2]))  # spans may leave gaps
+        indptr.append(indptr[-1] + n)  # SPEC §2: indptr_consistent (no gaps)
     return v2p, r2t, req_idx, seq_lens, indptr, starts
 
 
@@ -145,14 +145,15 @@ def test_read_table_packed_matches_spec(tier, monkeypatch, rng, with_start, bs, 
         tier.shrink_blocks(monkeypatch, cols=4, target=8)
     v2p, rows, req_idx, seq_lens, indptr, starts = _packed_scenario(
         rng, bs=bs, ps=ps, max_tokens=max_tokens, with_start=with_start)
-    size = indptr[-1] + 4
+    cap = indptr[-1] + 2  # the buffer captured at max_tokens (SPEC §2: indptr[bs] <= max_tokens <= len(out))
+    size = cap + 4
     expect = [CANARY32] * size
     spec.read_table_packed(req_to_token=rows, req_pool_indices=req_idx, seq_lens=seq_lens, v2p=v2p, indptr=indptr,
-                           multiplier=mult, page_size=ps, max_tokens=max_tokens, out=expect, kv_start_idx=starts)
+                           multiplier=mult, page_size=ps, max_tokens=cap, out=expect, kv_start_idx=starts)
     out = torch.full((size,), CANARY32, dtype=torch.int32, device=tier.device)
     ret = tier.k.build_kv_read_table_packed(
         req_to_token=tier.t(rows, r2t), req_pool_indices=tier.t(req_idx), seq_lens=tier.t(seq_lens), v2p=tier.t(v2p),
-        indptr=tier.t(indptr), multiplier=mult, page_size=ps, max_tokens=max_tokens, out=out,
+        indptr=tier.t(indptr), multiplier=mult, page_size=ps, max_tokens=cap, out=out,
         kv_start_idx=None if starts is None else tier.t(starts))
     assert ret is out
     assert out.cpu().tolist() == expect

@@ -266,7 +266,7 @@ def test_read_table_packed_multiplier():
 
 
 def test_read_table_packed_with_kv_start():
-    out = [P] * 7
+    out = [P] * 8  # SPEC §2: out holds at least max_tokens elements
     K.read_table_packed(req_to_token=R2T_PS2, req_pool_indices=[0, 1], seq_lens=[4, 2], v2p=V2P,
                         indptr=[0, 4, 6], multiplier=1, page_size=2, max_tokens=8, out=out,
                         kv_start_idx=[3, 1])
@@ -278,7 +278,7 @@ def test_read_table_packed_with_kv_start():
     # b=1, pos 1, 2 at out[4], out[5]:
     #   pos 1: tok row1[0] = 10 -> page 5 -> 5 -> 10 + 1 = 11
     #   pos 2: tok row1[2] = 4 -> page 2 -> 2 -> 4 + 0 = 4
-    assert out == [9, 0, 1, 0, 11, 4, P]
+    assert out == [9, 0, 1, 0, 11, 4, P, P]
 
 
 def test_read_table_packed_page_size_1():

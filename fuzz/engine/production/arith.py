@@ -9,6 +9,7 @@ ints in a case file.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -57,6 +58,35 @@ def affine_ids(desc: Ints, n: int, device) -> torch.Tensor:
     lo, span, a, b, i0 = desc
     i = torch.arange(i0, i0 + n, dtype=LONG, device=device)
     return i.mul_(a).add_(b).remainder_(span).add_(lo)
+
+
+class AffineIds(Sequence):
+    """``affine_ids`` on the host, lazily (for the precondition checks): ``summary()`` bounds
+    the ids by ``[lo, lo + span)`` and knows them distinct when ``a`` is a unit mod ``span`` and
+    the slice fits it, so a 64k-id op is checked in O(1) (``kvref.preconditions.ids``)."""
+
+    def __init__(self, desc: Ints, n: int):
+        self.desc, self.n = tuple(desc), n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        lo, span, a, b, i0 = self.desc
+        return lo + (a * (i0 + i % self.n) + b) % span
+
+    def summary(self) -> tuple[int, int, bool]:
+        lo, span, a, b, i0 = self.desc
+        return lo, lo + span - 1, span >= 1 and a > 0 and math.gcd(a, span) == 1 and 0 <= i0 and i0 + self.n <= span
+
+
+def affine_list(desc: Ints, n: int) -> AffineIds:
+    """The ids of ``affine_ids``, on the host (a lazy sequence)."""
+    return AffineIds(desc, n)
 
 
 def affine_error(desc: Ints, n: int, lo_min: int, hi: int, what: str) -> str | None:

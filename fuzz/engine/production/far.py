@@ -44,6 +44,7 @@ from ..verdict import Divergence, Outcome, crash
 from .arith import LONG, cdiv, hash_int, shrunk_ints
 from .compare import Compare, packed_live
 from .ops import PRows, ScaleOp
+from .preflight import check_packed_call, check_table_call
 
 FAR = 1 << 31  # the element offset an int32 product cannot hold
 FAR_GUARD = 2  # red-zone rows on each side of the target's req_to_token
@@ -101,7 +102,10 @@ class PReadTableFar(ScaleOp):
     ``live[j]`` reads row ``read[j % len(read)]`` with ``seq_lens`` ``long_len`` for ``j == 0``
     and a seeded one in ``[1, long_len]`` after; every other batch row reads ``read[0]`` with length
     0. The rows' tokens are ``PRows(seed, len(read), width, src, 0)``'s. Packed: ``live`` is
-    every batch row, ``indptr`` their running sum."""
+    every batch row, ``indptr`` their running sum, ``max_pages`` a row's cap and the captured
+    ``out`` holds ``max_tokens = bs * max_pages`` (SPEC §2: ``indptr[bs] <= max_tokens`` and an
+    ``out`` of ``max_tokens``, as ``g_read_table``'s; cases written before this rule asked for an
+    ``out`` of the lengths' sum and ``max_tokens = max_pages``, which SPEC refuses)."""
 
     kind = "p_read_table_far"
     seed: int
@@ -150,6 +154,28 @@ class PReadTableFar(ScaleOp):
 
     def elements(self):
         return len(self.live) * self.max_pages
+
+    def max_tokens(self) -> int:
+        """The packed form's captured buffer: every row at its cap."""
+        return self.bs * self.max_pages
+
+    def preflight(self, ctx):
+        """The target's call (``rows`` x ``width``, every batch row); the oracle's compact one
+        reads the same rows, so its clauses are the same."""
+        lens, k = self.lens(ctx.config.page_size), len(self.read)
+        if self.packed:
+            indptr = [0]
+            for n in lens:
+                indptr.append(indptr[-1] + n)
+            check_packed_call(ctx, r2t_rows=self.rows, width=self.width, req_idx=[self.read[j % k] for j in self.live],
+                              seq_lens=lens, indptr=indptr, kv_start=None, max_tokens=self.max_tokens(),
+                              out_len=self.max_tokens())
+            return
+        seq, req = [0] * self.bs, [self.read[0]] * self.bs
+        for j, b in enumerate(self.live):
+            seq[b], req[b] = lens[j], self.read[j % k]
+        check_table_call(ctx, r2t_rows=self.rows, width=self.width, req_idx=req, seq_lens=seq,
+                         max_pages=self.max_pages, out_rows=self.bs, out_cols=self.max_pages)
 
     def need_bytes(self) -> int:
         """Bytes of the target's buffers (req_to_token with its red zones, and out)."""
@@ -218,7 +244,7 @@ class PReadTableFar(ScaleOp):
     def _table(self, run, i, oracle, target, common, lens, mem) -> Compare:
         dev, ps, cols = run.device, run.config.page_size, self.max_pages + OUT_SLACK_COLS
         o_buf = torch.full((len(self.live), cols), POISON, dtype=torch.int32, device=dev)
-        vo.read_table(max_pages=self.max_pages, out=o_buf[:, :self.max_pages], **oracle, **common)
+        vo.read_table(max_pages=self.max_pages, out=o_buf[:, :self.max_pages], clauses=run.clauses, **oracle, **common)
         # Buffer rows compared: the red-zone rows 0 and bs + 1, each live row and its neighbours.
         checked = sorted({0, self.bs + 1} | {b + d for b in self.live for d in (0, 1, 2)})
         checked_t = torch.tensor(checked, dtype=LONG, device=dev)
@@ -246,14 +272,14 @@ class PReadTableFar(ScaleOp):
         indptr = [0]
         for n in lens:
             indptr.append(indptr[-1] + n)
-        total = indptr[-1]
-        o_buf, t_buf = (torch.full((total + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
+        cap = self.max_tokens()  # the buffer captured at max_tokens (SPEC §2), poisoned past the live spans
+        o_buf, t_buf = (torch.full((cap + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
                         for _ in range(2))
         ip = torch.tensor(indptr, dtype=LONG, device=dev)
-        vo.read_table_packed(indptr=ip, out=o_buf[PACKED_SLACK:PACKED_SLACK + total], kv_start_idx=None,
-                             max_tokens=self.max_pages, **oracle, **common)
+        vo.read_table_packed(indptr=ip, out=o_buf[PACKED_SLACK:PACKED_SLACK + cap], kv_start_idx=None,
+                             max_tokens=cap, clauses=run.clauses, **oracle, **common)
         _call(run, i, self, lambda kern: kern.build_kv_read_table_packed(
-            indptr=ip.clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + total], max_tokens=self.max_pages,
+            indptr=ip.clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + cap], max_tokens=cap,
             **target, **common))
         spans = list(zip(indptr[:-1], lens))
         return Compare("out", o_buf, t_buf, live=lambda: packed_live(o_buf.numel(), spans, dev),

@@ -335,9 +335,11 @@ class ScaleGenerator:
         if bs * cols > lim.max_packed:  # most rows short: the total stays inside the budget
             n_long = max(1, min(n_long, lim.max_packed // max(1, cols) // 2))
         R = self.rows[0]
+        # gap 0: SPEC §2's indptr_consistent. The gap's old draw stays, so the sizes drawn after it are
+        # those tests/fuzz/test_palette.py measured the palette on.
         op = PReadTablePacked(seed=rng.randrange(1 << 30), bs=bs, max_tokens=cols,
                               req=(rng.randrange(R + 1), rng.randrange(R), R), long_len=long_len, n_long=n_long,
-                              gap=rng.choice((0, 0, 3)), has_start=rng.random() < 0.5, row_cap=cols)
+                              gap=0 * rng.choice((0, 0, 3)), has_start=rng.random() < 0.5, row_cap=cols)
         if op.elements() > 2 * lim.max_packed:
             op = dataclasses.replace(op, n_long=1, row_cap=min(cols, max(1, lim.max_packed // bs)),
                                      long_len=min(long_len, max(1, lim.max_packed // bs)))

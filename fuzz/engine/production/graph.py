@@ -35,6 +35,7 @@ from ..verdict import Outcome
 from .arith import LONG, cdiv, hash_int, out_cols
 from .compare import Compare, packed_live, table_live
 from .ops import PRows, ScaleOp
+from .preflight import check_packed_call, check_table_call
 
 # Ops that only allocate: a tensor they made holds no capture-time value a replay would need.
 _ALLOC_ONLY = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
@@ -255,6 +256,31 @@ class GReadTable(ScaleOp):
         s = hash_int(step + 1, self.seed + 2)
         return [0 if h % 3 == 0 else h % (self.width - n + 1) for n, h in ((n, hash_int(b, s)) for b, n in enumerate(seq))]
 
+    def step_inputs(self, step: int, ps: int) -> dict:
+        """The inputs ``step`` (-1: the capture) hands the kernel: req, seq, and when packed
+        indptr and start."""
+        seq = self.lens(step, ps)
+        vals = {"req": self.req_idx(step), "seq": seq}
+        if self.packed:
+            indptr = [0]
+            for n in seq:
+                indptr.append(indptr[-1] + n)
+            vals["indptr"] = indptr
+            vals["start"] = self.starts(step, seq)
+        return vals
+
+    def preflight(self, ctx):
+        """Every replay's inputs, and the capture's."""
+        total = self.bs * self.max_pages
+        for step in range(-1, self.steps):
+            v = self.step_inputs(step, ctx.config.page_size)
+            if self.packed:
+                check_packed_call(ctx, r2t_rows=self.rows, width=self.width, req_idx=v["req"], seq_lens=v["seq"],
+                                  indptr=v["indptr"], kv_start=v["start"], max_tokens=total, out_len=total)
+            else:
+                check_table_call(ctx, r2t_rows=self.rows, width=self.width, req_idx=v["req"], seq_lens=v["seq"],
+                                 max_pages=self.max_pages, out_rows=self.bs, out_cols=self.max_pages)
+
     # ---- running it ---------------------------------------------------------------------------------------
     def execute(self, run, i):
         cfg, dev, ps = run.config, run.device, run.config.page_size
@@ -286,14 +312,8 @@ class GReadTable(ScaleOp):
             return dict(args, max_pages=self.max_pages)
 
         def set_inputs(step: int) -> list[int]:
-            seq = self.lens(step, ps)
-            vals = {"req": self.req_idx(step), "seq": seq}
-            if self.packed:
-                indptr = [0]
-                for n in seq:
-                    indptr.append(indptr[-1] + n)
-                vals["indptr"] = indptr
-                vals["start"] = self.starts(step, seq)
+            vals = self.step_inputs(step, ps)
+            seq = vals["seq"]
             # One host-to-device copy for every input of the step (each copy from pageable memory
             # waits for the device), then device-side copies into both sides' static buffers.
             flat = torch.tensor([x for v in vals.values() for x in v], dtype=LONG).to(dev)
@@ -307,7 +327,7 @@ class GReadTable(ScaleOp):
 
         def oracle():
             fn = vo.read_table_packed if self.packed else vo.read_table
-            fn(**common(0, o_r2t, run.o_v2p))
+            fn(**common(0, o_r2t, run.o_v2p), clauses=run.clauses)
 
         target_args = common(1, t_r2t, run.t_v2p.view)
         fn_name = "build_kv_read_table_packed" if self.packed else "build_kv_read_table"

@@ -24,12 +24,14 @@ from typing import ClassVar, Iterator
 import torch
 
 import kvref
+from kvref import preconditions as pre
 
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
-from .arith import LONG, affine_error, affine_ids, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
+from .arith import LONG, affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
 from .compare import Compare, packed_live, table_live
+from .preflight import check_packed_call, check_table_call
 
 BUILD_CHUNK = 1 << 22  # req_to_token elements built per pass (bounds the int64 temporaries)
 
@@ -47,6 +49,12 @@ class ScaleOp(Op):
 
     def invalid(self, run) -> str | None:
         return None
+
+    def preflight(self, ctx) -> None:
+        """SPEC §2's preconditions of every kernel call this op makes, checked from its
+        parameters (``ctx``: ``config`` and ``rows_shape``, the run's or a generator's
+        twin) with ``kvref.preconditions``: host arithmetic, no device read. Raises the
+        clause's ContractViolation (``gate``: a generated op that does is kvfuzz's bug)."""
 
     def execute(self, run, i: int) -> Outcome:
         raise NotImplementedError
@@ -102,6 +110,10 @@ class PSetup(_Pairs):
 class PBind(_Pairs):
     kind = "p_bind"
 
+    def preflight(self, ctx):
+        pre.check_bind(rows=ctx.config.table_rows, v_pages=affine_list(self.v, self.n),
+                       p_pages=affine_list(self.p, self.n))
+
     def execute(self, run, i):
         v, p = self.ids(run.device)
         vo.bind(run.o_v2p, run.o_p2v, v, p)
@@ -125,6 +137,9 @@ class PAllocBind(ScaleOp):
         if self.start < c.min_page or self.start + self.n > c.num_pages:
             return f"p_alloc_bind: pages [{self.start}, {self.start + self.n}) leave the pool"
         return affine_error(self.v, self.n, c.min_page, c.num_pages, "p_alloc_bind v")
+
+    def preflight(self, ctx):
+        pre.check_alloc_bind(rows=ctx.config.table_rows, v_pages=affine_list(self.v, self.n), start_phys=self.start)
 
     def execute(self, run, i):
         v = affine_ids(self.v, self.n, run.device)
@@ -155,6 +170,11 @@ class PFreeUnbind(ScaleOp):
         if err is None and self.n and bool(run.o_v2p.index_select(0, affine_ids(self.v, self.n, run.device)).lt(0).any()):
             err = "p_free_unbind: a page is not bound (double free)"  # one host read; valid input only
         return err
+
+    def preflight(self, ctx):
+        """The ids' clauses (``free_unbind.bound`` needs the tables: ``invalid`` reads them)."""
+        pre.ids("free_unbind", affine_list(self.v, self.n), ctx.config.table_rows, "v_pages",
+                unique="free_unbind.v_unique")
 
     def execute(self, run, i):
         v = affine_ids(self.v, self.n, run.device)
@@ -310,6 +330,11 @@ class PReadTable(ScaleOp):
     def seq_lens(self, ps: int) -> list[int]:
         return _seq_lens(self.seed, self.bs, self.max_pages * ps, self.long_len, self.n_long)
 
+    def preflight(self, ctx):
+        check_table_call(ctx, r2t_rows=ctx.rows_shape[0], width=ctx.rows_shape[1], req_idx=_req_idx(self.req, self.bs),
+                         seq_lens=self.seq_lens(ctx.config.page_size), max_pages=self.max_pages,
+                         out_rows=self.bs, out_cols=self.max_pages)
+
     def elements(self):
         return self.bs * self.max_pages
 
@@ -322,7 +347,7 @@ class PReadTable(ScaleOp):
                                    device=dev) for _ in range(2))
         vo.read_table(req_to_token=run.o_r2t, req_pool_indices=req_t, seq_lens=seq_t, v2p=run.o_v2p,
                       multiplier=run.config.multiplier, page_size=ps, max_pages=self.max_pages,
-                      out=o_buf[1:1 + self.bs, :self.max_pages])
+                      out=o_buf[1:1 + self.bs, :self.max_pages], clauses=run.clauses)
         fn = "build_kv_read_table_legacy" if self.legacy else "build_kv_read_table"
         run.call_target(i, self, lambda k: getattr(k, fn)(
             req_to_token=run.t_r2t.view, req_pool_indices=req_t.clone(), seq_lens=seq_t.clone(), v2p=run.t_v2p.view,
@@ -403,6 +428,12 @@ class PReadTablePacked(ScaleOp):
     def elements(self):
         return sum(_seq_lens(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long))
 
+    def preflight(self, ctx):
+        seq, indptr, starts = self.layout(ctx.rows_shape[1])
+        check_packed_call(ctx, r2t_rows=ctx.rows_shape[0], width=ctx.rows_shape[1], req_idx=_req_idx(self.req, self.bs),
+                          seq_lens=seq, indptr=indptr, kv_start=starts, max_tokens=self.max_tokens,
+                          out_len=self.max_tokens)
+
     def inputs(self, run) -> tuple[list[int], list[int], dict]:
         """(seq_lens, indptr, their device tensors by name: req, seq, indptr, start)."""
         seq, indptr, starts = self.layout(run.rows_shape[1])
@@ -420,7 +451,7 @@ class PReadTablePacked(ScaleOp):
         common = dict(multiplier=run.config.multiplier, page_size=run.config.page_size, max_tokens=cap)
         vo.read_table_packed(req_to_token=run.o_r2t, req_pool_indices=ints["req"], seq_lens=ints["seq"],
                              v2p=run.o_v2p, indptr=ints["indptr"], out=o_buf[PACKED_SLACK:PACKED_SLACK + cap],
-                             kv_start_idx=ints.get("start"), **common)
+                             kv_start_idx=ints.get("start"), clauses=run.clauses, **common)
         start_t = ints["start"].clone() if "start" in ints else None
         run.call_target(i, self, lambda k: k.build_kv_read_table_packed(
             req_to_token=run.t_r2t.view, req_pool_indices=ints["req"].clone(), seq_lens=ints["seq"].clone(),

@@ -28,6 +28,7 @@ import kvref
 from kvref import ContractViolation
 
 from .. import vector_oracle as vo
+from ..gate import GeneratedInvalid, admit
 from ..knobs import apply as apply_knobs
 from ..memory import Guarded, index_canary
 from ..ops import Op, OpError
@@ -61,6 +62,7 @@ class ScaleRun:
         self.device = torch.device(tier.device)
         self.check_every = max(1, check_every)
         self.knobs, self.hostile, self.beat = knobs, hostile, beat
+        self.gate = False  # the track's generated sequences set it: a refused valid op is then exit 3
         self.dropped_knobs = apply_knobs(tier.kernels, knobs, strict=strict_knobs)
         rows = config.table_rows
         self.table_canary = index_canary(rows, TABLE_GUARD)  # read as a page id: lands in the trailing red zone
@@ -82,6 +84,7 @@ class ScaleRun:
         self.graph_not_applicable = 0
         self.shapes: dict | None = None  # the generator's summary, when a generator made the ops
         self.last: list[Compare] = []  # the results the last check compared (tests read them)
+        self.clauses: list = []  # the vector oracle's precondition flags, read with the next check
 
     # ---- state the ops share ----------------------------------------------------------------
     def set_rows(self, rows: torch.Tensor) -> None:
@@ -117,6 +120,10 @@ class ScaleRun:
             if err is not None:
                 self.stats.contract_ops += 1
                 return Outcome(error=ContractViolation(err))
+            if not isinstance(op, HostileOp):  # a hostile op breaks its clause on purpose
+                refused = self._preflight(i, op)
+                if refused is not None:
+                    return refused
             return op.execute(self, i)
         except Divergence:
             raise
@@ -125,6 +132,20 @@ class ScaleRun:
             if d is None:
                 raise
             raise d from None
+
+    def _preflight(self, i: int, op: ScaleOp) -> Outcome | None:
+        """SPEC §2's preconditions of the op's kernel calls (``ScaleOp.preflight``). Broken in a
+        generated op (``gate``): kvfuzz's own bug, exit 3 (``gate.GeneratedInvalid``); in a
+        replayed or minimized one: a refusal, like ``invalid``'s."""
+        if self.gate:
+            admit(i, op, lambda: op.preflight(self))
+            return None
+        try:
+            op.preflight(self)
+        except ContractViolation as exc:
+            self.stats.contract_ops += 1
+            return Outcome(error=exc)
+        return None
 
     def finish(self) -> None:
         self._since_state = self.check_every
@@ -141,7 +162,10 @@ class ScaleRun:
             self._since_state += 1
         state = state or (not results_only and self._since_state >= self.check_every)
         self.last = compares
-        flags: list[tuple[str, object, torch.Tensor]] = []
+        # The oracle's SPEC §2 flags first: an op that met preflight but whose tensors break a
+        # clause is kvfuzz's own bug whatever the target did.
+        flags: list[tuple[str, object, torch.Tensor]] = [("pre", name, f) for name, f in self.clauses]
+        self.clauses = []
         for cmp in compares:
             got = cmp.actual
             if not isinstance(got, torch.Tensor) or got.shape != cmp.expected.shape or got.dtype != cmp.expected.dtype:
@@ -169,7 +193,10 @@ class ScaleRun:
         except Exception as exc:  # noqa: BLE001 - an asynchronous device fault of the target surfaces here
             raise crash(i, op, exc, f"the device faulted after {op.kind if op else 'the run'}: {exc}") from None
         hits = [(what, item) for (what, item, _), b in zip(flags, bad) if b]
-        for what, item in sorted(hits, key=lambda h: ("zone", "state", "cmp").index(h[0])):
+        for what, item in sorted(hits, key=lambda h: ("pre", "zone", "state", "cmp").index(h[0])):
+            if what == "pre":
+                raise GeneratedInvalid(i, op, ContractViolation(
+                    f"the vector oracle found SPEC §2's {item} broken by the op's tensors", clause=item))
             if what == "zone":
                 raise Divergence(i, op, "memory", item, "canary", "overwritten", f"red zone around {item} was written")
             if what == "state":

@@ -58,6 +58,7 @@ class ProductionTrack(Track):
         info = self._info(tier, knobs, palette_seed)
         config, gen = generator(seed, info, limits=limits, mix=mix, big=big, hostile=hostile)
         run = ScaleRun(config, tier, check_every=check_every, knobs=knobs, hostile=hostile, beat=beat)
+        run.gate = True  # every op the generator emits as valid meets SPEC §2, or the run ends (exit 3)
         ops, d = [], None
         try:
             for _ in range(n_ops):

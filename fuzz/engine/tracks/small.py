@@ -51,7 +51,7 @@ class SmallTrack(Track):
                     on_op()
                 op = gen.next_op(run.spec)
                 ops.append(op)
-                gen.observe(op, run.step(op))
+                gen.observe(op, run.step(op, generated_valid=gen.last_violation is None))
             run.finish()
         except Divergence as exc:
             d = exc
