@@ -25,6 +25,8 @@ from .engine.supervise import EXIT_HARNESS
 from .engine.tiers import BACKENDS, SetupError, select_backend
 from .sync import cli as check_sync_cli
 
+WORK_BUDGET_S = 3600.0  # run's default budget with a work limit: a safety cap, not the measure of the run
+
 
 def _shard(text: str) -> tuple[int, int]:
     try:
@@ -82,7 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]",
                      help="allocator under test: MODULE_OR_FILE[:FACTORY] (docs/allocators.md; default: ours, kvkernels.allocator:DeviceAllocator)")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--budget-s", type=_positive(float), default=60.0, help="wall-clock budget, minimization included")
+    run.add_argument("--budget-s", type=_positive(float), default=None,
+                     help="wall-clock budget, minimization included (default: 60; with --max-sequences or "
+                          f"--max-ops, {WORK_BUDGET_S:g}: then only a safety cap, and a run it ends is not clean)")
+    run.add_argument("--max-sequences", type=_positive(int), default=None, metavar="N",
+                     help="end after N sequences of this shard, all workers together (worker w of W runs "
+                          "sequence indices w, w + W, ... below N): the same work on any machine for a seed and shard")
+    run.add_argument("--max-ops", type=_positive(int), default=None, metavar="N",
+                     help="end after N ops of this shard, all workers together (N // W each, one more for the "
+                          "first N %% W), in whole sequences: each worker ends the sequence that reaches its share")
+    run.add_argument("--stop-on-first", action="store_true",
+                     help="end as soon as the first finding is confirmed, minimized and written")
     run.add_argument("--out", default="kvfuzz-out", help="directory for case files")
     run.add_argument("--workers", type=_positive(int), default=1, help="worker processes (one GPU each on CUDA)")
     run.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N", help="this machine's share of the seeds")
@@ -210,7 +222,10 @@ def _cmd_run(args) -> int:
         if not tracks.get(args.scale).uses_allocator:
             raise SetupError(f"--allocator drives the allocator state machine (--scale small); --scale {args.scale} "
                              f"runs kernel-level ops only")
+    if args.budget_s is None:
+        args.budget_s = WORK_BUDGET_S if args.max_sequences or args.max_ops else 60.0
     opts = CampaignOptions(backend=args.backend, kernels=args.kernels, seed=args.seed, budget_s=args.budget_s,
+                           max_sequences=args.max_sequences, max_ops=args.max_ops, stop_on_first=args.stop_on_first,
                            out=args.out, workers=args.workers, shard=args.shard,
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
@@ -236,7 +251,7 @@ def _cmd_run(args) -> int:
           + (f"allocator={args.allocator} " if args.allocator else "") + f"shard={args.shard[0]}/{args.shard[1]} "
           f"workers={args.workers} scale={args.scale} sequences={s.sequences} ops={s.ops} ops/s={s.ops_per_s:.0f} "
           f"contract_ops={s.contract_ops} hostile={args.hostile} (probed: {probed}) faults={s.faults} "
-          f"failures={len(s.cases)} elapsed={s.elapsed_s:.1f}s"
+          f"failures={len(s.cases)} stopped_by={s.stopped_by} elapsed={s.elapsed_s:.1f}s"
           + (f" steady_ops/s={s.steady_ops_per_s:.0f}" if s.steady_ops_per_s else "")
           + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
           + (f" compile_s={s.compile_s:.1f} compiles={s.compiles}" if s.compile_s else "")
@@ -248,6 +263,8 @@ def _cmd_run(args) -> int:
         print(reports.stats_table(s))
     data = reports.summary_json(s, backend=args.backend, kernels=kernels, kernels_sha256=source_hash(kernels),
                                 options={"seed": args.seed, "budget_s": args.budget_s, "workers": args.workers,
+                                         "max_sequences": args.max_sequences, "max_ops": args.max_ops,
+                                         "stop_on_first": args.stop_on_first,
                                          "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
                                          "op_timeout": args.op_timeout or "auto", "reproduce": args.reproduce,

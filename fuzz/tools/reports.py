@@ -61,6 +61,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "notes": getattr(summary, "notes", []),
         "workers": getattr(summary, "workers", []),
         "interrupted": summary.interrupted,
+        "stopped_by": getattr(summary, "stopped_by", "budget"),
         "health": summary.health,
         "harness_errors": summary.harness_errors,
         "failures": [{"signature": str(c.signature), "case": str(p), "seed": c.seed,
