@@ -86,6 +86,22 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
     return data
 
 
+# What a summary measured rather than decided: the only fields that differ between two runs of
+# the same seed, shard and --max-sequences / --max-ops on one worker (``without_timing``).
+TIMING = ("ops_per_s", "steady_ops_per_s", "elapsed_s", "elements_per_s", "compile_s", "op_timeout_s")
+TIMING_WORKER = ("last_op_s", "longest_op_s")
+TIMING_FAILURE = ("found_after_s",)
+
+
+def without_timing(data: dict) -> dict:
+    """A summary JSON without its timing fields (``TIMING``): what a deterministic campaign
+    must reproduce byte for byte (``--op-timeout auto`` is 10x the longest op seen: timing)."""
+    out = {k: v for k, v in data.items() if k not in TIMING}
+    out["workers"] = [{k: v for k, v in w.items() if k not in TIMING_WORKER} for w in data.get("workers", [])]
+    out["failures"] = [{k: v for k, v in f.items() if k not in TIMING_FAILURE} for f in data.get("failures", [])]
+    return out
+
+
 def junit_xml(summary, *, backend: str, kernels: str, baseline=None) -> str:
     """With ``baseline`` (a Verdict), a known failure is a skipped test case with the
     baseline's reason, and each signature no longer seen a passing one that says so."""
