@@ -61,7 +61,8 @@ def test_a_faulty_kernel_set_yields_a_case_and_the_campaign_lives_on(name, worke
     assert found, show(r)
     assert all(f["found_after_s"] < summary["elapsed_s"] for f in found), found  # written as found, not at the end
     assert summary["stopped_by"] == "max-sequences" and summary["sequences"] == SEQUENCES, summary  # faults did
-    assert summary["restarts"] >= 1, summary  # not end it: a fresh worker ran the rest
+    assert summary["restarts"] >= 1 or name == "raises", summary  # not end it: a fresh worker ran the rest
+    # (raises.py's exception is a finding in a worker that lives on: nothing to replace)
     assert "Traceback" not in r.stderr, show(r)
     case = load_case(found[0]["case"])
     assert case.signature.oracle == oracle and case.ops and (case.fault or oracle == "crash")
