@@ -52,6 +52,11 @@ def _count(text: str) -> int:
     return value
 
 
+def _limit(text: str) -> int | None:
+    """A work limit: a whole number > 0, or an empty value for none (as ci/fuzz.sh passes an unset knob)."""
+    return None if text == "" else _positive(int)(text)
+
+
 def _positive(kind):
     def parse(text):
         try:
@@ -87,10 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget-s", type=_positive(float), default=None,
                      help="wall-clock budget, minimization included (default: 60; with --max-sequences or "
                           f"--max-ops, {WORK_BUDGET_S:g}: then only a safety cap, and a run it ends is not clean)")
-    run.add_argument("--max-sequences", type=_positive(int), default=None, metavar="N",
+    run.add_argument("--max-sequences", type=_limit, default=None, metavar="N",
                      help="end after N sequences of this shard, all workers together (worker w of W runs "
-                          "sequence indices w, w + W, ... below N): the same work on any machine for a seed and shard")
-    run.add_argument("--max-ops", type=_positive(int), default=None, metavar="N",
+                          "sequence indices w, w + W, ... below N): the same work on any machine for a seed and "
+                          "shard; an empty value means none")
+    run.add_argument("--max-ops", type=_limit, default=None, metavar="N",
                      help="end after N ops of this shard, all workers together (N // W each, one more for the "
                           "first N %% W), in whole sequences: each worker ends the sequence that reaches its share")
     run.add_argument("--stop-on-first", action="store_true",

@@ -64,17 +64,17 @@ def steady_rate(slots) -> float | None:
 
 def health(s, slots, opts) -> list[str]:
     """A run without failures is clean only if it exercised what the kernel set has."""
+    limits = [f"--{name.replace('_', '-')} {n}" for name in ("max_sequences", "max_ops")
+              if (n := getattr(opts, name, None)) is not None]
+    if limits and s.stopped_by == "budget" and not s.cases:
+        return [f"the budget ({opts.budget_s:g} s, only a safety cap here) ended the campaign before "
+                f"{' / '.join(limits)}: {s.sequences} sequences, {s.ops} ops ran (a longer --budget-s?)"]
     if s.ops == 0:
         return ["the campaign ran no ops (a budget too short to finish one?)"]
     stuck = [slot.index for slot in slots if slot.stuck >= MAX_RESTARTS_WITHOUT_PROGRESS]
     if stuck:
         return [f"worker {', '.join(map(str, stuck))} stopped making progress: {MAX_RESTARTS_WITHOUT_PROGRESS} "
                 f"restarts in a row ran no op"]
-    limits = [f"--{name.replace('_', '-')} {n}" for name in ("max_sequences", "max_ops")
-              if (n := getattr(opts, name, None)) is not None]
-    if limits and s.stopped_by == "budget" and not s.cases:
-        return [f"the budget ({opts.budget_s:g} s, only a safety cap here) ended the campaign before "
-                f"{' / '.join(limits)}: {s.sequences} sequences, {s.ops} ops ran (a longer --budget-s?)"]
     if s.faults or s.cases or s.interrupted or limits:
         return []  # cut short on purpose, or the counts of a dead worker are partial
     if s.ops < HEALTHY_OPS or s.sequences < 10:
