@@ -5,5 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash ci/setup.sh)
-"$PY" -m pytest -n "${KVFUZZ_TEST_WORKERS:-2}" "$@"
+# --dist worksteal: an idle worker takes queued tests from a busy one, so the long campaign
+# tests do not queue behind each other on one worker while the other has run dry.
+"$PY" -m pytest -n "${KVFUZZ_TEST_WORKERS:-2}" --dist worksteal "$@"
 "$PY" -m fuzz check-sync

@@ -8,7 +8,8 @@ there (PYTEST_DISABLE_PLUGIN_AUTOLOAD), because an installed kvfuzz registers th
 module as ``kvfuzz`` and pytest refuses one module under two names. By entry point
 (``-p kvfuzz``): only after ``pip install -e .``, so the slow test builds a fresh
 virtual environment (no system site packages: the current one has an editable kvfuzz
-of its own) and installs this tree into it.
+of its own) and installs this tree into it; it sees this environment's dependencies through
+links that leave kvfuzz out, so pip installs kvfuzz alone.
 """
 
 from __future__ import annotations
@@ -163,17 +164,42 @@ def test_profiles_apply_to_the_machine_only():
 # ---- loaded by entry point, after pip install -e . -----------------------------------------
 
 
+def _dependencies_of_this_environment(where: Path) -> Path:
+    """A folder of links to this environment's installed packages, kvfuzz's own left out (its
+    dist-info, its editable finder and every ``.pth``): what the fresh venv sees of torch,
+    Triton, Hypothesis and pytest, already installed, so ``pip install -e`` installs kvfuzz
+    alone (unpacking torch and Triton again took minutes on a loaded runner)."""
+    import torch
+
+    site = Path(torch.__file__).resolve().parents[1]
+    where.mkdir()
+    for entry in site.iterdir():
+        name = entry.name.lower()
+        if name.startswith(("kvfuzz", "__editable__", "fuzz", "kvref", "kvkernels")) or name.endswith(".pth"):
+            continue
+        (where / entry.name).symlink_to(entry)
+    return where
+
+
 def _fresh_venv(where: Path, tree: Path) -> Path:
-    """A virtual environment with kvfuzz's dependencies and ``tree`` installed editable."""
+    """A virtual environment with kvfuzz's dependencies and ``tree`` installed editable: no
+    kvfuzz in it but the one installed here."""
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
     python = where / "bin" / "python"
-    deps = subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0", "triton", "numpy",
-                           "hypothesis", "pytest"], capture_output=True, text=True, timeout=600)
-    if deps.returncode:
-        pytest.skip(f"cannot install kvfuzz's dependencies into a fresh venv here: {deps.stderr[-400:]}")
+    deps = _dependencies_of_this_environment(where.parent / "deps")
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    (Path(purelib) / "kvfuzz_test_deps.pth").write_text(f"{deps}\n")
     own = subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)], capture_output=True,
                          text=True, timeout=300)
+    if own.returncode and "No matching distribution" in own.stderr:
+        pytest.skip(f"cannot install kvfuzz's build requirements into a fresh venv here: {own.stderr[-400:]}")
     assert own.returncode == 0, own.stderr[-2000:]
+    found = subprocess.run([str(python), "-c", "import importlib.metadata as m, json; print(json.dumps([str(d._path) "
+                            "for d in m.distributions() if d.metadata['Name'] == 'kvfuzz']))"],
+                           capture_output=True, text=True, timeout=60)
+    where = json.loads(found.stdout)
+    assert where and not [w for w in where if w.startswith(str(deps))], where  # ours only: none through the links
     return python
 
 

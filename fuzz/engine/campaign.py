@@ -19,6 +19,13 @@ Seeds are split deterministically: shard ``I/N`` takes sequence numbers ``k`` wi
 ``k % N == I``, and worker ``w`` of ``W`` inside it takes every W-th of those, so a CI
 matrix or a cluster array covers one campaign without overlap. The budget bounds the
 whole run, minimization included (``minimize_s`` grants extra time past it).
+
+Work limits make a campaign deterministic: ``max_sequences`` / ``max_ops`` (``--max-sequences``,
+``--max-ops``, libFuzzer's ``-runs``) count a shard's work across its workers, split by worker
+index (``slot.share``); the campaign ends when every worker has run its share, the budget then
+only a safety cap. ``stop_on_first`` ends it once the first finding is confirmed, minimized
+and written. The summary's ``stopped_by`` says which of these (or the budget, or a signal)
+ended it.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from . import tracks
 from .case import Case, write_case
 from .confirm import DEFAULT_TRIES, Confirmer
 from .kinds import parse_ops
-from .slot import Slot
+from .slot import Slot, stop_reason
 from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, Summary, health, steady_rate
 from .supervise import (
     CTX,
@@ -78,7 +85,9 @@ class CampaignOptions:
     workers: int = 1
     shard: tuple[int, int] = (0, 1)
     ops_per_sequence: int | None = None  # default: the track's (200 small, 24 production)
-    max_sequences: int | None = None
+    max_sequences: int | None = None  # the shard's sequences, all workers together (slot.share splits them)
+    max_ops: int | None = None  # the shard's ops, all workers together, in whole sequences
+    stop_on_first: bool = False  # end once the first finding is confirmed, minimized and written
     scale: str = "small"  # the track (``tracks``): "small" or "production"
     check_every: int = 1  # full state checks every N ops (results are still diffed every op)
     hostile: str = "spec"
@@ -174,7 +183,8 @@ class Campaign:
     def _spawn(self, slot: Slot, start_k: int) -> None:
         slot.start_k, slot.warm, slot.found_steps = start_k, slot.restarts == 0, {}
         slot.child = Child("fuzz.engine.worker:fuzz_main",
-                           (self.opts, slot.index, start_k, self.deadline_wall, self.queue, slot.restarts == 0),
+                           (self.opts, slot.index, start_k, self.deadline_wall, self.queue, slot.restarts == 0,
+                            slot.counted["ops"]),
                            log_dir=self.log_dir, gpu=self._gpu(slot.index), env=self.opts.child_env())
         slot.knobs = None
 
@@ -236,7 +246,7 @@ class Campaign:
             child = slot.child
             if not slot.done and child is not None and child.alive() and child.slots[PHASE] == SETUP:
                 slot.retire()
-                slot.done = True
+                slot.done, slot.stopped_by = True, "budget"
 
     def _line_every(self) -> float:
         return 0.5 if self.progress is not None and self.progress.isatty() else self.opts.progress_s
@@ -283,6 +293,7 @@ class Campaign:
             slot.reported_harness = True
         elif kind == "done":
             slot.done = True
+            slot.stopped_by = msg[3] if len(msg) > 3 else None
 
     # ---- deaths and hangs -------------------------------------------------------------------
     def _watch(self, slot: Slot) -> None:
@@ -329,14 +340,24 @@ class Campaign:
                      history=slot.history(self.opts, child.slots[SEQ], seed))
         self._restart(slot)
 
+    def _halt_workers(self) -> None:
+        """Stop every worker now (``--stop-on-first``): what they ran so far is counted."""
+        for slot in self.slots:
+            if slot.child is not None:
+                slot.retire()
+            slot.done = True
+
     def _restart(self, slot: Slot) -> None:
         child = slot.child
+        if child is None:  # halted (``_halt_workers``)
+            return
         next_k = child.slots[SEQ] + 1  # past the sequence it died in (a warm-up one says k - 1)
         ran = slot.retire()
         slot.reported_harness = False
         slot.stuck = 0 if ran else slot.stuck + 1
-        if self.stop or time.monotonic() >= self.deadline or slot.stuck >= MAX_RESTARTS_WITHOUT_PROGRESS:
-            slot.done = True
+        why = stop_reason(self.opts, slot.index, next_k, slot.counted["ops"], self.deadline, lambda: False)
+        if self.stop or why or slot.stuck >= MAX_RESTARTS_WITHOUT_PROGRESS:
+            slot.done, slot.stopped_by = True, why  # its share of the work done: no fresh worker to start
             return
         slot.restarts += 1
         self.summary.restarts += 1
@@ -345,6 +366,9 @@ class Campaign:
     # ---- cases ---------------------------------------------------------------------------------
     def _record(self, finding, config, ops, seed, scenario, knobs, extra=None, history=None) -> None:
         sig = finding.signature
+        if self.opts.stop_on_first and not self.cases:  # the first: fuzz no further, confirm and minimize it
+            self.stop = self.stop or "first-finding"
+            self._halt_workers()
         with self.lock:
             self.summary.occurrences[sig] = self.summary.occurrences.get(sig, 0) + 1
             if sig in self.cases:
@@ -440,7 +464,7 @@ class Campaign:
             if slot.child is not None:
                 slot.last_op_s = max(slot.last_op_s, slot.child.running_for())
                 slot.retire()
-        if self.stop and self.stop not in ("enough failures",):
+        if self.stop in ("SIGTERM", "SIGINT"):
             for executor in list(self.executors):
                 executor.shutdown()
         for t, until in self.threads:
@@ -455,6 +479,7 @@ class Campaign:
         s = self.summary
         s.elapsed_s = time.monotonic() - self.start
         s.interrupted = self.stop if self.stop in ("SIGTERM", "SIGINT") else None
+        s.stopped_by = stopped_by(self.stop, self.slots)
         for slot in self.slots:
             s.ops += slot.counted["ops"]
             s.sequences += slot.counted["sequences"]
@@ -480,6 +505,21 @@ class Campaign:
         s.health = health(s, self.slots, self.opts)
         s.steady_ops_per_s = steady_rate(self.slots)
         return s
+
+def stopped_by(stop: str | None, slots: list[Slot]) -> str:
+    """What ended the campaign (``Summary.stopped_by``): a signal, the first finding
+    (``--stop-on-first``), enough failures (``stop_after``), else what ended its workers:
+    the budget if it ended any of them (their work limits were then not reached), else
+    ``max-ops``, ``max-sequences`` or ``exhausted`` (a track with nothing left to run). A
+    worker position that stopped for none of these (it could no longer set up, or made no
+    progress: ``health`` says so) does not count."""
+    if stop in ("SIGTERM", "SIGINT"):
+        return "signal"
+    if stop is not None:
+        return "first-finding" if stop == "first-finding" else "enough-failures"
+    why = {slot.stopped_by if slot.done else "budget" for slot in slots}  # not done: the loop's own cap
+    return next((w for w in ("budget", "max-ops", "max-sequences", "exhausted") if w in why), "budget")
+
 
 def run_campaign(opts: CampaignOptions, progress=None, out=None) -> Summary:
     """Run a supervised campaign. ``progress``: where progress lines go (default: stderr)."""

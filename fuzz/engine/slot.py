@@ -6,6 +6,8 @@ it started), for a finding that needs what came before it (``confirm``).
 
 from __future__ import annotations
 
+import time
+
 from .generate import warmup_seed
 from .supervise import CONTRACT, OPS, SEQS, Child
 
@@ -18,6 +20,33 @@ def sequence_seed(opts, worker: int, k: int) -> int:
     shard_i, shard_n = opts.shard
     index = (k * opts.workers + worker) * shard_n + shard_i
     return opts.seed * 1_000_003 + index
+
+
+def share(total: int | None, workers: int, worker: int) -> int | None:
+    """Worker ``worker``'s part of a shard's ``--max-sequences`` or ``--max-ops`` ``total``
+    (None: no limit): ``total // workers``, one more for the first ``total % workers``
+    workers. For sequences that is exactly the shard's sequence indices ``0 .. total - 1``
+    (``sequence_seed``: worker ``w`` runs indices ``k * workers + w``), so the same total
+    runs the same sequences whatever the worker count."""
+    if total is None:
+        return None
+    return total // workers + (1 if worker < total % workers else 0)
+
+
+def stop_reason(opts, worker: int, k: int, ops: int, deadline: float, exhausted) -> str | None:
+    """Why worker ``worker`` starts no sequence ``k`` after ``ops`` ops of its position (its
+    earlier children's included), or None: the budget, its share of ``--max-sequences`` or
+    ``--max-ops`` (``slot.share``; ops are whole sequences, so a share is reached at the end
+    of the sequence that crosses it), or a track with nothing left to run."""
+    if time.monotonic() >= deadline:
+        return "budget"
+    quota = share(opts.max_sequences, opts.workers, worker)
+    if quota is not None and k >= quota:
+        return "max-sequences"
+    quota = share(opts.max_ops, opts.workers, worker)
+    if quota is not None and ops >= quota:
+        return "max-ops"
+    return "exhausted" if exhausted() else None
 
 
 class Slot:
@@ -40,6 +69,7 @@ class Slot:
         self.found_steps: dict[int, int] = {}  # seed -> the step its sequence stopped at (a finding)
         self.last_op_s = 0.0  # how long the last op of this slot had run when the run ended
         self.longest = 0.0  # the longest op of its earlier children
+        self.stopped_by: str | None = None  # why it is done: a work limit, the budget, ... (Summary.stopped_by)
 
     def retire(self) -> int:
         """Count the current child's work (its heartbeat is exact, its last report may be a

@@ -31,6 +31,9 @@ class Summary:
     occurrences: dict = field(default_factory=dict)  # signature -> times seen
     harness_errors: list = field(default_factory=list)
     interrupted: str | None = None
+    # What ended it: "max-sequences", "max-ops" (its work limits), "budget", "first-finding"
+    # (--stop-on-first), "enough-failures" (stop_after), "signal", "exhausted" (nothing left to run)
+    stopped_by: str = "budget"
     health: list = field(default_factory=list)  # why a run without failures is still not clean
     steady_ops_per_s: float | None = None  # after the workers' warm-up (GPU: no Triton compile in it)
     found_after: dict = field(default_factory=dict)  # signature -> seconds into the run
@@ -73,13 +76,18 @@ def steady_rate(slots) -> float | None:
 
 def health(s, slots, opts) -> list[str]:
     """A run without failures is clean only if it exercised what the kernel set has."""
+    limits = [f"--{name.replace('_', '-')} {n}" for name in ("max_sequences", "max_ops")
+              if (n := getattr(opts, name, None)) is not None]
+    if limits and s.stopped_by == "budget" and not s.cases:
+        return [f"the budget ({opts.budget_s:g} s, only a safety cap here) ended the campaign before "
+                f"{' / '.join(limits)}: {s.sequences} sequences, {s.ops} ops ran (a longer --budget-s?)"]
     if s.ops == 0:
         return ["the campaign ran no ops (a budget too short to finish one?)"]
     stuck = [slot.index for slot in slots if slot.stuck >= MAX_RESTARTS_WITHOUT_PROGRESS]
     if stuck:
         return [f"worker {', '.join(map(str, stuck))} stopped making progress: {MAX_RESTARTS_WITHOUT_PROGRESS} "
                 f"restarts in a row ran no op"]
-    if s.faults or s.cases or s.interrupted or opts.max_sequences is not None:
+    if s.faults or s.cases or s.interrupted or limits:
         return []  # cut short on purpose, or the counts of a dead worker are partial
     if s.ops < HEALTHY_OPS or s.sequences < 10:
         return []  # too short a run for a missing kind to mean anything (each is >= 1% of ops)

@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 
-from .supervise import CONTRACT, EXIT_DEVICE, EXIT_HARNESS, EXIT_RESTART, IDLE, SEQ, Beat
+from .supervise import CONTRACT, EXIT_DEVICE, EXIT_HARNESS, EXIT_RESTART, IDLE, OPS, SEQ, Beat
 
 
 def set_order(tier, mode: dict, seed: int | None = None) -> None:
@@ -55,9 +55,12 @@ def _tier(spec, report) -> object | None:
     return None
 
 
-def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float, queue, warm: bool = True) -> None:
-    """Fuzz sequences ``start_k, start_k + 1, ...`` of this worker until the deadline. ``warm``:
-    on a GPU, run the warm-up sequences first (a restarted worker does not)."""
+def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float, queue, warm: bool = True,
+              ops_before: int = 0) -> None:
+    """Fuzz sequences ``start_k, start_k + 1, ...`` of this worker until the deadline or its
+    share of the work limits (``stop_reason``; ``ops_before``: what earlier children of its
+    position ran). ``warm``: on a GPU, run the warm-up sequences first (a restarted worker
+    does not)."""
     beat.slots[SEQ] = start_k - 1  # dead before its first sequence: the parent resumes at start_k
     tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
     if tier is None:
@@ -66,7 +69,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .health import charged, fault_of
     from .knobs import choose as choose_knobs
     from .launches import compile_seconds, compiles
-    from .slot import sequence_seed
+    from .slot import sequence_seed, stop_reason
     from .tiers import SetupError, count_launches
     from .verdict import RunStats, is_cuda_error, poisoned, unrun_kind
 
@@ -101,9 +104,10 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     not_applicable: dict[str, int] = {}  # what a sequence could not check, and why (e.g. graph replay on a torch path)
     unrun_by_kind: dict[str, int] = {}  # ops that did not run, by kind (a far op with no memory for it)
     k = start_k
+    stopped = None
     try:
-        while (time.monotonic() < deadline and (opts.max_sequences is None or k < opts.max_sequences)
-               and not track.exhausted(tier)):
+        while (stopped := stop_reason(opts, worker, k, ops_before + beat.slots[OPS], deadline,
+                                      lambda: track.exhausted(tier))) is None:
             if warm_left:
                 warm_left -= 1
                 seed = warmup_seed(track.gpu_warmup - 1 - warm_left)
@@ -158,7 +162,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         sys.exit(EXIT_HARNESS)
     beat.phase(IDLE)
     report(final=True)
-    queue.put(("done", worker, k))
+    queue.put(("done", worker, k, stopped))
 
 
 def executor_main(beat: Beat, tier_spec, conn) -> None:

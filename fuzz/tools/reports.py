@@ -62,6 +62,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "notes": getattr(summary, "notes", []),
         "workers": getattr(summary, "workers", []),
         "interrupted": summary.interrupted,
+        "stopped_by": getattr(summary, "stopped_by", "budget"),
         "health": summary.health,
         "harness_errors": summary.harness_errors,
         "failures": [{"signature": str(c.signature), "case": str(p), "seed": c.seed,
@@ -84,6 +85,22 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         data["baseline"] = baseline.to_json()
         data["exit_code"] = run_exit_code(summary, baseline)
     return data
+
+
+# What a summary measured rather than decided: the only fields that differ between two runs of
+# the same seed, shard and --max-sequences / --max-ops on one worker (``without_timing``).
+TIMING = ("ops_per_s", "steady_ops_per_s", "elapsed_s", "elements_per_s", "compile_s", "op_timeout_s")
+TIMING_WORKER = ("last_op_s", "longest_op_s")
+TIMING_FAILURE = ("found_after_s",)
+
+
+def without_timing(data: dict) -> dict:
+    """A summary JSON without its timing fields (``TIMING``): what a deterministic campaign
+    must reproduce byte for byte (``--op-timeout auto`` is 10x the longest op seen: timing)."""
+    out = {k: v for k, v in data.items() if k not in TIMING}
+    out["workers"] = [{k: v for k, v in w.items() if k not in TIMING_WORKER} for w in data.get("workers", [])]
+    out["failures"] = [{k: v for k, v in f.items() if k not in TIMING_FAILURE} for f in data.get("failures", [])]
+    return out
 
 
 def junit_xml(summary, *, backend: str, kernels: str, baseline=None) -> str:

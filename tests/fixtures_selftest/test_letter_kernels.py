@@ -90,11 +90,12 @@ def test_each_set_breaks_ranks_with_indep_only_where_its_precondition_is_broken(
 
 
 def _campaign(stem: str, scale: str, out: Path) -> tuple[int, str]:
-    # A short budget (until --max-sequences lands: then one sequence); op-timeout generous because
-    # this 2-core CI machine runs other tests beside it (a production op can take 30 s there).
+    # A budget of work, not seconds (the same ops on a loaded CI runner as on an idle one): one
+    # sequence, at production scale of 12 ops; op-timeout generous because this 2-core CI machine
+    # runs other tests beside it (a production op can take 30 s there).
+    work = ["--max-sequences", "1"] + (["--ops-per-sequence", "12"] if scale == "production" else [])
     cmd = [sys.executable, "-m", "fuzz", "run", "--backend", "interpret", "--kernels", str(LETTER / f"{stem}.py"),
-           "--scale", scale, "--budget-s", "12" if scale == "production" else "10", "--workers", "1",
-           "--op-timeout", "300", "--out", str(out)]
+           "--scale", scale, *work, "--budget-s", "600", "--workers", "1", "--op-timeout", "300", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     return proc.returncode, proc.stdout + proc.stderr
 

@@ -197,7 +197,7 @@ def test_what_a_worker_with_a_palette_ran_regenerates_from_its_hello(monkeypatch
             sent.append(msg)
 
     opts = CampaignOptions(backend="torch", scale="production", palette="on", seed=3, workers=2,
-                           max_sequences=3, ops_per_sequence=10)
+                           max_sequences=6, ops_per_sequence=10)  # the shard's 6: worker 1 runs 3
     beat = supervise.Beat([0] * supervise.SLOTS)
     worker.fuzz_main(beat, opts, 1, 0, time.time() + 120, Queue())
     hello = next(m[2] for m in sent if m[0] == "hello")

@@ -1,11 +1,16 @@
 """Verdicts a user can act on: every fault is a case that replays, every correct set is clean.
 
-Each fixture (tests/fixtures/kernels/foreign/, see its README) runs in a 45 s interpreter
-campaign with the default flags, as a new user would run it: a late hang, an exit on the
-Nth call of a process, a SIGKILL, a bug that fires on one call in three, a correct set
-that spams both streams, and a correct set that takes seconds per op. The faulty ones must
-give exit 1 and a case whose replay exits 1 (the flaky one within its retries, its rate in
-the case); the correct ones exit 0 with no case.
+Each fixture (tests/fixtures/kernels/foreign/, see its README) runs in an interpreter
+campaign with the default flags but a limit of work (``--max-sequences``, so each runs as
+long as its fault needs, on any machine): an exit on the Nth call of a process, a SIGKILL,
+a bug that fires on one call in three, a correct set that spams both streams, and a correct
+set that takes a while per op. One, the late hang, is a wall-clock mechanism and keeps a
+budget: it hangs at the budget's end, and the default ``--op-timeout auto`` (10 s at least)
+must still tell it. The crash fixtures run ``--no-minimize``: without a budget to stop it,
+shrinking a crash replays each crashing candidate in a fresh interpreter process (minutes,
+and nothing here is about the minimizer). The faulty
+ones must give exit 1 and a case whose replay exits 1 (the flaky one within its retries, its
+rate in the case); the correct ones exit 0 with no case.
 """
 
 from __future__ import annotations
@@ -25,25 +30,29 @@ from fuzz.engine.verdict import Finding, Signature
 from tests.fuzz.test_engine import REPO, kvfuzz, show
 
 FOREIGN = REPO / "tests/fixtures/kernels/foreign"
-BUDGET_S = 45
+HANG_BUDGET_S, HANG_AFTER_S = 20, 14  # hang_late: every free of 2+ pages hangs from 14 s into a 20 s budget
 needs_interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                        reason="Triton's interpreter is off (a GPU is present)")
 
-# fixture -> (the oracle/field its case must have, or None for a correct set; extra environment)
+# fixture -> (the oracle/field its case must have, or None for a correct set; extra environment; the
+# run's limits). Seed 0 meets each fault in its first sequences (measured at 0a8ebf0: sigkill, flaky in
+# sequence 0, exit_nth's 40th free in sequence 1), and every faulty run goes on past its fault.
 VERDICTS = {
-    "hang_late": (("timeout", "no-progress"), {"KVFUZZ_FIXTURE_HANG_AFTER": "late"}),
-    "exit_nth": (("crash", "exit-0"), {"KVFUZZ_FIXTURE_EXIT_AT": "300"}),
-    "sigkill": (("crash", "SIGKILL"), {}),
-    "flaky": (("state", None), {}),
-    "noisy": (None, {}),
-    "slow": (None, {"KVFUZZ_FIXTURE_SLOW_S": "0.4"}),
+    "hang_late": (("timeout", "no-progress"), {"KVFUZZ_FIXTURE_HANG_AFTER": "late"},
+                  ("--budget-s", HANG_BUDGET_S, "--no-minimize")),
+    "exit_nth": (("crash", "exit-0"), {}, ("--max-sequences", 3, "--no-minimize")),
+    "sigkill": (("crash", "SIGKILL"), {}, ("--max-sequences", 2, "--no-minimize")),
+    "flaky": (("state", None), {}, ("--max-sequences", 2, "--stop-on-first")),  # a flaky case's minimizing is long
+    "noisy": (None, {}, ("--max-sequences", 2)),
+    "slow": (None, {"KVFUZZ_FIXTURE_SLOW_S": "0.4"}, ("--max-sequences", 1, "--ops-per-sequence", 12)),
 }
+STOPPED_BY = {"hang_late": "budget", "flaky": "first-finding"}  # the rest: max-sequences
 
 
 def _env(extra: dict, start: float) -> dict:
     env = dict(extra)
-    if env.get("KVFUZZ_FIXTURE_HANG_AFTER") == "late":  # the hang starts 35 s into the 45 s budget
-        env["KVFUZZ_FIXTURE_HANG_AFTER"] = str(start + 35)
+    if env.get("KVFUZZ_FIXTURE_HANG_AFTER") == "late":  # the hang starts near the budget's end
+        env["KVFUZZ_FIXTURE_HANG_AFTER"] = str(start + HANG_AFTER_S)
     return env
 
 
@@ -51,26 +60,30 @@ def _env(extra: dict, start: float) -> dict:
 @needs_interpreter
 @pytest.mark.parametrize("name", sorted(VERDICTS))
 def test_every_fixture_gets_the_right_verdict_with_default_flags(name, tmp_path):
-    expected, extra = VERDICTS[name]
+    expected, extra, limits = VERDICTS[name]
     out, summary_file = tmp_path / "cases", tmp_path / "summary.json"
     start = time.time()
     env = _env(extra, start)
-    r = kvfuzz("run", "--backend", "interpret", "--kernels", FOREIGN / f"{name}.py", "--budget-s", BUDGET_S,
-               "--out", out, "--summary", summary_file, timeout=BUDGET_S + 240, **env)
+    r = kvfuzz("run", "--backend", "interpret", "--kernels", FOREIGN / f"{name}.py", *limits,
+               "--out", out, "--summary", summary_file, timeout=400, **env)
     summary = json.loads(summary_file.read_text())
+    assert summary["stopped_by"] == STOPPED_BY.get(name, "max-sequences"), show(r)
     if expected is None:
         assert r.returncode == 0, show(r)
         assert summary["failures"] == [] and not list(out.glob("*.json")), show(r)
         assert "PASS" not in r.stdout.split("kvfuzz run:")[0] or name != "noisy", "a child's stdout reached ours"
         return
     assert r.returncode == 1, show(r)
+    if name in ("exit_nth", "sigkill"):  # the worker was replaced and ran the rest of its sequences
+        assert summary["restarts"] >= 1 and summary["sequences"] == int(limits[1]), summary
     oracle, field = expected
     mine = [f for f in summary["failures"]
             if f["signature"].split("/")[1] == oracle and (field is None or f["signature"].split("/")[2] == field)]
     assert mine, show(r)
     if name == "hang_late":
-        assert min(f["found_after_s"] for f in mine) >= 30, mine  # it started late, and was still reported
-        assert summary["elapsed_s"] < BUDGET_S + 90, summary["elapsed_s"]
+        assert min(f["found_after_s"] for f in mine) >= HANG_AFTER_S - 1, mine  # it started late, still reported
+        assert summary["elapsed_s"] < HANG_BUDGET_S + 90, summary["elapsed_s"]
+        assert summary["options"]["op_timeout"] == "auto" and summary["op_timeout_s"] >= 10, summary
     # Each such case replays with exit 1 (a flaky one within its retries), with no flag given.
     reproducible = [f for f in mine if (f.get("reproduced") or {}).get("k")]
     if name == "hang_late" and not reproducible:
@@ -79,7 +92,7 @@ def test_every_fixture_gets_the_right_verdict_with_default_flags(name, tmp_path)
         # case must say what its replays failed as, and a replay must still fail with a hang.
         for f in mine:
             assert "replayed, it failed as" in f["history_note"] and "timeout/no-progress" in f["history_note"], f
-            rr = kvfuzz("replay", f["case"], timeout=300, **env)
+            rr = kvfuzz("replay", f["case"], "--op-timeout", 10, timeout=300, **env)  # a hang: 10 s tell it
             assert rr.returncode == 1 and "FAIL" in rr.stdout and "timeout/no-progress" in rr.stdout, show(rr)
         return
     assert reproducible, mine
@@ -88,7 +101,7 @@ def test_every_fixture_gets_the_right_verdict_with_default_flags(name, tmp_path)
         assert case.reproduced["n"] >= 1 and case.mode["hostile"] == "spec"
         if 0 < case.reproduced["k"] < case.reproduced["n"]:
             assert case.flaky
-        rr = kvfuzz("replay", f["case"], timeout=300, **env)
+        rr = kvfuzz("replay", f["case"], *(("--op-timeout", 10) if name == "hang_late" else ()), timeout=300, **env)
         assert rr.returncode == 1, show(rr)
         assert "FAIL" in rr.stdout and str(case.signature) in rr.stdout, show(rr)
 

@@ -298,7 +298,7 @@ def real_shards(tmp_path_factory):
     runs = []
     for i, extra in ((0, []), (1, ["--baseline", baseline])):
         out = tmp / f"kvfuzz-out-shard-{i}"
-        r = kvfuzz("run", "--backend", "torch", "--kernels", FAKES / "past_prefix.py", "--budget-s", 8,
+        r = kvfuzz("run", "--backend", "torch", "--kernels", FAKES / "past_prefix.py", "--max-sequences", 4,
                    "--workers", 1, "--shard", f"{i}/2", "--out", out, "--summary", out / "summary.json",
                    "--junit-xml", out / "junit.xml", *extra)
         runs.append(r)
