@@ -149,6 +149,9 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             if poisoned(d) or fault is not None:
                 report()
                 sys.exit(EXIT_RESTART)
+            if d is not None and opts.stop_on_first:  # fuzz no further: the same work on any machine, not
+                stopped = "first-finding"            # however long the parent's halt takes to arrive
+                break
             if time.monotonic() - sent > 2.0:
                 report()
                 sent = time.monotonic()
