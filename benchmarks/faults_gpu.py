@@ -90,12 +90,13 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=30.0)
     ap.add_argument("--out", default=os.environ.get("OUT") or "faults-gpu")
     ap.add_argument("--dry-run", action="store_true", help="the CPU: interpreter, async_fault.py, one campaign")
+    ap.add_argument("--sets", nargs="*", help=f"the kernel sets (default: {', '.join(GPU_SETS)})")
     ap.add_argument("--parallel", type=int, default=1, help="campaigns run side by side (one GPU shared)")
     ap.add_argument("--run-arg", action="append", default=[], help="one more argument for kvfuzz run (repeatable)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    backend, sets = ("interpret", CPU_SETS) if args.dry_run else ("cuda", GPU_SETS)
+    backend, sets = ("interpret", CPU_SETS) if args.dry_run else ("cuda", tuple(args.sets or GPU_SETS))
     campaigns, budget = (1, min(args.budget_s, 15.0)) if args.dry_run else (args.campaigns, args.budget_s)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if args.dry_run:

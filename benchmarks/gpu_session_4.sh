@@ -38,9 +38,17 @@ summarize() {  # NAME...: the fields the issues ask for, from each campaign's su
     summarize far-share-1w far-share-8w
   fi
   if [ "$PART" = faults ]; then
-    step "pytest -m cuda"
-    timeout 330 $PY -m pytest -q -p no:cacheprovider -n 8 -m cuda tests 2>&1 | tail -15
-    step "faults_gpu.py: an out-of-bounds free and a device assert, 10 campaigns each"
-    timeout 300 $PY benchmarks/faults_gpu.py --campaigns 10 --parallel 5 --budget-s 25 --out "$OUT" 2>&1 | tail -40
+    step "faults_gpu.py: an out-of-bounds free and a device assert, 10 campaigns each, 5 side by side"
+    timeout 290 $PY benchmarks/faults_gpu.py --campaigns 10 --parallel 5 --budget-s 30 --out /tmp/faults 2>&1 | tail -20
+    cp /tmp/faults/faults-gpu.json "$OUT/" 2>/dev/null
+    step "pytest -m cuda (the 20-campaign illegal-address test 5 side by side)"
+    KVFUZZ_FAULT_PARALLEL=5 timeout 270 $PY -m pytest -q -p no:cacheprovider -n 8 -m cuda tests 2>&1 | tail -15
+  fi
+  if [ "$PART" = faults2 ]; then  # what the faults part's limits cut: the device assert, and pytest -m cuda
+    step "faults_gpu.py: a device assert, 10 campaigns side by side"
+    timeout 170 $PY benchmarks/faults_gpu.py --sets device_assert.py --campaigns 10 --parallel 10 --budget-s 30 --out /tmp/faults 2>&1 | tail -5
+    cp /tmp/faults/faults-gpu.json "$OUT/faults-gpu-device-assert.json" 2>/dev/null
+    step "pytest -m 'cuda and not slow'"
+    timeout 200 $PY -m pytest -q -p no:cacheprovider -n 8 -m "cuda and not slow" tests 2>&1 | grep -v Warning | tail -8
   fi
 } 2>&1 | tee "$OUT/session-$PART.log"

@@ -56,7 +56,7 @@ def test_help_shows_defaults_and_there_is_a_version():
 def failing_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reports")
     summary, junit = tmp / "summary.json", tmp / "junit.xml"
-    r = kvfuzz("run", "--kernels", FAKES / "past_prefix.py", "--max-sequences", 2, "--out", tmp / "cases",
+    r = kvfuzz("run", "--kernels", FAKES / "past_prefix.py", "--max-sequences", 8, "--out", tmp / "cases",
                "--summary", summary, "--junit-xml", junit, "--stats")
     assert r.returncode == 1, show(r)
     return r, json.loads(summary.read_text()), ET.parse(junit).getroot()

@@ -85,8 +85,8 @@ def test_valid_input_is_clean(sglang_site, tmp_path):
 
 def test_spec_hostile_classes_find_exactly_the_baseline(sglang_site, tmp_path):
     # Seed 0 reaches both free classes in its first 3 sequences and probes read_table_seq_lens
-    # within 8 (measured at 0a8ebf0); minimizing is not what this test is about.
-    r, summary = _campaign(sglang_site, tmp_path, "spec", 8, "--no-minimize")
+    # within 16 (8 at 0a8ebf0, before issue 22's generator fixes); minimizing is not what this test is about.
+    r, summary = _campaign(sglang_site, tmp_path, "spec", 16, "--no-minimize")
     known = json.loads(BASELINE.read_text())
     assert known["schema"] == "kvfuzz-baseline/1"
     found = {f["signature"] for f in summary["failures"]}

@@ -347,11 +347,11 @@ def test_cli_finds_each_planted_bug_and_the_case_replays(tmp_path, bug):
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Triton's interpreter is off (a GPU is present)")
 def test_cli_interpreter_tier_finds_a_bug_and_replays_it(tmp_path):
-    """Bounded by work, not time: seed 1's first sequence meets the planted flush bug (at its
-    112th op, measured at 0a8ebf0), so one sequence finds it on a machine of any speed (a 20 s
+    """Bounded by work, not time: seed 1 meets the planted flush bug in its 7th sequence (measured
+    after issue 22's generator fixes), and the run stops there, on a machine of any speed (a 20 s
     budget once ran 6 sequences of seed 0 on a loaded runner and missed it)."""
     out = tmp_path / "out"
-    r = kvfuzz("run", "--backend", "interpret", "--seed", 1, "--max-sequences", 1, "--workers", 1,
+    r = kvfuzz("run", "--backend", "interpret", "--seed", 1, "--max-sequences", 12, "--stop-on-first", "--workers", 1,
                "--allocator", heap("flush_moves_pinned_page"), "--out", out)
     assert r.returncode == 1, show(r)
     case = next(iter(sorted(out.glob("*flush-state-v2p.json"))), None)

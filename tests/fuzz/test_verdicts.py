@@ -41,7 +41,7 @@ VERDICTS = {
     "hang_late": (("timeout", "no-progress"), {"KVFUZZ_FIXTURE_HANG_AFTER": "late"},
                   ("--budget-s", HANG_BUDGET_S, "--no-minimize")),
     "exit_nth": (("crash", "exit-0"), {}, ("--max-sequences", 3, "--no-minimize")),
-    "sigkill": (("crash", "SIGKILL"), {}, ("--max-sequences", 2, "--no-minimize")),
+    "sigkill": (("crash", "SIGKILL"), {}, ("--max-sequences", 4, "--no-minimize")),
     "flaky": (("state", None), {}, ("--max-sequences", 2, "--stop-on-first")),  # a flaky case's minimizing is long
     "noisy": (None, {}, ("--max-sequences", 2)),
     "slow": (None, {"KVFUZZ_FIXTURE_SLOW_S": "0.4"}, ("--max-sequences", 1, "--ops-per-sequence", 12)),
