@@ -22,6 +22,8 @@ index torch tensors with whatever a kernel returned for a hostile lane.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 import kvref
@@ -127,6 +129,21 @@ def _attempt(fn) -> Outcome:
         return Outcome(crash=exc)
 
 
+@contextlib.contextmanager
+def _surfacing(step: int, op):
+    """A sticky CUDA error raised by the harness's next read of a result, table or red zone is
+    the crash of the op at ``step`` (``verdict.surfaced``); any other error passes through."""
+    try:
+        yield
+    except Divergence:
+        raise
+    except Exception as exc:
+        d = surfaced(step, op, exc)
+        if d is None:
+            raise
+        raise d from None
+
+
 class PoolRun:
     """A spec allocator and a target allocator (ours, DeviceAllocator, unless the tier names
     another) fed the same ops; the target is driven through the allocator protocol
@@ -201,15 +218,8 @@ class PoolRun:
         self.stats.count(op.kind)
         if not op.supported_by(self.tier) or op.kind in self.target.skips:
             return unsupported(op)
-        try:
+        with _surfacing(i, op):
             return self._step(i, op, generated_valid)
-        except Divergence:
-            raise
-        except Exception as exc:
-            d = surfaced(i, op, exc)  # a sticky CUDA error, raised by the next read of a result, table, red zone
-            if d is None:
-                raise
-            raise d from None
 
     def _step(self, i: int, op: Op, generated_valid: bool = False) -> Outcome:
         spec_out = self.side.apply(op)
@@ -337,14 +347,7 @@ class PoolRun:
         return max(self.guard_rows, op.reach(self.config) + 1)
 
     def finish(self) -> None:
-        try:
+        with _surfacing(self.step_no, None):  # a sticky CUDA error met by the final check
             t = self._side(self.zones, self.target.v2p, self.target.p2v, self.target)
             self._memory(self.step_no, None, t)  # the inputs still waiting for their check, and the tables
             self.check_state(self.step_no, None)
-        except Divergence:
-            raise
-        except Exception as exc:
-            d = surfaced(self.step_no, None, exc)  # a sticky CUDA error met by the final check
-            if d is None:
-                raise
-            raise d from None
