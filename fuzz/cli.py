@@ -48,6 +48,12 @@ def _cmd_run(args) -> int:
                              f"runs kernel-level ops only")
     if (args.guided or args.corpus) and args.scale != "small":
         raise SetupError(f"--guided and --corpus guide --scale small, not --scale {args.scale}")
+    from .engine import tracks
+
+    if args.compile_ahead == "on" and (args.backend != "cuda" or not tracks.get(args.scale).palette_on_gpu):
+        raise SetupError(f"--compile-ahead on compiles the kernels a GPU campaign at production scale meets: it "
+                         f"needs --backend cuda --scale production (here --backend {args.backend} --scale "
+                         f"{args.scale}, where nothing is compiled ahead)")
     if args.budget_s is None:
         args.budget_s = WORK_BUDGET_S if args.max_sequences or args.max_ops else 60.0
     opts = CampaignOptions(guided=args.guided or bool(args.corpus), corpus=args.corpus,
@@ -57,7 +63,8 @@ def _cmd_run(args) -> int:
                            ops_per_sequence=args.ops_per_sequence, hostile=args.hostile, op_timeout=args.op_timeout,
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
                            check_every=args.check_every, reproduce=args.reproduce, program_order=args.program_order,
-                           cache_dir=args.cache_dir, allocator=args.allocator, palette=args.palette)
+                           cache_dir=args.cache_dir, allocator=args.allocator, palette=args.palette,
+                           compile_ahead=args.compile_ahead)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     verdict = None if baseline is None else baseline.compare(
@@ -83,6 +90,8 @@ def _cmd_run(args) -> int:
           + (f" elements/s={s.elements / s.elapsed_s:.3g}" if s.elements and s.elapsed_s else "")
           + (f" far_ops_ran={s.far_ops['ran']}/{s.far_ops['ran'] + s.far_ops['not_applicable']}" if s.far_ops else "")
           + (f" compile_s={s.compile_s:.1f} compiles={s.compiles}" if s.compile_s else "")
+          + (f" loads={s.loads}" if s.loads else "")
+          + (f" compile_ahead_s={s.compile_ahead.get('seconds', 0):.1f}" if s.compile_ahead else "")
           + (f" interrupted={s.interrupted}" if s.interrupted else ""))
     if verdict is not None:
         print(f"kvfuzz run: {verdict.text()}"
@@ -96,7 +105,8 @@ def _cmd_run(args) -> int:
                                          "scale": args.scale, "check_every": args.check_every,
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
                                          "op_timeout": args.op_timeout or "auto", "reproduce": args.reproduce,
-                                         "program_order": opts.order(), "palette": "on" if opts.palette_on() else "off"},
+                                         "program_order": opts.order(), "palette": "on" if opts.palette_on() else "off",
+                                         "compile_ahead": "on" if opts.compile_ahead_on() else "off"},
                                 baseline=verdict, allocator=args.allocator)
     if opts.guided:
         from .tools.coverage_report import features_block

@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "octave, at the set's boundaries; a tenth of draws leave it), so compiled kernels that "
                           "specialize on their sizes compile a bounded set of variants (auto: on for --backend cuda "
                           "with --scale production; the interpreter compiles nothing)")
+    run.add_argument("--compile-ahead", choices=("auto", "on", "off"), default="auto",
+                     help="before the clock, run the workers' first sequences with launches recorded, not run, and "
+                          "compile the specializations they meet in parallel into the Triton cache, so workers only "
+                          "load them (auto: on for --backend cuda with --scale production; the interpreter and torch "
+                          "tiers compile nothing)")
     run.add_argument("--progress-s", type=_positive(float), default=30.0,
                      help="seconds between progress lines when stderr is not a terminal")
     run.add_argument("--summary", metavar="FILE", help="write a JSON summary here")

@@ -46,8 +46,9 @@ import kvref
 from . import tracks
 from .case import Case, write_case
 from .confirm import DEFAULT_TRIES, Confirmer
+from .generate import warmup_seed
 from .kinds import parse_ops
-from .slot import Slot, stop_reason
+from .slot import Slot, sequence_seed, share, stop_reason
 from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, Summary, health, steady_rate
 from .supervise import (
     CTX,
@@ -96,6 +97,8 @@ class CampaignOptions:
     program_order: str = "auto"  # the interpreter's program order: auto = random per sequence there
     cache_dir: str | None = None  # Triton's kernel cache for every child (kept between runs: no recompiles)
     palette: str = "auto"  # sizes from a bounded palette per worker: on, off, auto (on for cuda at production scale)
+    compile_ahead: str = "auto"  # scout and compile the workers' specializations before the clock (production.ahead)
+    ahead_sequences: int = 32  # sequences per worker the compile-ahead scout runs (after its warm-up ones)
     progress_s: float = 30.0
     minimize: bool = True
     minimize_s: float = 0.0  # extra seconds past the budget for minimizing what was found
@@ -138,6 +141,16 @@ class CampaignOptions:
         shard_i, shard_n = self.shard
         return (self.seed * 1_000_003 + worker) * shard_n + shard_i
 
+    def compile_ahead_on(self) -> bool:
+        """Whether the campaign compiles its workers' specializations before the clock: ``auto``
+        where kernels compile and sizes vary (cuda, a track with a palette: production); the
+        interpreter and torch tiers compile nothing (``on`` there is a usage error: the CLI's)."""
+        if self.factory or self.allocator:  # a mutant's tier or a team's allocator: not a plain kernel set
+            return False
+        if self.compile_ahead == "auto":
+            return self.backend == "cuda" and self.track.palette_on_gpu
+        return self.compile_ahead == "on"
+
     def order(self) -> str:
         if self.program_order == "auto":
             return "random" if self.backend == "interpret" else "launch"
@@ -175,6 +188,7 @@ class Campaign:
         self.executors: list[Executor] = []
         self.stop: str | None = None
         self._gpu_turn = 0
+        self.env = opts.child_env()  # every child's extra environment
 
     # ---- set-up --------------------------------------------------------------------
     def _gpu(self, turn: int) -> str | None:
@@ -185,8 +199,30 @@ class Campaign:
         slot.child = Child("fuzz.engine.worker:fuzz_main",
                            (self.opts, slot.index, start_k, self.deadline_wall, self.queue, slot.restarts == 0,
                             slot.counted["ops"]),
-                           log_dir=self.log_dir, gpu=self._gpu(slot.index), env=self.opts.child_env())
+                           log_dir=self.log_dir, gpu=self._gpu(slot.index), env=self.env)
         slot.knobs = None
+
+    def _compile_ahead(self) -> None:
+        """Scout the workers' first sequences and compile what they will launch, in parallel,
+        into the children's Triton cache (``production.ahead``): ``--cache-dir``, else the one
+        Triton's default (``TRITON_CACHE_DIR`` or ``~/.triton/cache``) gives every process of
+        this user, which also keeps them for the next run. Its report is the summary's
+        ``compile_ahead``; a failure is noted there and the campaign fuzzes as it would have."""
+        from .compile_check.client import resolve_kernels
+        from .production import ahead
+
+        opts, track = self.opts, self.opts.track
+        streams = []
+        for w in range(opts.workers):
+            n = min(opts.ahead_sequences, share(opts.max_sequences, opts.workers, w) or opts.ahead_sequences)
+            seeds = [warmup_seed(i) for i in range(track.gpu_warmup)] + [sequence_seed(opts, w, k) for k in range(n)]
+            streams.append(ahead.stream(seeds, palette_seed=opts.palette_seed(w), n_ops=opts.n_ops(),
+                                        hostile=opts.hostile, check_every=opts.check_every))
+        report = ahead.run_job({"kernels": resolve_kernels(self.spec.name), "streams": streams}, env=self.env)
+        self.summary.compile_ahead = report
+        if self.progress is not None:
+            self.progress.write(f"[kvfuzz] compile-ahead: {ahead.describe(report)}\n")
+            self.progress.flush()
 
     # ---- the run -----------------------------------------------------------------------
     def run(self) -> Summary:
@@ -194,6 +230,8 @@ class Campaign:
         out = Path(opts.out)
         if out.exists() and not out.is_dir():
             raise SetupError(f"--out {opts.out}: exists and is not a directory")
+        if opts.compile_ahead_on():
+            self._compile_ahead()  # before the clock
         self.start = time.monotonic()
         self.deadline = self.start + opts.budget_s
         self.deadline_wall = time.time() + opts.budget_s
@@ -408,7 +446,7 @@ class Campaign:
         with self.lock:
             self._gpu_turn += 1
             executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(self._gpu_turn),
-                                env=self.opts.child_env())
+                                env=self.env)
             self.executors.append(executor)
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize,
@@ -488,6 +526,8 @@ class Campaign:
                 s.launches += stats.get("launches", 0)
                 s.compile_s += stats.get("compile_s", 0.0)
                 s.compiles += stats.get("compiles", 0)
+                s.loads += stats.get("loads", 0)
+                s.load_s += stats.get("load_s", 0.0)
                 for why, n in stats.get("not_applicable", {}).items():
                     s.not_applicable[why] = s.not_applicable.get(why, 0) + n
                 s.elements += stats.get("elements", 0)

@@ -15,6 +15,17 @@ Every launch, ``kernel[grid](...)`` and autotuned ones alike, passes ``JITFuncti
 * ``observe(callback)`` / ``Seen``: every outermost launch in any thread, after it ran, with
   its int constexprs and the grid Triton resolved, so boundaries can come from what the
   launchers actually pass (a literal ``BLOCK=256``), not only from declared knobs.
+* ``record_only(callback)``: while entered, an outermost launch is described (its callable
+  grid resolved here, as Triton would), handed to ``callback``, recorders and observers, and
+  *not* run: nothing compiles, nothing touches a driver, so the launchers' op streams can be
+  walked on a CPU to learn which specializations a GPU campaign will compile
+  (``production.ahead``, the compile-ahead scout).
+
+Compiles and loads: a compiled launch that adds a variant to its kernel's cache either
+compiled it or loaded it from the on-disk cache (``TRITON_CACHE_DIR``). Where Triton has a
+compilation listener (``knobs.compilation.listener``, called with ``cache_hit``), ``install``
+chains one in, and a variant that only hit the disk cache counts as a load (``loads()``),
+not a compile; elsewhere every new variant counts as a compile.
 
 ``program_order(mode, seed)`` runs the programs of each interpreted launch in a seeded order
 other than the interpreter's x/y/z loops (``set_program_order`` for a worker process; the
@@ -51,6 +62,9 @@ _LOCAL = threading.local()  # .depth: launches this thread is inside; .recorders
 _OBSERVERS: list = []
 _ORDER = {"mode": "launch", "seed": 0, "launches": 0}
 _UNTRACED = [0]  # > 0: outermost launches run with this thread's trace function off (features.CodeCoverage)
+_LOADS = [0.0, 0]  # seconds in compiled launches whose new variant came from the disk cache, and how many
+_HITS = [0, 0]  # disk-cache hits and misses Triton's compilation listener reported (stays 0 without one)
+_RECORD_ONLY: list = []  # callbacks of record_only(): while any, launches are recorded and not run
 
 
 @dataclass
@@ -70,8 +84,11 @@ class Launch:
         return getattr(self.fn, "__name__", None) or getattr(getattr(self.fn, "fn", None), "__name__", "?")
 
     def replay(self) -> None:
-        """Re-issue this launch: counted, not recorded or observed again."""
+        """Re-issue this launch: counted, not recorded or observed again (nor run under
+        ``record_only``, like the launch itself)."""
         _COUNT[0] += 1
+        if _RECORD_ONLY:
+            return
         with _inside():
             self.run(self.fn, *self.args, grid=self.grid, warmup=False, **self.kwargs)
 
@@ -110,14 +127,16 @@ def _wrap(original):
         _COUNT[0] += 1
         recorders = getattr(_LOCAL, "recorders", ())
         nested = getattr(_LOCAL, "depth", 0) > 0
+        if _RECORD_ONLY and not nested:
+            return _record_only(self, args, kwargs, original, recorders)
         if nested or not (recorders or _OBSERVERS):
-            t0, variants = time.perf_counter(), None if nested else _variants(self)
+            t0, variants, hits = time.perf_counter(), None if nested else _variants(self), tuple(_HITS)
             try:
                 with _inside():
                     return original(self, *args, **kwargs)
             finally:
                 if not nested:
-                    _note_compile(self, time.perf_counter() - t0, variants)
+                    _note_compile(self, time.perf_counter() - t0, variants, hits)
         launch = _describe(self, args, kwargs, original)
         for rec in recorders:
             rec.launches.append(launch)
@@ -130,17 +149,56 @@ def _wrap(original):
                 return dims
 
             kwargs["grid"] = resolve
-        t0, variants = time.perf_counter(), _variants(self)
+        t0, variants, hits = time.perf_counter(), _variants(self), tuple(_HITS)
         try:
             with _inside():
                 return original(self, *args, **kwargs)
         finally:
-            _note_compile(self, time.perf_counter() - t0, variants)
+            _note_compile(self, time.perf_counter() - t0, variants, hits)
             for callback in list(_OBSERVERS):
                 callback(launch)
 
     run._kvfuzz_original = original
     return functools.update_wrapper(run, original, assigned=("__name__", "__qualname__", "__doc__"))
+
+
+def _record_only(fn, args, kwargs, original, recorders) -> None:
+    """A launch under ``record_only``: described, its callable grid resolved with the bound
+    arguments Triton would pass it, handed to every callback, and not run."""
+    launch = _describe(fn, args, kwargs, original)
+    grid = kwargs.get("grid")
+    if callable(grid):
+        with contextlib.suppress(Exception):  # a grid that needs more than the arguments: left unresolved
+            launch.grid_dims = tuple(int(d) for d in grid(bound_arguments(launch)))
+    for rec in recorders:
+        rec.launches.append(launch)
+    for callback in (*_RECORD_ONLY, *_OBSERVERS):
+        callback(launch)
+    return None
+
+
+@contextlib.contextmanager
+def record_only(callback):
+    """While entered, every outermost launch in this process is handed to ``callback`` (and
+    to recorders and observers) instead of running: no compile, no driver call. What the
+    launchers compute from a kernel's results is garbage then; the caller knows."""
+    install()
+    _RECORD_ONLY.append(callback)
+    try:
+        yield
+    finally:
+        _RECORD_ONLY.remove(callback)
+
+
+def bound_arguments(launch: Launch) -> dict:
+    """The launch's arguments by parameter name, defaults applied: what Triton hands a callable
+    grid (``meta``) and what a compile of the same specialization needs."""
+    sig, _ = _params(getattr(launch.fn, "fn", launch.fn))
+    if sig is None:
+        return {}
+    bound = sig.bind(*launch.args, **{k: v for k, v in launch.kwargs.items() if k in sig.parameters})
+    bound.apply_defaults()
+    return dict(bound.arguments)
 
 
 def _variants(fn) -> int | None:
@@ -157,16 +215,20 @@ def _variants(fn) -> int | None:
         return None
 
 
-def _note_compile(fn, seconds: float, before: int | None = None) -> None:
+def _note_compile(fn, seconds: float, before: int | None = None, hits: tuple | None = None) -> None:
     """Count an outermost compiled (not interpreted) launch as a compile when it added a variant
     to the function's kernel cache, or, where the cache cannot be read, when it held the host
-    for ``COMPILE_MIN_S`` (a launch is asynchronous; only a compile or a load blocks that long)."""
+    for ``COMPILE_MIN_S`` (a launch is asynchronous; only a compile or a load blocks that long).
+    A new variant for which Triton's listener reported disk-cache hits and no miss during the
+    launch (``hits``: ``_HITS`` before it) is a load instead (``loads``)."""
     if type(fn).__name__ == "InterpretedFunction":
         return
     after = _variants(fn) if before is not None else None
     if (after > before) if after is not None else seconds >= COMPILE_MIN_S:
-        _COMPILE[0] += seconds
-        _COMPILE[1] += 1
+        loaded = hits is not None and _HITS[0] > hits[0] and _HITS[1] == hits[1]
+        tally = _LOADS if loaded else _COMPILE
+        tally[0] += seconds
+        tally[1] += 1
 
 
 def compile_seconds() -> float:
@@ -175,8 +237,41 @@ def compile_seconds() -> float:
 
 
 def compiles() -> int:
-    """Launches of this process that compiled a specialization (or loaded it from the disk cache)."""
+    """Launches of this process that compiled a specialization (or loaded it from the disk cache,
+    where Triton has no compilation listener to tell the two apart)."""
     return int(_COMPILE[1])
+
+
+def loads() -> int:
+    """Launches of this process whose new specialization was loaded from the disk cache."""
+    return int(_LOADS[1])
+
+
+def load_seconds() -> float:
+    """Host seconds this process spent in launches that loaded a specialization from the disk cache."""
+    return _LOADS[0]
+
+
+def _listen_compiles() -> None:
+    """Chain a listener into Triton's ``knobs.compilation.listener`` (once) that counts disk-cache
+    hits and misses (``_HITS``); nothing where this Triton has no such knob."""
+    try:
+        from triton import knobs
+
+        previous = knobs.compilation.listener
+    except (ImportError, AttributeError):
+        return
+    if getattr(previous, "_kvfuzz_hits", None) is _HITS:
+        return
+
+    def listener(*args, **kwargs):
+        _HITS[0 if kwargs.get("cache_hit") else 1] += 1
+        if previous is not None:
+            previous(*args, **kwargs)
+
+    listener._kvfuzz_hits = _HITS
+    with contextlib.suppress(AttributeError, TypeError, ValueError):
+        knobs.compilation.listener = listener
 
 
 def install() -> bool:
@@ -199,6 +294,8 @@ def install() -> bool:
         cls.run = _wrap(run)
         cls.run._kvfuzz_wrap = _wrap
         cls._kvfuzz_hook = run
+    if classes:
+        _listen_compiles()
     return bool(classes)
 
 

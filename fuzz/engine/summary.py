@@ -24,7 +24,10 @@ class Summary:
     not_applicable: dict = field(default_factory=dict)  # what could not be checked, and how often (never "clean")
     unrun_by_kind: dict = field(default_factory=dict)  # ops counted in by_kind that did not run (not applicable)
     compile_s: float = 0.0  # worker seconds in launches that compiled (compiled tier; the rest fuzzed)
-    compiles: int = 0  # launches that compiled a specialization (or loaded it from the on-disk cache)
+    compiles: int = 0  # launches that compiled a specialization (where Triton cannot tell: or loaded it)
+    loads: int = 0  # launches that loaded a specialization from the on-disk cache (launches.loads)
+    load_s: float = 0.0  # worker seconds in those loads
+    compile_ahead: dict | None = None  # what was compiled before the clock (production.ahead's report)
     elements: int = 0  # production scale: result elements diffed against the vectorized oracle
     faults: int = 0  # worker deaths and hangs (crash and timeout cases included)
     restarts: int = 0

@@ -68,7 +68,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .generate import WARMUP_BASE, warmup_seed
     from .health import charged, fault_of
     from .knobs import choose as choose_knobs
-    from .launches import compile_seconds, compiles
+    from .launches import compile_seconds, compiles, load_seconds, loads
     from .slot import sequence_seed, stop_reason
     from .tiers import SetupError, count_launches
     from .verdict import RunStats, is_cuda_error, poisoned, unrun_kind
@@ -97,7 +97,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
         queue.put(("stats", worker, {"ops": stats.ops, "contract_ops": stats.contract_ops, "by_kind": stats.by_kind,
                                      "hostile": stats.hostile, "sequences": sequences, "by_scenario": scenarios,
                                      "launches": count_launches(), "final": final, "steady": steady,
-                                     "compile_s": compile_seconds(), "compiles": compiles(), "not_applicable": not_applicable,
+                                     "compile_s": compile_seconds(), "compiles": compiles(), "loads": loads(),
+                                     "load_s": load_seconds(), "not_applicable": not_applicable,
                                      "elements": elements, "unrun_by_kind": unrun_by_kind,
                                      "now": (time.time(), stats.ops)}))
 

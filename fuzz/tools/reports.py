@@ -54,6 +54,9 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "triton_launches": summary.launches,
         "compile_s": round(getattr(summary, "compile_s", 0.0), 2),
         "compiles": getattr(summary, "compiles", 0),
+        "loads": getattr(summary, "loads", 0),
+        "load_s": round(getattr(summary, "load_s", 0.0), 2),
+        "compile_ahead": getattr(summary, "compile_ahead", None),
         "not_applicable": dict(getattr(summary, "not_applicable", {})),
         "far_ops": getattr(summary, "far_ops", None),
         "faults": summary.faults,
@@ -89,7 +92,8 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
 
 # What a summary measured rather than decided: the only fields that differ between two runs of
 # the same seed, shard and --max-sequences / --max-ops on one worker (``without_timing``).
-TIMING = ("ops_per_s", "steady_ops_per_s", "elapsed_s", "elements_per_s", "compile_s", "op_timeout_s")
+TIMING = ("ops_per_s", "steady_ops_per_s", "elapsed_s", "elements_per_s", "compile_s", "load_s", "op_timeout_s",
+          "compile_ahead")
 TIMING_WORKER = ("last_op_s", "longest_op_s")
 TIMING_FAILURE = ("found_after_s",)
 

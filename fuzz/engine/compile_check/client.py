@@ -48,7 +48,11 @@ class Died(Exception):
 
 def kernels_ref(tier) -> str:
     """The tier's kernel set as the child should load it: a file by its absolute path."""
-    name = tier.kernels_name
+    return resolve_kernels(tier.kernels_name)
+
+
+def resolve_kernels(name: str) -> str:
+    """A kernel set's name as another process (another working directory) loads it."""
     if name.endswith(".py") or os.sep in name:
         return str(Path(name).resolve())
     return name
