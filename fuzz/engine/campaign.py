@@ -214,7 +214,8 @@ class Campaign:
         opts, track = self.opts, self.opts.track
         streams = []
         for w in range(opts.workers):
-            n = min(opts.ahead_sequences, share(opts.max_sequences, opts.workers, w) or opts.ahead_sequences)
+            quota = share(opts.max_sequences, opts.workers, w)
+            n = opts.ahead_sequences if quota is None else min(opts.ahead_sequences, quota)
             seeds = [warmup_seed(i) for i in range(track.gpu_warmup)] + [sequence_seed(opts, w, k) for k in range(n)]
             streams.append(ahead.stream(seeds, palette_seed=opts.palette_seed(w), n_ops=opts.n_ops(),
                                         hostile=opts.hostile, check_every=opts.check_every))

@@ -270,16 +270,16 @@ def _scout(stream: dict, seeds: list[int]) -> dict:
 
 def _compile_task(item: dict) -> dict:
     """Compile one recipe with ``warmup``; whether Triton found it on disk already (``hit``)."""
-    from triton import knobs
-
     if _PROC["no_target"]:
         return {"ok": False, "error": "no GPU here, and no KVFUZZ_COMPILE_TARGET (e.g. cuda:90:32) to compile for"}
     fn = _PROC["server"].find(_PROC["kernels"], item["kernel"], item["file"])
     if fn is None:
         return {"ok": False, "error": f"no @triton.jit kernel {item['kernel']} ({item['file']}) in the set"}
-    hits = []
-    previous = getattr(knobs.compilation, "listener", None)
-    knobs.compilation.listener = lambda **kw: hits.append(bool(kw.get("cache_hit")))
+    hits: list[bool] = []
+    knobs = _knobs()
+    previous = getattr(knobs, "listener", None)
+    if knobs is not None:
+        knobs.listener = lambda **kw: hits.append(bool(kw.get("cache_hit")))
     t0 = time.perf_counter()
     try:
         args = [decode(a) for a in item["args"]]
@@ -291,8 +291,19 @@ def _compile_task(item: dict) -> dict:
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-300:]}",
                 "seconds": time.perf_counter() - t0}
     finally:
-        knobs.compilation.listener = previous
+        if knobs is not None:
+            knobs.listener = previous
     return {"ok": True, "seconds": time.perf_counter() - t0, "hit": bool(hits) and all(hits)}
+
+
+def _knobs():
+    """Triton's compilation knobs (their ``listener`` says whether a compile hit the disk cache), or None."""
+    try:
+        from triton import knobs
+
+        return knobs.compilation
+    except (ImportError, AttributeError):
+        return None
 
 
 def _chunks(streams: list[dict]) -> list[tuple[dict, list[int]]]:
