@@ -19,7 +19,9 @@ with launches recorded, not run, then a pool of compile processes) into the Trit
 reports it as the phase's ``compile_ahead``; the phase's ``compiles`` / ``loads`` then say what
 still compiled and what was only loaded in the timed window. ``--only kvkernels/throughput``
 runs one phase (one per process, each with a fresh ``--cache-dir``, is what compares on and off:
-``benchmarks/compile_ahead_gpu.sh``); ``--no-variants`` skips parts 2 and 3.
+``benchmarks/compile_ahead_gpu.sh``); ``--no-variants`` skips parts 2 and 3. The compiled
+variants are then loaded into this process's kernels (``ahead.preload``), before the warm-up,
+as a campaign's workers load them before their first op.
 
 GPU (from the repo root)::
 
@@ -53,9 +55,14 @@ def compile_ahead(tier, *, seed0: int, warmup: int, sequences: int, limits, mix=
     from fuzz.engine.production import ahead
 
     seeds = [seed0 - 1 - k for k in range(warmup)] + [seed0 + k for k in range(sequences)]
-    job = {"kernels": kernels_ref(tier), "streams": [ahead.stream(seeds, mix=mix, big=big, limits=limits, n_ops=n_ops,
-                                                                  check_every=check_every)]}
-    return ahead.run_job(job)
+    with tempfile.TemporaryDirectory() as tmp:
+        recipes = Path(tmp) / "recipes.json"
+        job = {"kernels": kernels_ref(tier), "recipes_out": str(recipes),
+               "streams": [ahead.stream(seeds, mix=mix, big=big, limits=limits, n_ops=n_ops, check_every=check_every)]}
+        report = ahead.run_job(job)
+        if recipes.is_file():  # loaded into this process's kernels, as a campaign's worker does
+            report["preload"] = ahead.preload(recipes)
+    return report
 
 
 def fuzz(tier, seconds: float, *, seed0: int, limits, mix=None, big=None, check_every: int = 1,

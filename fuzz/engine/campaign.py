@@ -46,9 +46,8 @@ import kvref
 from . import tracks
 from .case import Case, write_case
 from .confirm import DEFAULT_TRIES, Confirmer
-from .generate import warmup_seed
 from .kinds import parse_ops
-from .slot import Slot, sequence_seed, share, stop_reason
+from .slot import Slot, compile_ahead, same_boundaries, stop_reason
 from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, Summary, health, steady_rate
 from .supervise import (
     CTX,
@@ -142,14 +141,11 @@ class CampaignOptions:
         return (self.seed * 1_000_003 + worker) * shard_n + shard_i
 
     def compile_ahead_on(self) -> bool:
-        """Whether the campaign compiles its workers' specializations before the clock: ``auto``
-        where kernels compile and sizes vary (cuda, a track with a palette: production); the
-        interpreter and torch tiers compile nothing (``on`` there is a usage error: the CLI's)."""
-        if self.factory or self.allocator:  # a mutant's tier or a team's allocator: not a plain kernel set
+        """``auto``: where kernels compile and sizes vary (cuda, a track with a palette); never for a
+        factory's tier or an allocator (not a plain kernel set); ``on`` elsewhere is the CLI's exit 2."""
+        if self.factory or self.allocator or self.compile_ahead == "off":
             return False
-        if self.compile_ahead == "auto":
-            return self.backend == "cuda" and self.track.palette_on_gpu
-        return self.compile_ahead == "on"
+        return self.backend == "cuda" and self.track.palette_on_gpu or self.compile_ahead == "on"
 
     def order(self) -> str:
         if self.program_order == "auto":
@@ -202,41 +198,18 @@ class Campaign:
                            log_dir=self.log_dir, gpu=self._gpu(slot.index), env=self.env)
         slot.knobs = None
 
-    def _compile_ahead(self) -> None:
-        """Scout the workers' first sequences and compile what they will launch, in parallel,
-        into the children's Triton cache (``production.ahead``): ``--cache-dir``, else the one
-        Triton's default (``TRITON_CACHE_DIR`` or ``~/.triton/cache``) gives every process of
-        this user, which also keeps them for the next run. Its report is the summary's
-        ``compile_ahead``; a failure is noted there and the campaign fuzzes as it would have."""
-        from .compile_check.client import resolve_kernels
-        from .production import ahead
-
-        opts, track = self.opts, self.opts.track
-        streams = []
-        for w in range(opts.workers):
-            quota = share(opts.max_sequences, opts.workers, w)
-            n = opts.ahead_sequences if quota is None else min(opts.ahead_sequences, quota)
-            seeds = [warmup_seed(i) for i in range(track.gpu_warmup)] + [sequence_seed(opts, w, k) for k in range(n)]
-            streams.append(ahead.stream(seeds, palette_seed=opts.palette_seed(w), n_ops=opts.n_ops(),
-                                        hostile=opts.hostile, check_every=opts.check_every))
-        report = ahead.run_job({"kernels": resolve_kernels(self.spec.name), "streams": streams}, env=self.env)
-        self.summary.compile_ahead = report
-        if self.progress is not None:
-            self.progress.write(f"[kvfuzz] compile-ahead: {ahead.describe(report)}\n")
-            self.progress.flush()
-
     # ---- the run -----------------------------------------------------------------------
     def run(self) -> Summary:
         opts = self.opts
         out = Path(opts.out)
         if out.exists() and not out.is_dir():
             raise SetupError(f"--out {opts.out}: exists and is not a directory")
-        if opts.compile_ahead_on():
-            self._compile_ahead()  # before the clock
+        self.log_dir = Path(tempfile.mkdtemp(prefix="kvfuzz-logs-"))
+        if opts.compile_ahead_on():  # before the clock; each child then preloads what it compiled
+            self.summary.compile_ahead = compile_ahead(opts, self.spec, self.log_dir, self.env, self.progress)
         self.start = time.monotonic()
         self.deadline = self.start + opts.budget_s
         self.deadline_wall = time.time() + opts.budget_s
-        self.log_dir = Path(tempfile.mkdtemp(prefix="kvfuzz-logs-"))
         self.queue = CTX.Queue()
         self.gpus = visible_gpus() if opts.backend == "cuda" else [None]
         self.slots = [Slot(w) for w in range(opts.workers)]
@@ -525,10 +498,8 @@ class Campaign:
             s.contract_ops += slot.counted["contract_ops"]
             for stats in slot.kept:
                 s.launches += stats.get("launches", 0)
-                s.compile_s += stats.get("compile_s", 0.0)
-                s.compiles += stats.get("compiles", 0)
-                s.loads += stats.get("loads", 0)
-                s.load_s += stats.get("load_s", 0.0)
+                for key in ("compile_s", "compiles", "loads", "load_s"):
+                    setattr(s, key, getattr(s, key) + stats.get(key, 0))
                 for why, n in stats.get("not_applicable", {}).items():
                     s.not_applicable[why] = s.not_applicable.get(why, 0) + n
                 s.elements += stats.get("elements", 0)
@@ -538,6 +509,8 @@ class Campaign:
                     mine = getattr(s, key)
                     for k, v in stats.get(key, {}).items():
                         mine[k] = mine.get(k, 0) + v
+        if s.compile_ahead:
+            s.compile_ahead["same_boundaries"] = same_boundaries(s.compile_ahead, self.slots)
         s.op_timeout_s = round(self.op_timeout(), 2)
         s.workers = [{"worker": slot.index, "last_op_s": round(slot.last_op_s, 2), "restarts": slot.restarts,
                       "longest_op_s": round(slot.longest, 3)} for slot in self.slots]

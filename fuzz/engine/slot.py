@@ -22,6 +22,47 @@ def sequence_seed(opts, worker: int, k: int) -> int:
     return opts.seed * 1_000_003 + index
 
 
+def ahead_job(opts, spec, recipes_out) -> dict:
+    """The compile-ahead job of a campaign (``production.ahead``): each worker's stream as that
+    worker will draw it, its GPU warm-up seeds then its first ``opts.ahead_sequences`` sequences
+    (its share of ``--max-sequences`` at most), with its palette."""
+    from .compile_check.client import resolve_kernels
+    from .production import ahead
+
+    streams = []
+    for w in range(opts.workers):
+        quota = share(opts.max_sequences, opts.workers, w)
+        n = opts.ahead_sequences if quota is None else min(opts.ahead_sequences, quota)
+        seeds = [warmup_seed(i) for i in range(opts.track.gpu_warmup)] + [sequence_seed(opts, w, k) for k in range(n)]
+        streams.append(ahead.stream(seeds, palette_seed=opts.palette_seed(w), n_ops=opts.n_ops(), hostile=opts.hostile,
+                                    check_every=opts.check_every))
+    return {"kernels": resolve_kernels(spec.name), "streams": streams, "recipes_out": str(recipes_out)}
+
+
+def compile_ahead(opts, spec, log_dir, env: dict, progress=None) -> dict:
+    """Compile what the workers will launch, before the clock (``production.ahead``, ``ahead_job``),
+    into ``--cache-dir`` or Triton's default cache (every process of this user shares it, and
+    keeps it for the next run); the recipes that compiled go to ``log_dir``, and ``env`` (every
+    child's) names them, so each child preloads them. A failure is only noted in the report."""
+    from .production import ahead
+
+    recipes = log_dir / "compiled-ahead.json"
+    report = ahead.run_job(ahead_job(opts, spec, recipes), env=env)
+    if recipes.is_file():
+        env[ahead.RECIPES_ENV] = str(recipes)
+    if progress is not None:
+        progress.write(f"[kvfuzz] compile-ahead: {ahead.describe(report)}\n")
+    return report
+
+
+def same_boundaries(report: dict, slots) -> bool | None:
+    """Whether every worker drew from the boundaries the compile-ahead scout drew from (its
+    hello's ``scale`` constants): a scout that drew elsewhere compiled other variants."""
+    if report.get("constants") is None:
+        return None
+    return all((slot.hello.get("scale") or {}).get("constants") == report["constants"] for slot in slots if slot.hello)
+
+
 def share(total: int | None, workers: int, worker: int) -> int | None:
     """Worker ``worker``'s part of a shard's ``--max-sequences`` or ``--max-ops`` ``total``
     (None: no limit): ``total // workers``, one more for the first ``total % workers``

@@ -69,10 +69,12 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .health import charged, fault_of
     from .knobs import choose as choose_knobs
     from .launches import compile_seconds, compiles, load_seconds, loads
+    from .production.ahead import preload_ahead
     from .slot import sequence_seed, stop_reason
     from .tiers import SetupError, count_launches
     from .verdict import RunStats, is_cuda_error, poisoned, unrun_kind
 
+    loaded = preload_ahead(tier)  # what the campaign compiled before the clock, into this process's kernels
     track = opts.track  # the guided track when --guided (guide.py)
     palette_seed = opts.palette_seed(worker)  # None: sizes drawn freely (the palette bounds a GPU's compiles)
     try:
@@ -80,6 +82,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     except SetupError as exc:
         queue.put(("setup", worker, str(exc)))
         return
+    if loaded:
+        info["notes"] = [*info.get("notes", ()), loaded]
     hello = {"kernels": tier.kernels_name, "skips": sorted(tier.allocator_skips), **info}  # skips: ops its allocator lacks
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}

@@ -97,11 +97,13 @@ def test_the_scout_records_the_specializations_real_launches_of_the_same_ops_sho
 def test_a_recipe_compiled_ahead_is_what_a_launch_with_the_real_tensors_finds_on_disk(tmp_path):
     """``run_job`` compiles every scouted specialization (for sm_90 here: no GPU) into the cache;
     then, in a fresh process, each launch of the same sequence issued with its real tensors
-    (``warmup``: Triton's own binder computes the key) hits the disk cache: no compile left."""
+    (``warmup``: Triton's own binder computes the key) hits the disk cache: no compile left; and
+    once ``preload`` has loaded the recipes, the same launches find them in memory."""
     cache = tmp_path / "cache"
     stream = ahead.stream(SEEDS[:1], limits="small", n_ops=8)
-    report = ahead.run_job({"kernels": INDEP, "streams": [stream], "processes": 2, "target": "cuda:90:32"},
-                           env={"TRITON_CACHE_DIR": str(cache)})
+    recipes = tmp_path / "recipes.json"
+    report = ahead.run_job({"kernels": INDEP, "streams": [stream], "processes": 2, "target": "cuda:90:32",
+                            "recipes_out": str(recipes)}, env={"TRITON_CACHE_DIR": str(cache)})
     assert "error" not in report, report
     assert report["failed"] == [] and report["specializations"] >= 5
     assert report["compiled"] == report["specializations"]
@@ -121,15 +123,27 @@ hits = []
 knobs.compilation.listener = lambda **kw: hits.append(bool(kw["cache_hit"]))
 for launch in seen:
     launch.fn.warmup(*launch.args, grid=(1,), **launch.kwargs)
-print(json.dumps({"launches": len(seen), "hits": hits.count(True), "misses": hits.count(False)}))
+got = {"launches": len(seen), "hits": hits.count(True), "misses": hits.count(False)}
+for fn in {id(launch.fn): launch.fn for launch in seen}.values():
+    fn.device_caches.clear()  # forget them: preload puts them back from the recipes alone
+got["preload"] = ahead.preload(sys.argv[3])
+hits.clear()
+for launch in seen:
+    launch.fn.warmup(*launch.args, grid=(1,), **launch.kwargs)
+got["after_preload"] = len(hits)
+print(json.dumps(got))
 """
-    proc = subprocess.run([sys.executable, "-c", check, INDEP, json.dumps(stream)], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", check, INDEP, json.dumps(stream), str(recipes)], cwd=REPO,
+                          capture_output=True,
                           text=True, timeout=600, env=_env(TRITON_CACHE_DIR=str(cache)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     # Each distinct key of the real launches was looked up once (later ones hit the memory cache):
     # the smoke test's are in the report but not relaunched here.
     assert got["misses"] == 0 and 5 <= got["hits"] <= report["specializations"] <= got["launches"] + 8
+    # Preloaded from the recipes, they are in the kernels' own caches: a launch does not even look.
+    assert got["preload"]["loaded"] == report["specializations"] and got["preload"]["failed"] == 0
+    assert got["after_preload"] == 0
 
 
 def test_record_only_hands_the_launch_over_resolved_and_runs_nothing():
@@ -196,26 +210,29 @@ def test_a_variant_found_on_disk_counts_as_a_load_and_a_miss_as_a_compile():
 
 def test_the_campaign_scouts_its_workers_own_streams(monkeypatch, tmp_path):
     """The job names each worker's warm-up seeds, then its first sequences (``sequence_seed``),
-    with its palette, as the worker will draw them; the report lands in the summary."""
+    with its palette, as the worker will draw them."""
     from fuzz.engine import campaign as camp
     from fuzz.engine.generate import warmup_seed
-    from fuzz.engine.slot import sequence_seed
+    from fuzz.engine.slot import compile_ahead, sequence_seed
 
     jobs = []
     monkeypatch.setattr(ahead, "run_job", lambda job, env=None: jobs.append((job, env)) or {"error": "stub"})
     opts = camp.CampaignOptions(backend="cuda", scale="production", kernels=INDEP, workers=2, seed=7,
                                 ahead_sequences=3, max_sequences=5, cache_dir=str(tmp_path))
     assert opts.compile_ahead_on()
-    c = camp.Campaign(opts, progress=None)
-    c._compile_ahead()
-    (job, env), = jobs
+    env = opts.child_env()
+    report = compile_ahead(opts, opts.tier_spec(), tmp_path, env)
+    (job, seen_env), = jobs
+    assert seen_env is env
     assert job["kernels"] == INDEP and env["TRITON_CACHE_DIR"] == str(tmp_path.resolve())
+    assert job["recipes_out"] == str(tmp_path / "compiled-ahead.json")
     for w, stream in enumerate(job["streams"]):
         timed = [sequence_seed(opts, w, k) for k in range(3 if w == 0 else 2)]  # worker 1's share of 5 is 2
         assert stream["seeds"] == [warmup_seed(i) for i in range(4)] + timed
         assert stream["palette_seed"] == opts.palette_seed(w) is not None
         assert stream["n_ops"] == opts.n_ops() and stream["hostile"] == opts.hostile
-    assert c.summary.compile_ahead == {"error": "stub"}
+    assert report == {"error": "stub"}
+    assert ahead.RECIPES_ENV not in env  # nothing compiled: no child preloads
     assert not camp.CampaignOptions(backend="interpret", scale="production").compile_ahead_on()
     assert not camp.CampaignOptions(backend="cuda", scale="small").compile_ahead_on()
 

@@ -53,6 +53,23 @@ def _message(exc: BaseException) -> tuple[str, str]:
     return text[-MESSAGE_CHARS:], (lines[-1].strip() if lines else type(exc).__name__)
 
 
+def jit_index() -> dict:
+    """Every JITFunction this process holds (whatever holds it: a set's imports made them), by
+    (qualname, file name) and by (qualname, "")."""
+    from triton.runtime.jit import JITFunction
+
+    index: dict[tuple[str, str], object] = {}
+    with warnings.catch_warnings():  # isinstance on some lazy objects warns (torch's deprecated aliases)
+        warnings.simplefilter("ignore")
+        found = [obj for obj in gc.get_objects() if isinstance(obj, JITFunction)]
+    for obj in found:
+        code = getattr(obj.fn, "__code__", None)
+        if code is not None:
+            index.setdefault((obj.fn.__qualname__, Path(code.co_filename).name), obj)
+            index.setdefault((obj.fn.__qualname__, ""), obj)
+    return index
+
+
 class Server:
     def __init__(self):
         self.sets: dict[str, object] = {}
@@ -64,21 +81,10 @@ class Server:
     def load(self, kernels: str) -> None:
         if kernels in self.sets:
             return
-        from triton.runtime.jit import JITFunction
-
         from fuzz.engine.tiers import load_kernels
 
         self.sets[kernels] = load_kernels(kernels)
-        index: dict[tuple[str, str], object] = {}
-        with warnings.catch_warnings():  # isinstance on some lazy objects warns (torch's deprecated aliases)
-            warnings.simplefilter("ignore")
-            found = [obj for obj in gc.get_objects() if isinstance(obj, JITFunction)]
-        for obj in found:  # every JITFunction the import made, whatever holds it
-            code = getattr(obj.fn, "__code__", None)
-            if code is not None:
-                index.setdefault((obj.fn.__qualname__, Path(code.co_filename).name), obj)
-                index.setdefault((obj.fn.__qualname__, ""), obj)
-        self.index[kernels] = index
+        self.index[kernels] = jit_index()
 
     def find(self, kernels: str, kernel: str, file: str):
         self.load(kernels)

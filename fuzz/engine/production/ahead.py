@@ -26,8 +26,10 @@ Both phases run in one child process (``python -m fuzz.engine.production.ahead J
 ``run_job``), before the budget's clock starts; its pool does the scouting too, a chunk of
 seeds per task. ``job`` is JSON: the kernel set, ``streams`` (seeds plus what the generator
 needs: ``palette_seed``, ``mix``, ``big``, ``limits``, ``n_ops``, ``hostile``, ``check_every``),
-``processes``, and ``target`` (``None``: the GPU's own; ``"cuda:90:32"`` on a machine without
-one, for tests: a stand-in driver reports that target, so ``warmup`` compiles for it).
+``processes``, ``scout_s`` (no sequence starts later), ``recipes_out`` (the recipes that
+compiled, for ``preload``: a worker loads them into its own kernels before its first op) and
+``target`` (None: the GPU's own; ``"cuda:90:32"`` without a GPU, for tests: a stand-in driver
+reports that target, so ``warmup`` compiles for it).
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ from pathlib import Path
 MAX_PROCESSES = 16  # compile processes at most (each holds a Triton and, on a GPU, a CUDA context)
 GPU_SCOUTS = 8  # of them, scouting at once on a GPU (each holds a sequence's production tables: a few GB)
 CHUNK = 4  # seeds per scout task
+SCOUT_S = 60.0  # scouting stops starting sequences after this long (pool start-up included; ``skipped``)
 TIMEOUT_S = 900.0  # the whole compile-ahead child, scout and compiles
+RECIPES_ENV = "KVFUZZ_AHEAD_RECIPES"  # a campaign's children preload the recipes this file holds
 _ROOT = Path(__file__).resolve().parents[3]  # the folder holding the fuzz package
 
 
@@ -165,22 +169,26 @@ def _limits(spec):
     return ScaleLimits(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
 
 
-def scout_seeds(tier, stream: dict, seeds: list[int], book: Book) -> dict:
-    """Run ``seeds`` of ``stream`` on ``tier`` with launches recorded into ``book``, not run;
-    counts of what ran, and the ``scale_info`` constants the streams were drawn from."""
+def scout_seeds(tier, stream: dict, seeds: list[int], book: Book, deadline: float | None = None) -> dict:
+    """Run ``seeds`` of ``stream`` on ``tier`` with launches recorded into ``book``, not run, until
+    ``deadline`` (``time.time()``; the rest are ``skipped``); counts of what ran, and the
+    ``scale_info`` constants the streams were drawn from."""
     from ..launches import record_only
     from ..verdict import Divergence
     from .generator import generator, scale_info
     from .palette import palette_info
 
     ScoutRun = _scout_run_class()
-    done = {"sequences": 0, "ops": 0, "cut": 0}
+    done = {"sequences": 0, "ops": 0, "cut": 0, "skipped": 0}
     with record_only(book):
         info = scale_info(tier)
         if stream.get("palette_seed") is not None:
             info["palette"] = palette_info(stream["palette_seed"])
         limits = _limits(stream.get("limits"))
         for seed in seeds:
+            if deadline is not None and time.time() > deadline:
+                done["skipped"] += 1
+                continue
             config, gen = generator(seed, info, limits=limits, mix=stream.get("mix"), big=stream.get("big"),
                                     hostile=stream.get("hostile", "spec"))
             try:
@@ -245,12 +253,12 @@ def _init(kernels: str, target: str | None, scouts) -> None:
                  tier=Tier("cuda", kernels, server.sets[kernels], "cuda" if gpu else "cpu"), no_target=not (gpu or target))
 
 
-def _scout_task(stream: dict, seeds: list[int]) -> dict:
+def _scout_task(stream: dict, seeds: list[int], deadline: float) -> dict:
     with _PROC["scouts"]:
-        return _scout(stream, seeds)
+        return _scout(stream, seeds, deadline)
 
 
-def _scout(stream: dict, seeds: list[int]) -> dict:
+def _scout(stream: dict, seeds: list[int], deadline: float) -> dict:
     from ..launches import record_only
     from ..tiers import _smoke_test
 
@@ -263,7 +271,7 @@ def _scout(stream: dict, seeds: list[int]) -> dict:
             except Exception:  # noqa: BLE001 - the workers' own tier says why, as a setup error
                 pass
     t0 = time.perf_counter()
-    done = scout_seeds(tier, stream, seeds, book)
+    done = scout_seeds(tier, stream, seeds, book, deadline)
     return {**done, "recipes": book.recipes, "unencodable": book.unencodable, "launches": book.launches,
             "seconds": time.perf_counter() - t0}
 
@@ -285,8 +293,8 @@ def _compile_task(item: dict) -> dict:
         args = [decode(a) for a in item["args"]]
         kwargs = {k: decode(v) for k, v in item["kwargs"].items()}
         kernel = fn.warmup(*args, grid=(1,), **kwargs)
-        if _PROC["device"] == "cuda" and hasattr(kernel, "_init_handles"):
-            kernel._init_handles()  # loads it and builds (and caches) its launcher, as a first launch would
+        if _PROC["device"] == "cuda":
+            _onto_device(kernel)
     except Exception as exc:  # noqa: BLE001 - a variant that does not compile: the campaign meets it as a case
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-300:]}",
                 "seconds": time.perf_counter() - t0}
@@ -294,6 +302,16 @@ def _compile_task(item: dict) -> dict:
         if knobs is not None:
             knobs.listener = previous
     return {"ok": True, "seconds": time.perf_counter() - t0, "hit": bool(hits) and all(hits)}
+
+
+def _onto_device(kernel) -> None:
+    """Load a compiled kernel onto the GPU as its first launch would (``_init_handles``: the module,
+    and the launcher, which a Triton that builds one per signature compiles and caches on disk).
+    Only a head start: a failure here leaves it to the launch."""
+    try:
+        kernel._init_handles()
+    except Exception:  # noqa: BLE001 - another Triton's CompiledKernel, or a device that refused: launch-time
+        pass
 
 
 def _knobs():
@@ -330,12 +348,15 @@ def run_here(job: dict) -> dict:
     ctx = multiprocessing.get_context("spawn")
     scouts = ctx.BoundedSemaphore(int(job.get("scouts") or (min(processes, GPU_SCOUTS) if _gpu_here() else processes)))
     recipes: dict[str, dict] = {}
-    report = {"processes": processes, "sequences": 0, "ops": 0, "cut": 0, "launches": 0, "constants": None,
+    report = {"processes": processes, "sequences": 0, "ops": 0, "cut": 0, "skipped": 0, "launches": 0,
+              "constants": None,
               "unencodable": {}, "failed": [], "compiled": 0, "cached": 0}
     with ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init,
                              initargs=(job["kernels"], job.get("target"), scouts)) as pool:
-        for done in pool.map(_scout_task, *zip(*_chunks(streams))):
-            for key in ("sequences", "ops", "cut", "launches"):
+        chunks = _chunks(streams)
+        deadline = time.time() + float(job.get("scout_s") or SCOUT_S)
+        for done in pool.map(_scout_task, *zip(*chunks), [deadline] * len(chunks)):
+            for key in ("sequences", "ops", "cut", "skipped", "launches"):
                 report[key] += done[key]
             for key, item in done["recipes"].items():
                 recipes.setdefault(key, item)
@@ -343,15 +364,16 @@ def run_here(job: dict) -> dict:
             report["constants"] = report["constants"] or done.get("constants")
         report["scout_s"] = round(time.perf_counter() - t0, 2)
         t1 = time.perf_counter()
-        items = list(recipes.values())
+        items, compiled = list(recipes.values()), []
         for item, got in zip(items, pool.map(_compile_task, items)):
             if not got["ok"]:
                 report["failed"].append({"kernel": item["kernel"], "error": got["error"]})
-            elif got.get("hit"):
-                report["cached"] += 1
-            else:
-                report["compiled"] += 1
+                continue
+            compiled.append(item)
+            report["cached" if got.get("hit") else "compiled"] += 1
         report["compile_s"] = round(time.perf_counter() - t1, 2)
+    if job.get("recipes_out"):  # what a worker preloads (``preload``): the ones that compiled
+        Path(job["recipes_out"]).write_text(json.dumps(compiled))
     report["specializations"] = len(recipes)
     report["unencodable"] = sorted(set(report["unencodable"].values()))
     report["seconds"] = round(time.perf_counter() - t0, 2)
@@ -392,12 +414,46 @@ def stream(seeds, *, palette_seed=None, mix=None, big=None, limits=None, n_ops=2
             "n_ops": n_ops, "hostile": hostile, "check_every": check_every}
 
 
+def preload(path: str | os.PathLike) -> dict:
+    """Load the recipes ``path`` holds (``recipes_out``, all compiled ahead) into this process's
+    kernels: ``warmup`` of each finds it on disk and keeps it in the JITFunction's own cache, and
+    on a GPU it is loaded onto the device too, so a launch later neither compiles nor loads. For
+    a worker before it fuzzes, and a benchmark before its clock, once its set is loaded."""
+    from ..compile_check.child import jit_index
+
+    index = jit_index()  # this process's JITFunctions: the set is loaded once per process
+    t0, loaded, failed = time.perf_counter(), 0, 0
+    gpu = _gpu_here()
+    for item in json.loads(Path(path).read_text()):
+        fn = index.get((item["kernel"], item["file"]))
+        try:
+            kernel = fn.warmup(*[decode(a) for a in item["args"]], grid=(1,),
+                               **{k: decode(v) for k, v in item["kwargs"].items()})
+            if gpu:
+                _onto_device(kernel)
+            loaded += 1
+        except Exception:  # noqa: BLE001 - a kernel that cannot be preloaded is compiled (or fails) at its launch
+            failed += 1
+    return {"loaded": loaded, "failed": failed, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def preload_ahead(tier) -> str | None:
+    """A campaign child's preload (``RECIPES_ENV``), on a GPU tier only; a note for its hello."""
+    path = os.environ.get(RECIPES_ENV)
+    if not path or not str(tier.device).startswith("cuda") or not Path(path).is_file():
+        return None
+    done = preload(path)
+    return f"compile-ahead: each worker preloads the {done['loaded'] + done['failed']} kernels compiled ahead" + (
+        f" ({done['failed']} could not be)" if done["failed"] else "")
+
+
 def describe(report: dict) -> str:
     """One line for a campaign's log."""
     if "error" in report:
         return f"failed ({report['error']}), fuzzing without it"
     failed = f", {len(report['failed'])} did not compile" if report.get("failed") else ""
-    return (f"{report['specializations']} specializations from {report['sequences']} scouted sequences "
+    skipped = f" ({report['skipped']} more not reached in time)" if report.get("skipped") else ""
+    return (f"{report['specializations']} specializations from {report['sequences']} scouted sequences{skipped} "
             f"({report['launches']} launches), {report['compiled']} compiled and {report['cached']} already cached"
             f"{failed}, in {report['seconds']:.1f} s on {report['processes']} processes (scout "
             f"{report['scout_s']:.1f} s, compile {report['compile_s']:.1f} s), before the clock")
