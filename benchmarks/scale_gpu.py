@@ -53,6 +53,7 @@ def compile_ahead(tier, *, seed0: int, warmup: int, sequences: int, limits, mix=
     of a phase meet, before it starts (``production.ahead``)."""
     from fuzz.engine.compile_check.client import kernels_ref
     from fuzz.engine.production import ahead
+    from fuzz.engine.production.generator import scale_info
 
     seeds = [seed0 - 1 - k for k in range(warmup)] + [seed0 + k for k in range(sequences)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,6 +63,7 @@ def compile_ahead(tier, *, seed0: int, warmup: int, sequences: int, limits, mix=
         report = ahead.run_job(job)
         if recipes.is_file():  # loaded into this process's kernels, as a campaign's worker does
             report["preload"] = ahead.preload(recipes)
+    report["same_boundaries"] = report.get("constants") == scale_info(tier)["constants"]  # the scout drew as we do
     return report
 
 

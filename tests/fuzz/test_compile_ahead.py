@@ -244,3 +244,12 @@ def test_compile_ahead_on_without_a_gpu_tier_is_a_usage_error(tmp_path):
     assert proc.returncode == 2
     assert "--compile-ahead on" in proc.stderr and "--backend cuda" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_without_a_gpu_or_a_target_the_compile_ahead_says_so_at_once(monkeypatch):
+    """A ``--backend cuda`` campaign on a machine without a GPU fails its workers' set-up; the
+    compile-ahead before them must not scout for minutes first."""
+    monkeypatch.delenv("KVFUZZ_COMPILE_TARGET", raising=False)
+    report = ahead.run_job({"kernels": INDEP, "streams": [ahead.stream(range(50))]})
+    assert "no GPU" in report["error"]
+    assert ahead.describe(report).startswith("failed (no GPU")

@@ -343,6 +343,8 @@ def run_here(job: dict) -> dict:
     import multiprocessing
 
     t0 = time.perf_counter()
+    if not (job.get("target") or os.environ.get("KVFUZZ_COMPILE_TARGET") or _gpu_here()):
+        return {"error": "no GPU here to compile for (and no KVFUZZ_COMPILE_TARGET, e.g. cuda:90:32)", "seconds": 0.0}
     processes = max(1, min(int(job.get("processes") or os.cpu_count() or 1), MAX_PROCESSES))
     streams = [{**s, "seeds": list(s.get("seeds", ()))} for s in job.get("streams", ())]
     ctx = multiprocessing.get_context("spawn")
