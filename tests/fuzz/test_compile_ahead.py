@@ -246,6 +246,7 @@ def test_compile_ahead_on_without_a_gpu_tier_is_a_usage_error(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is the target here")
 def test_without_a_gpu_or_a_target_the_compile_ahead_says_so_at_once(monkeypatch):
     """A ``--backend cuda`` campaign on a machine without a GPU fails its workers' set-up; the
     compile-ahead before them must not scout for minutes first."""
