@@ -237,6 +237,20 @@ def test_the_campaign_scouts_its_workers_own_streams(monkeypatch, tmp_path):
     assert not camp.CampaignOptions(backend="cuda", scale="small").compile_ahead_on()
 
 
+def test_the_summary_says_whether_the_workers_drew_from_the_scouts_boundaries():
+    from types import SimpleNamespace
+
+    from fuzz.engine.slot import same_boundaries
+
+    scouted = {"constants": {"blocks": {"BLOCK": 128}, "targets": {}, "source": "module"}}
+    same = SimpleNamespace(hello={"scale": {"constants": dict(scouted["constants"])}})
+    other = SimpleNamespace(hello={"scale": {"constants": {**scouted["constants"], "blocks": {"BLOCK": 64}}}})
+    unstarted = SimpleNamespace(hello=None)
+    assert same_boundaries(scouted, [same, unstarted]) is True
+    assert same_boundaries(scouted, [same, other]) is False
+    assert same_boundaries({"error": "no GPU"}, [same]) is None
+
+
 def test_compile_ahead_on_without_a_gpu_tier_is_a_usage_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fuzz", "run", "--backend", "interpret", "--scale", "production",
                            "--compile-ahead", "on", "--budget-s", "1", "--out", str(tmp_path / "out")],
