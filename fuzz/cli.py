@@ -64,7 +64,7 @@ def _cmd_run(args) -> int:
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
                            check_every=args.check_every, reproduce=args.reproduce, program_order=args.program_order,
                            cache_dir=args.cache_dir, allocator=args.allocator, palette=args.palette,
-                           compile_ahead=args.compile_ahead)
+                           compile_ahead=args.compile_ahead, ahead_sequences=args.ahead_sequences)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     verdict = None if baseline is None else baseline.compare(

@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "compile the specializations they meet in parallel into the Triton cache, so workers only "
                           "load them (auto: on for --backend cuda with --scale production; the interpreter and torch "
                           "tiers compile nothing)")
+    run.add_argument("--ahead-sequences", type=_count, default=48, metavar="N",
+                     help="sequences per worker the compile-ahead scouts, after its warm-up ones (default 48)")
     run.add_argument("--progress-s", type=_positive(float), default=30.0,
                      help="seconds between progress lines when stderr is not a terminal")
     run.add_argument("--summary", metavar="FILE", help="write a JSON summary here")

@@ -97,7 +97,7 @@ class CampaignOptions:
     cache_dir: str | None = None  # Triton's kernel cache for every child (kept between runs: no recompiles)
     palette: str = "auto"  # sizes from a bounded palette per worker: on, off, auto (on for cuda at production scale)
     compile_ahead: str = "auto"  # scout and compile the workers' specializations before the clock (production.ahead)
-    ahead_sequences: int = 32  # sequences per worker the compile-ahead scout runs (after its warm-up ones)
+    ahead_sequences: int = 48  # sequences per worker the compile-ahead scout runs (after its warm-up ones)
     progress_s: float = 30.0
     minimize: bool = True
     minimize_s: float = 0.0  # extra seconds past the budget for minimizing what was found

@@ -186,6 +186,13 @@ def test_recipes_carry_dtypes_alignment_and_scalars_and_refuse_what_cannot_trave
         ahead.encode(object())
 
 
+def test_scout_tasks_take_every_streams_first_seeds_first():
+    """When the scout's time runs out, each worker's early sequences were scouted, not one's all."""
+    a, b = ahead.stream(range(10)), ahead.stream(range(100, 105))
+    order = [(stream is a, seeds[0]) for stream, seeds in ahead._chunks([a, b])]
+    assert order == [(True, 0), (False, 100), (True, 4), (False, 104), (True, 8)]
+
+
 class _Fn:
     """A stand-in JITFunction: per-device kernel caches whose first item maps keys to kernels."""
 

@@ -48,7 +48,7 @@ MAX_PROCESSES = 16  # compile processes at most (each holds a Triton and, on a G
 GPU_SCOUTS = 8  # of them, scouting at once on a GPU (each holds a sequence's production tables: a few GB)
 CHUNK = 4  # seeds per scout task
 SCOUT_S = 60.0  # scouting stops starting sequences after this long (pool start-up included; ``skipped``)
-TIMEOUT_S = 900.0  # the whole compile-ahead child, scout and compiles
+TIMEOUT_S = 300.0  # the whole compile-ahead child, scout and compiles
 RECIPES_ENV = "KVFUZZ_AHEAD_RECIPES"  # a campaign's children preload the recipes this file holds
 _ROOT = Path(__file__).resolve().parents[3]  # the folder holding the fuzz package
 
@@ -325,10 +325,10 @@ def _knobs():
 
 
 def _chunks(streams: list[dict]) -> list[tuple[dict, list[int]]]:
-    out = []
-    for stream in streams:
-        seeds = list(stream["seeds"])
-        out += [(stream, seeds[i:i + CHUNK]) for i in range(0, len(seeds), CHUNK)]
+    """Scout tasks, the streams' first seeds first (round robin over the streams), so that when
+    ``scout_s`` runs out every worker's early sequences have been scouted, not one worker's all."""
+    per = [[(st, st["seeds"][i:i + CHUNK]) for i in range(0, len(st["seeds"]), CHUNK)] for st in streams]
+    out = [chunks[i] for i in range(max(map(len, per), default=0)) for chunks in per if i < len(chunks)]
     return out or [(streams[0] if streams else {}, [])]
 
 
