@@ -50,8 +50,9 @@ def _cmd_run(args) -> int:
         raise SetupError(f"--guided and --corpus guide --scale small, not --scale {args.scale}")
     from .engine import tracks
 
-    if args.compile_ahead == "on" and (args.backend != "cuda" or not tracks.get(args.scale).palette_on_gpu):
-        raise SetupError(f"--compile-ahead on compiles the kernels a GPU campaign at production scale meets: it "
+    if args.compile_ahead in ("on", "follow") and (args.backend != "cuda"
+                                                   or not tracks.get(args.scale).palette_on_gpu):
+        raise SetupError(f"--compile-ahead {args.compile_ahead} compiles the kernels a GPU campaign at production scale meets: it "
                          f"needs --backend cuda --scale production (here --backend {args.backend} --scale "
                          f"{args.scale}, where nothing is compiled ahead)")
     if args.budget_s is None:
@@ -106,7 +107,7 @@ def _cmd_run(args) -> int:
                                          "shard": f"{args.shard[0]}/{args.shard[1]}", "hostile": args.hostile,
                                          "op_timeout": args.op_timeout or "auto", "reproduce": args.reproduce,
                                          "program_order": opts.order(), "palette": "on" if opts.palette_on() else "off",
-                                         "compile_ahead": "on" if opts.compile_ahead_on() else "off"},
+                                         "compile_ahead": opts.compile_ahead if opts.compile_ahead_on() else "off"},
                                 baseline=verdict, allocator=args.allocator)
     if opts.guided:
         from .tools.coverage_report import features_block

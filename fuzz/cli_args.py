@@ -123,11 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "octave, at the set's boundaries; a tenth of draws leave it), so compiled kernels that "
                           "specialize on their sizes compile a bounded set of variants (auto: on for --backend cuda "
                           "with --scale production; the interpreter compiles nothing)")
-    run.add_argument("--compile-ahead", choices=("auto", "on", "off"), default="auto",
+    run.add_argument("--compile-ahead", choices=("auto", "on", "follow", "off"), default="auto",
                      help="before the clock, run the workers' first sequences with launches recorded, not run, and "
                           "compile the specializations they meet in parallel into the Triton cache, so workers only "
                           "load them (auto: on for --backend cuda with --scale production; the interpreter and torch "
-                          "tiers compile nothing)")
+                          "tiers compile nothing); follow: and keep scouting and compiling the workers' later "
+                          "sequences while they run, on the cores they leave")
     run.add_argument("--ahead-sequences", type=_count, default=48, metavar="N",
                      help="sequences per worker the compile-ahead scouts, after its warm-up ones (default 48)")
     run.add_argument("--progress-s", type=_positive(float), default=30.0,

@@ -96,7 +96,7 @@ class CampaignOptions:
     program_order: str = "auto"  # the interpreter's program order: auto = random per sequence there
     cache_dir: str | None = None  # Triton's kernel cache for every child (kept between runs: no recompiles)
     palette: str = "auto"  # sizes from a bounded palette per worker: on, off, auto (on for cuda at production scale)
-    compile_ahead: str = "auto"  # scout and compile the workers' specializations before the clock (production.ahead)
+    compile_ahead: str = "auto"  # the workers' specializations compiled before the clock: auto, on, follow, off
     ahead_sequences: int = 48  # sequences per worker the compile-ahead scout runs (after its warm-up ones)
     progress_s: float = 30.0
     minimize: bool = True
@@ -145,7 +145,7 @@ class CampaignOptions:
         factory's tier or an allocator (not a plain kernel set); ``on`` elsewhere is the CLI's exit 2."""
         if self.factory or self.allocator or self.compile_ahead == "off":
             return False
-        return self.backend == "cuda" and self.track.palette_on_gpu or self.compile_ahead == "on"
+        return self.backend == "cuda" and self.track.palette_on_gpu or self.compile_ahead in ("on", "follow")
 
     def order(self) -> str:
         if self.program_order == "auto":
@@ -185,6 +185,7 @@ class Campaign:
         self.stop: str | None = None
         self._gpu_turn = 0
         self.env = opts.child_env()  # every child's extra environment
+        self._ahead = None  # a compile-ahead child that follows the workers (--compile-ahead follow)
 
     # ---- set-up --------------------------------------------------------------------
     def _gpu(self, turn: int) -> str | None:
@@ -206,7 +207,8 @@ class Campaign:
             raise SetupError(f"--out {opts.out}: exists and is not a directory")
         self.log_dir = Path(tempfile.mkdtemp(prefix="kvfuzz-logs-"))
         if opts.compile_ahead_on():  # before the clock; each child then preloads what it compiled
-            self.summary.compile_ahead = compile_ahead(opts, self.spec, self.log_dir, self.env, self.progress)
+            self.summary.compile_ahead, self._ahead = compile_ahead(opts, self.spec, self.log_dir, self.env,
+                                                                    self.progress)
         self.start = time.monotonic()
         self.deadline = self.start + opts.budget_s
         self.deadline_wall = time.time() + opts.budget_s
@@ -485,6 +487,8 @@ class Campaign:
             executor.shutdown()
         if self.progress is not None and self.progress.isatty():
             self.progress.write("\n")
+        if self._ahead is not None:
+            self.summary.compile_ahead["follow"] = self._ahead.stop()
         shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def _summarize(self) -> Summary:

@@ -12,6 +12,7 @@ from .generate import warmup_seed
 from .supervise import CONTRACT, OPS, SEQS, Child
 
 HISTORY_SEQUENCES = 256  # how far back a worker's history reaches for a case that needs it
+FOLLOW_SEQUENCES = 2048  # sequences per worker a following compile-ahead may scout past its first ones
 
 
 def sequence_seed(opts, worker: int, k: int) -> int:
@@ -25,34 +26,47 @@ def sequence_seed(opts, worker: int, k: int) -> int:
 def ahead_job(opts, spec, recipes_out) -> dict:
     """The compile-ahead job of a campaign (``production.ahead``): each worker's stream as that
     worker will draw it, its GPU warm-up seeds then its first ``opts.ahead_sequences`` sequences
-    (its share of ``--max-sequences`` at most), with its palette."""
+    (its share of ``--max-sequences`` at most), with its palette; ``follow`` (``--compile-ahead
+    follow``): the next ``FOLLOW_SEQUENCES`` too (``more``), scouted while the workers run."""
     from .compile_check.client import resolve_kernels
     from .production import ahead
 
+    follow = opts.compile_ahead == "follow"
     streams = []
     for w in range(opts.workers):
         quota = share(opts.max_sequences, opts.workers, w)
         n = opts.ahead_sequences if quota is None else min(opts.ahead_sequences, quota)
+        last = n + FOLLOW_SEQUENCES if quota is None else quota
         seeds = [warmup_seed(i) for i in range(opts.track.gpu_warmup)] + [sequence_seed(opts, w, k) for k in range(n)]
-        streams.append(ahead.stream(seeds, palette_seed=opts.palette_seed(w), n_ops=opts.n_ops(), hostile=opts.hostile,
-                                    check_every=opts.check_every))
-    return {"kernels": resolve_kernels(spec.name), "streams": streams, "recipes_out": str(recipes_out)}
+        streams.append({**ahead.stream(seeds, palette_seed=opts.palette_seed(w), n_ops=opts.n_ops(),
+                                       hostile=opts.hostile, check_every=opts.check_every),
+                        "more": [sequence_seed(opts, w, k) for k in range(n, last)] if follow else []})
+    return {"kernels": resolve_kernels(spec.name), "streams": streams, "recipes_out": str(recipes_out),
+            "workers": opts.workers, "follow_s": opts.budget_s if follow else None}
 
 
-def compile_ahead(opts, spec, log_dir, env: dict, progress=None) -> dict:
+def compile_ahead(opts, spec, log_dir, env: dict, progress=None):
     """Compile what the workers will launch, before the clock (``production.ahead``, ``ahead_job``),
     into ``--cache-dir`` or Triton's default cache (every process of this user shares it, and
     keeps it for the next run); the recipes that compiled go to ``log_dir``, and ``env`` (every
-    child's) names them, so each child preloads them. A failure is only noted in the report."""
+    child's) names them, so each child preloads them. A failure is only noted in the report.
+    Returns the report and, when it follows the workers, the running ``ahead.Job`` (else None)."""
     from .production import ahead
 
     recipes = log_dir / "compiled-ahead.json"
-    report = ahead.run_job(ahead_job(opts, spec, recipes), env=env)
+    job = ahead_job(opts, spec, recipes)
+    if job["follow_s"]:
+        child = ahead.Job(job, env)
+        report = child.first()
+    else:
+        child, report = None, ahead.run_job(job, env=env)
     if recipes.is_file():
         env[ahead.RECIPES_ENV] = str(recipes)
     if progress is not None:
-        progress.write(f"[kvfuzz] compile-ahead: {ahead.describe(report)}\n")
-    return report
+        following = child is not None and "error" not in report
+        progress.write(f"[kvfuzz] compile-ahead: {ahead.describe(report)}"
+                       + (", and following the workers" if following else "") + "\n")
+    return report, child
 
 
 def same_boundaries(report: dict, slots) -> bool | None:

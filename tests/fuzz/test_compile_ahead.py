@@ -14,13 +14,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from fuzz.engine import launches
-from fuzz.engine.production import ahead
+from fuzz.engine.production import ahead, recipes
 from fuzz.engine.production.limits import ScaleLimits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,9 +102,9 @@ def test_a_recipe_compiled_ahead_is_what_a_launch_with_the_real_tensors_finds_on
     once ``preload`` has loaded the recipes, the same launches find them in memory."""
     cache = tmp_path / "cache"
     stream = ahead.stream(SEEDS[:1], limits="small", n_ops=8)
-    recipes = tmp_path / "recipes.json"
+    recipes_out = tmp_path / "recipes.json"
     report = ahead.run_job({"kernels": INDEP, "streams": [stream], "processes": 2, "target": "cuda:90:32",
-                            "recipes_out": str(recipes)}, env={"TRITON_CACHE_DIR": str(cache)})
+                            "recipes_out": str(recipes_out)}, env={"TRITON_CACHE_DIR": str(cache)})
     assert "error" not in report, report
     assert report["failed"] == [] and report["specializations"] >= 5
     assert report["compiled"] == report["specializations"]
@@ -111,10 +112,10 @@ def test_a_recipe_compiled_ahead_is_what_a_launch_with_the_real_tensors_finds_on
 import json, sys
 from triton import knobs
 from triton.runtime import driver
-from fuzz.engine.production import ahead
+from fuzz.engine.production import ahead, recipes
 from fuzz.engine.launches import record_only
 from fuzz.engine.tiers import Tier, load_kernels
-driver.set_active(ahead._StandInDriver("cuda:90:32"))
+driver.set_active(recipes.StandInDriver("cuda:90:32"))
 tier = Tier("cuda", sys.argv[1], load_kernels(sys.argv[1]), "cpu")
 seen = []
 with record_only(seen.append):
@@ -133,7 +134,7 @@ for launch in seen:
 got["after_preload"] = len(hits)
 print(json.dumps(got))
 """
-    proc = subprocess.run([sys.executable, "-c", check, INDEP, json.dumps(stream), str(recipes)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", check, INDEP, json.dumps(stream), str(recipes_out)], cwd=REPO,
                           capture_output=True,
                           text=True, timeout=600, env=_env(TRITON_CACHE_DIR=str(cache)))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -174,16 +175,16 @@ def test_record_only_hands_the_launch_over_resolved_and_runs_nothing():
 
 def test_recipes_carry_dtypes_alignment_and_scalars_and_refuse_what_cannot_travel():
     base = torch.zeros(8, dtype=torch.int32)
-    assert ahead.encode(base) == {"tensor": "int32", "aligned": True}
-    assert ahead.encode(base[1:]) == {"tensor": "int32", "aligned": False}
+    assert recipes.encode(base) == {"tensor": "int32", "aligned": True}
+    assert recipes.encode(base[1:]) == {"tensor": "int32", "aligned": False}
     for value in (1, 16, 17, 2**40, True, None, 0.5):
-        assert ahead.decode(json.loads(json.dumps(ahead.encode(value)))) == value
-    arg = ahead.decode(ahead.encode(base[1:]))
+        assert recipes.decode(json.loads(json.dumps(recipes.encode(value)))) == value
+    arg = recipes.decode(recipes.encode(base[1:]))
     assert arg.dtype == torch.int32 and arg.data_ptr() % 16 != 0
-    assert ahead.decode(ahead.encode(base)).data_ptr() % 16 == 0
-    assert ahead.decode(ahead.encode((1, base)))[0] == 1
-    with pytest.raises(ahead.Unencodable):
-        ahead.encode(object())
+    assert recipes.decode(recipes.encode(base)).data_ptr() % 16 == 0
+    assert recipes.decode(recipes.encode((1, base)))[0] == 1
+    with pytest.raises(recipes.Unencodable):
+        recipes.encode(object())
 
 
 def test_scout_tasks_take_every_streams_first_seeds_first():
@@ -220,7 +221,7 @@ def test_the_campaign_scouts_its_workers_own_streams(monkeypatch, tmp_path):
     with its palette, as the worker will draw them."""
     from fuzz.engine import campaign as camp
     from fuzz.engine.generate import warmup_seed
-    from fuzz.engine.slot import compile_ahead, sequence_seed
+    from fuzz.engine.slot import ahead_job, compile_ahead, sequence_seed
 
     jobs = []
     monkeypatch.setattr(ahead, "run_job", lambda job, env=None: jobs.append((job, env)) or {"error": "stub"})
@@ -228,9 +229,9 @@ def test_the_campaign_scouts_its_workers_own_streams(monkeypatch, tmp_path):
                                 ahead_sequences=3, max_sequences=5, cache_dir=str(tmp_path))
     assert opts.compile_ahead_on()
     env = opts.child_env()
-    report = compile_ahead(opts, opts.tier_spec(), tmp_path, env)
+    report, following = compile_ahead(opts, opts.tier_spec(), tmp_path, env)
     (job, seen_env), = jobs
-    assert seen_env is env
+    assert seen_env is env and following is None and job["follow_s"] is None
     assert job["kernels"] == INDEP and env["TRITON_CACHE_DIR"] == str(tmp_path.resolve())
     assert job["recipes_out"] == str(tmp_path / "compiled-ahead.json")
     for w, stream in enumerate(job["streams"]):
@@ -238,6 +239,13 @@ def test_the_campaign_scouts_its_workers_own_streams(monkeypatch, tmp_path):
         assert stream["seeds"] == [warmup_seed(i) for i in range(4)] + timed
         assert stream["palette_seed"] == opts.palette_seed(w) is not None
         assert stream["n_ops"] == opts.n_ops() and stream["hostile"] == opts.hostile
+        assert stream["more"] == []
+    follow = camp.CampaignOptions(backend="cuda", scale="production", kernels=INDEP, workers=2, seed=7,
+                                  ahead_sequences=3, max_sequences=9, compile_ahead="follow", budget_s=40)
+    job = ahead_job(follow, follow.tier_spec(), tmp_path / "r.json")
+    assert job["follow_s"] == 40 and job["workers"] == 2
+    assert [s["more"] for s in job["streams"]] == [[sequence_seed(follow, 0, k) for k in (3, 4)],
+                                                  [sequence_seed(follow, 1, 3)]]  # shares of 9: 5 and 4
     assert report == {"error": "stub"}
     assert ahead.RECIPES_ENV not in env  # nothing compiled: no child preloads
     assert not camp.CampaignOptions(backend="interpret", scale="production").compile_ahead_on()
@@ -275,3 +283,28 @@ def test_without_a_gpu_or_a_target_the_compile_ahead_says_so_at_once(monkeypatch
     report = ahead.run_job({"kernels": INDEP, "streams": [ahead.stream(range(50))]})
     assert "no GPU" in report["error"]
     assert ahead.describe(report).startswith("failed (no GPU")
+
+
+def test_a_following_compile_ahead_compiles_later_sequences_and_stops_with_its_pool(tmp_path):
+    """``follow_s``: after its report the child scouts each stream's ``more`` seeds and compiles
+    what is new, while the campaign runs; ``stop`` ends it, its pool with it, and says how far
+    it got."""
+    first = ahead.stream(SEEDS[:1], limits="small", n_ops=6)
+    job = {"kernels": INDEP, "target": "cuda:90:32", "processes": 2, "follow_s": 300, "workers": 1,
+           "streams": [{**first, "more": [SEEDS[1]]}]}
+    child = ahead.Job(job, {"TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        report = child.first(600)
+        assert "error" not in report, report
+        follow = child.tmp / "report.json.follow"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            counts = json.loads(follow.read_text()) if follow.is_file() else {}
+            if counts.get("sequences") and not counts.get("queued") and counts["compiled"] == counts["specializations"]:
+                break
+            time.sleep(1)
+    finally:
+        counts = child.stop()
+    assert child.proc.poll() is not None
+    assert counts["sequences"] == 1 and counts["failed"] == 0
+    assert counts["compiled"] == counts["specializations"] >= 1  # the second seed met variants the first did not

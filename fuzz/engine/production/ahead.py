@@ -10,8 +10,8 @@ the variants can be learned before fuzzing, without compiling:
 1. **Scout**: the workers' own streams (their warm-up seeds and first sequences, their
    palettes) run on ``ScoutRun``, a ``ScaleRun`` whose checks do nothing, while the launch hook
    is in ``launches.record_only`` mode: every launch is described (``launches.specialization``,
-   and a ``recipe``: the arguments with tensors replaced by their dtype and 16-byte alignment)
-   and not run. Outputs are garbage, so an op that raises ends its sequence; a check's
+   and a ``recipes.recipe``: the arguments with tensors replaced by their dtype and 16-byte
+   alignment) and not run. Outputs are garbage, so an op that raises ends its sequence; a check's
    divergence is ignored (the target never ran). The tier's smoke test and the boundary probe
    (``observe.observed_constants``) run the same way, so a worker's start-up compiles nothing
    either. The scout works on CPU tensors too (the hook stops the launch before Triton sees it).
@@ -34,9 +34,12 @@ reports that target, so ``warmup`` compiles for it).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,101 +47,17 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from .recipes import RECIPES_ENV, Book, StandInDriver, compile_recipe, gpu_here, preload, preload_ahead
+
+__all__ = ["RECIPES_ENV", "preload", "preload_ahead", "run_job", "scout_seeds", "stream", "describe"]
+
 MAX_PROCESSES = 16  # compile processes at most (each holds a Triton and, on a GPU, a CUDA context)
 GPU_SCOUTS = 8  # of them, scouting at once on a GPU (each holds a sequence's production tables: a few GB)
 CHUNK = 4  # seeds per scout task
+FOLLOW_SCOUTS = 2  # scout tasks at once while following a running campaign (its workers have the GPU)
 SCOUT_S = 60.0  # scouting stops starting sequences after this long (pool start-up included; ``skipped``)
 TIMEOUT_S = 300.0  # the whole compile-ahead child, scout and compiles
-RECIPES_ENV = "KVFUZZ_AHEAD_RECIPES"  # a campaign's children preload the recipes this file holds
 _ROOT = Path(__file__).resolve().parents[3]  # the folder holding the fuzz package
-
-
-class Unencodable(Exception):
-    """An argument a recipe cannot carry to another process (a JITFunction, an object)."""
-
-
-# ---- recipes: a launch's compile inputs as JSON ---------------------------------------------------
-
-
-def encode(value):
-    """One launch argument as JSON: a tensor by dtype and 16-byte alignment (what Triton's key
-    reads of it), scalars as they are, constexprs, Triton and torch dtypes, tuples."""
-    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
-        return {"tensor": str(value.dtype).removeprefix("torch."), "aligned": value.data_ptr() % 16 == 0}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    kind = type(value).__name__
-    if kind == "constexpr":
-        return {"constexpr": encode(value.value)}
-    if kind == "dtype" and type(value).__module__.startswith("torch"):
-        return {"torch_dtype": str(value).removeprefix("torch.")}
-    if kind == "dtype" or type(value).__module__.startswith("triton.language"):
-        return {"tl": str(value)}
-    if isinstance(value, (tuple, list)):
-        return {"tuple": [encode(v) for v in value]}
-    raise Unencodable(f"{kind} argument")
-
-
-def decode(obj):
-    """``encode``'s inverse, with a ``_Arg`` stand-in (dtype and alignment) for each tensor."""
-    if not isinstance(obj, dict):
-        return obj
-    import torch
-
-    if "tensor" in obj:
-        return _Arg(getattr(torch, obj["tensor"]), obj["aligned"])
-    if "constexpr" in obj:
-        import triton.language as tl
-
-        return tl.constexpr(decode(obj["constexpr"]))
-    if "torch_dtype" in obj:
-        return getattr(torch, obj["torch_dtype"])
-    if "tl" in obj:
-        import triton.language as tl
-
-        return getattr(tl, obj["tl"])
-    return tuple(decode(v) for v in obj["tuple"])
-
-
-def _Arg(dtype, aligned: bool):
-    """Triton's ``MockTensor`` with a pointer that is 16-byte aligned or not, as the real one was."""
-    from triton.runtime.jit import MockTensor
-
-    class Arg(MockTensor):
-        def data_ptr(self):
-            return 0 if aligned else 8
-
-    return Arg(dtype)
-
-
-def recipe(launch) -> dict:
-    """What a compile of ``launch``'s specialization needs: the kernel (qualname and file), its
-    arguments and keyword arguments (Unencodable when one cannot travel)."""
-    pyfn = getattr(launch.fn, "fn", launch.fn)
-    code = getattr(pyfn, "__code__", None)
-    return {"kernel": pyfn.__qualname__, "file": Path(code.co_filename).name if code else "",
-            "args": [encode(a) for a in launch.args], "kwargs": {k: encode(v) for k, v in launch.kwargs.items()}}
-
-
-class Book:
-    """The ``record_only`` callback: the first recipe of each distinct specialization."""
-
-    def __init__(self):
-        self.recipes: dict[str, dict] = {}
-        self.launches = 0
-        self.unencodable: dict[str, str] = {}  # kernel -> why its launches cannot be compiled ahead
-
-    def __call__(self, launch) -> None:
-        from ..launches import specialization
-
-        self.launches += 1
-        key = repr(specialization(launch))
-        if key in self.recipes or key in self.unencodable:
-            return
-        try:
-            self.recipes[key] = recipe(launch)
-        except Unencodable as exc:
-            self.unencodable[key] = f"{launch.name}: {exc}"
 
 
 # ---- the scout ------------------------------------------------------------------------------------
@@ -213,25 +132,6 @@ def scout_seeds(tier, stream: dict, seeds: list[int], book: Book, deadline: floa
 _PROC: dict = {}  # per pool process: the tier, its JITFunctions by (qualname, file), set-up done
 
 
-class _StandInDriver:
-    """A driver for a machine without a GPU: it names a target, so ``warmup`` compiles for it."""
-
-    def __init__(self, target: str):
-        from triton.backends.compiler import GPUTarget
-
-        backend, arch, warp = target.split(":")
-        self.target = GPUTarget(backend, int(arch), int(warp))
-
-    def get_current_target(self):
-        return self.target
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-
 def _init(kernels: str, target: str | None, scouts) -> None:
     """A pool process: the set imported as compiled JITFunctions (never interpreted). Without a
     GPU, ``target`` (or ``KVFUZZ_COMPILE_TARGET``, as the compile track reads it) names what
@@ -246,7 +146,7 @@ def _init(kernels: str, target: str | None, scouts) -> None:
     gpu = target is None and torch.cuda.is_available()
     target = target or (None if gpu else os.environ.get("KVFUZZ_COMPILE_TARGET"))
     if target:
-        driver.set_active(_StandInDriver(target))
+        driver.set_active(StandInDriver(target))
     server = Server()
     server.load(kernels)
     _PROC.update(server=server, kernels=kernels, device="cuda" if gpu else "cpu", set_up=False, scouts=scouts,
@@ -277,51 +177,11 @@ def _scout(stream: dict, seeds: list[int], deadline: float) -> dict:
 
 
 def _compile_task(item: dict) -> dict:
-    """Compile one recipe with ``warmup``; whether Triton found it on disk already (``hit``)."""
+    """Compile one recipe in this pool process (``recipes.compile_recipe``)."""
     if _PROC["no_target"]:
         return {"ok": False, "error": "no GPU here, and no KVFUZZ_COMPILE_TARGET (e.g. cuda:90:32) to compile for"}
-    fn = _PROC["server"].find(_PROC["kernels"], item["kernel"], item["file"])
-    if fn is None:
-        return {"ok": False, "error": f"no @triton.jit kernel {item['kernel']} ({item['file']}) in the set"}
-    hits: list[bool] = []
-    knobs = _knobs()
-    previous = getattr(knobs, "listener", None)
-    if knobs is not None:
-        knobs.listener = lambda **kw: hits.append(bool(kw.get("cache_hit")))
-    t0 = time.perf_counter()
-    try:
-        args = [decode(a) for a in item["args"]]
-        kwargs = {k: decode(v) for k, v in item["kwargs"].items()}
-        kernel = fn.warmup(*args, grid=(1,), **kwargs)
-        if _PROC["device"] == "cuda":
-            _onto_device(kernel)
-    except Exception as exc:  # noqa: BLE001 - a variant that does not compile: the campaign meets it as a case
-        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-300:]}",
-                "seconds": time.perf_counter() - t0}
-    finally:
-        if knobs is not None:
-            knobs.listener = previous
-    return {"ok": True, "seconds": time.perf_counter() - t0, "hit": bool(hits) and all(hits)}
-
-
-def _onto_device(kernel) -> None:
-    """Load a compiled kernel onto the GPU as its first launch would (``_init_handles``: the module,
-    and the launcher, which a Triton that builds one per signature compiles and caches on disk).
-    Only a head start: a failure here leaves it to the launch."""
-    try:
-        kernel._init_handles()
-    except Exception:  # noqa: BLE001 - another Triton's CompiledKernel, or a device that refused: launch-time
-        pass
-
-
-def _knobs():
-    """Triton's compilation knobs (their ``listener`` says whether a compile hit the disk cache), or None."""
-    try:
-        from triton import knobs
-
-        return knobs.compilation
-    except (ImportError, AttributeError):
-        return None
+    return compile_recipe(_PROC["server"].find(_PROC["kernels"], item["kernel"], item["file"]), item,
+                          on_device=_PROC["device"] == "cuda")
 
 
 def _chunks(streams: list[dict]) -> list[tuple[dict, list[int]]]:
@@ -332,27 +192,29 @@ def _chunks(streams: list[dict]) -> list[tuple[dict, list[int]]]:
     return out or [(streams[0] if streams else {}, [])]
 
 
-def _gpu_here() -> bool:
-    import torch
+def _write(path: Path, data: dict) -> None:
+    """Atomically: the parent polls for the file, and must never read half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
 
-    return torch.cuda.is_available()
 
-
-def run_here(job: dict) -> dict:
-    """Both phases, in this process and its pool (the child's body): a summary as JSON."""
+def run_here(job: dict, out: Path) -> None:
+    """The child's body: both phases in this process and its pool, the report written to ``out``;
+    then, with ``follow_s``, the follow phase (``_follow``) until that many seconds have passed."""
     import multiprocessing
 
     t0 = time.perf_counter()
-    if not (job.get("target") or os.environ.get("KVFUZZ_COMPILE_TARGET") or _gpu_here()):
-        return {"error": "no GPU here to compile for (and no KVFUZZ_COMPILE_TARGET, e.g. cuda:90:32)", "seconds": 0.0}
+    if not (job.get("target") or os.environ.get("KVFUZZ_COMPILE_TARGET") or gpu_here()):
+        _write(out, {"error": "no GPU here to compile for (and no KVFUZZ_COMPILE_TARGET, e.g. cuda:90:32)"})
+        return
     processes = max(1, min(int(job.get("processes") or os.cpu_count() or 1), MAX_PROCESSES))
     streams = [{**s, "seeds": list(s.get("seeds", ()))} for s in job.get("streams", ())]
     ctx = multiprocessing.get_context("spawn")
-    scouts = ctx.BoundedSemaphore(int(job.get("scouts") or (min(processes, GPU_SCOUTS) if _gpu_here() else processes)))
+    scouts = ctx.BoundedSemaphore(int(job.get("scouts") or (min(processes, GPU_SCOUTS) if gpu_here() else processes)))
     recipes: dict[str, dict] = {}
     report = {"processes": processes, "sequences": 0, "ops": 0, "cut": 0, "skipped": 0, "launches": 0,
-              "constants": None,
-              "unencodable": {}, "failed": [], "compiled": 0, "cached": 0}
+              "constants": None, "unencodable": {}, "failed": [], "compiled": 0, "cached": 0}
     with ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init,
                              initargs=(job["kernels"], job.get("target"), scouts)) as pool:
         chunks = _chunks(streams)
@@ -374,36 +236,119 @@ def run_here(job: dict) -> dict:
             compiled.append(item)
             report["cached" if got.get("hit") else "compiled"] += 1
         report["compile_s"] = round(time.perf_counter() - t1, 2)
-    if job.get("recipes_out"):  # what a worker preloads (``preload``): the ones that compiled
-        Path(job["recipes_out"]).write_text(json.dumps(compiled))
-    report["specializations"] = len(recipes)
-    report["unencodable"] = sorted(set(report["unencodable"].values()))
-    report["seconds"] = round(time.perf_counter() - t0, 2)
-    return report
+        if job.get("recipes_out"):  # what a worker preloads (``preload``): the ones that compiled
+            _write(Path(job["recipes_out"]), compiled)
+        report["specializations"] = len(recipes)
+        report["unencodable"] = sorted(set(report["unencodable"].values()))
+        report["seconds"] = round(time.perf_counter() - t0, 2)
+        _write(out, report)
+        if job.get("follow_s"):
+            _follow(pool, job, streams, recipes, out.with_name(out.name + ".follow"))
+
+
+def _follow(pool, job: dict, streams: list[dict], recipes: dict, path: Path) -> None:
+    """While the campaign runs: scout each stream's later seeds (``more``), a few tasks at a time
+    (the GPU is the workers' now), and compile each new specialization as soon as a scout task
+    returns it, on the cores the workers leave; the counts go to ``path`` after each task. A
+    worker that reaches a sequence compiled here loads its kernels from disk."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    end = time.time() + float(job["follow_s"])
+    scouts_at_once = FOLLOW_SCOUTS
+    compiles_at_once = max(1, (os.cpu_count() or 1) - int(job.get("workers", 1)) - scouts_at_once)
+    todo = _chunks([{**s, "seeds": list(s.get("more", ()))} for s in streams])
+    stats = {"sequences": 0, "specializations": 0, "compiled": 0, "failed": 0, "cut": 0}
+    scouting, compiling, queued = set(), set(), []
+    while time.time() < end and (todo or scouting or compiling or queued):
+        while todo and len(scouting) < scouts_at_once:
+            stream_, seeds = todo.pop(0)
+            if seeds:
+                scouting.add(pool.submit(_scout_task, stream_, seeds, end))
+        while queued and len(compiling) < compiles_at_once:
+            compiling.add(pool.submit(_compile_task, queued.pop(0)))
+        if not (scouting or compiling):
+            continue
+        finished, _ = wait(scouting | compiling, timeout=max(0.1, end - time.time()), return_when=FIRST_COMPLETED)
+        for fut in finished:
+            got = fut.result()
+            if fut in scouting:
+                scouting.discard(fut)
+                stats["sequences"] += got["sequences"]
+                stats["cut"] += got["cut"]
+                fresh = [item for key, item in got["recipes"].items() if key not in recipes]
+                recipes.update({key: item for key, item in got["recipes"].items() if key not in recipes})
+                stats["specializations"] += len(fresh)
+                queued += fresh
+            else:
+                compiling.discard(fut)
+                stats["compiled" if got["ok"] else "failed"] += 1
+        _write(path, {**stats, "queued": len(queued)})
+
+
+class Job:
+    """The compile-ahead child (``python -m fuzz.engine.production.ahead JOB OUT``, in a session
+    of its own so that it and its pool end together): ``first`` waits for its report; with
+    ``follow_s`` it runs on after that until ``stop`` (or its own end), which returns the follow
+    counts."""
+
+    def __init__(self, job: dict, env: dict | None = None):
+        full = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        full.update(env or {})
+        full["PYTHONPATH"] = os.pathsep.join([str(_ROOT)] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep)
+                                                             if p])
+        self.t0 = time.perf_counter()
+        self.tmp = Path(tempfile.mkdtemp(prefix="kvfuzz-ahead-"))
+        self.out = self.tmp / "report.json"
+        (self.tmp / "job.json").write_text(json.dumps(job))
+        self.log = open(self.tmp / "stderr.log", "wb")  # noqa: SIM115 - closed by stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "fuzz.engine.production.ahead", str(self.tmp / "job.json"),
+                                      str(self.out)], env=full, stdout=subprocess.DEVNULL, stderr=self.log,
+                                     start_new_session=True)
+
+    def first(self, timeout: float = TIMEOUT_S) -> dict:
+        """The report (``{"error": ...}`` when the child failed or outlived ``timeout``)."""
+        end = time.monotonic() + timeout
+        while not self.out.is_file():
+            if self.proc.poll() is not None and not self.out.is_file():
+                tail = (self.tmp / "stderr.log").read_bytes().decode(errors="replace").strip().splitlines()[-6:]
+                return self._took({"error": f"exit {self.proc.returncode}: " + " | ".join(tail)})
+            if time.monotonic() > end:
+                self.stop()
+                return self._took({"error": f"did not finish in {timeout:g} s"})
+            time.sleep(0.1)
+        return self._took(json.loads(self.out.read_text()))
+
+    def _took(self, report: dict) -> dict:
+        report["seconds"] = round(time.perf_counter() - self.t0, 2)  # the child's start-up included: what one waits
+        return report
+
+    def stop(self) -> dict | None:
+        """End the child (and its pool) if it still runs; the follow counts, if it followed."""
+        follow = self.tmp / "report.json.follow"
+        counts = json.loads(follow.read_text()) if follow.is_file() else None
+        if self.proc.poll() is None:
+            for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=wait_s)
+                    break
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return counts
 
 
 def run_job(job: dict, env: dict | None = None, timeout: float = TIMEOUT_S) -> dict:
-    """Run ``job`` in a child process (``env`` on top of this one's, without TRITON_INTERPRET)
-    and return its report; a child that fails or outlives ``timeout`` gives ``{"error": ...}``
-    (the campaign then fuzzes as it would have without it)."""
-    full = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    full.update(env or {})
-    full["PYTHONPATH"] = os.pathsep.join([str(_ROOT)] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kvfuzz-ahead-") as tmp:
-        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "report.json"
-        job_path.write_text(json.dumps(job))
-        try:
-            proc = subprocess.run([sys.executable, "-m", "fuzz.engine.production.ahead", str(job_path), str(out_path)],
-                                  env=full, timeout=timeout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True)
-        except subprocess.TimeoutExpired:
-            return {"error": f"did not finish in {timeout:g} s", "seconds": round(time.perf_counter() - t0, 2)}
-        if proc.returncode != 0 or not out_path.is_file():
-            tail = (proc.stderr or "").strip().splitlines()[-6:]
-            return {"error": f"exit {proc.returncode}: " + " | ".join(tail), "seconds": round(time.perf_counter() - t0, 2)}
-        report = json.loads(out_path.read_text())
-    report["seconds"] = round(time.perf_counter() - t0, 2)  # the child's start-up included: what the user waits
+    """Run ``job`` (without ``follow_s``) in a child process (``env`` on top of this one's,
+    without TRITON_INTERPRET) and return its report; a child that fails or outlives ``timeout``
+    gives ``{"error": ...}`` (the campaign then fuzzes as it would have without it)."""
+    child = Job(job, env)
+    try:
+        report = child.first(timeout)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.proc.wait(timeout=30)  # the pool shutting down
+    finally:
+        child.stop()
     return report
 
 
@@ -414,39 +359,6 @@ def stream(seeds, *, palette_seed=None, mix=None, big=None, limits=None, n_ops=2
         limits = dataclasses.asdict(limits)
     return {"seeds": [int(s) for s in seeds], "palette_seed": palette_seed, "mix": mix, "big": big, "limits": limits,
             "n_ops": n_ops, "hostile": hostile, "check_every": check_every}
-
-
-def preload(path: str | os.PathLike) -> dict:
-    """Load the recipes ``path`` holds (``recipes_out``, all compiled ahead) into this process's
-    kernels: ``warmup`` of each finds it on disk and keeps it in the JITFunction's own cache, and
-    on a GPU it is loaded onto the device too, so a launch later neither compiles nor loads. For
-    a worker before it fuzzes, and a benchmark before its clock, once its set is loaded."""
-    from ..compile_check.child import jit_index
-
-    index = jit_index()  # this process's JITFunctions: the set is loaded once per process
-    t0, loaded, failed = time.perf_counter(), 0, 0
-    gpu = _gpu_here()
-    for item in json.loads(Path(path).read_text()):
-        fn = index.get((item["kernel"], item["file"]))
-        try:
-            kernel = fn.warmup(*[decode(a) for a in item["args"]], grid=(1,),
-                               **{k: decode(v) for k, v in item["kwargs"].items()})
-            if gpu:
-                _onto_device(kernel)
-            loaded += 1
-        except Exception:  # noqa: BLE001 - a kernel that cannot be preloaded is compiled (or fails) at its launch
-            failed += 1
-    return {"loaded": loaded, "failed": failed, "seconds": round(time.perf_counter() - t0, 2)}
-
-
-def preload_ahead(tier) -> str | None:
-    """A campaign child's preload (``RECIPES_ENV``), on a GPU tier only; a note for its hello."""
-    path = os.environ.get(RECIPES_ENV)
-    if not path or not str(tier.device).startswith("cuda") or not Path(path).is_file():
-        return None
-    done = preload(path)
-    return f"compile-ahead: each worker preloads the {done['loaded'] + done['failed']} kernels compiled ahead" + (
-        f" ({done['failed']} could not be)" if done["failed"] else "")
 
 
 def describe(report: dict) -> str:
@@ -465,8 +377,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print("usage: python -m fuzz.engine.production.ahead JOB.json REPORT.json", file=sys.stderr)
         return 2
-    job = json.loads(Path(argv[1]).read_text())
-    Path(argv[2]).write_text(json.dumps(run_here(job)))
+    run_here(json.loads(Path(argv[1]).read_text()), Path(argv[2]))
     return 0
 
 
