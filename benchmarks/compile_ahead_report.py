@@ -18,7 +18,7 @@ def _ahead(report) -> dict | None:
     if not report:
         return None
     keep = ("specializations", "sequences", "launches", "compiled", "cached", "failed", "seconds", "scout_s",
-            "compile_s", "processes", "skipped", "cut", "same_boundaries", "preload", "error")
+            "compile_s", "processes", "skipped", "cut", "same_boundaries", "preload", "follow", "error")
     out = {k: report[k] for k in keep if k in report}
     if isinstance(out.get("failed"), list):
         out["failed"] = len(out["failed"])
