@@ -57,7 +57,14 @@ def main(argv=None) -> int:
                       "launches": book.launches, "cut": done["cut"]})
         print(f"{'warm-up' if i < warmups else f'sequence {i - warmups:3d}'}: {len(book.recipes):4d} specializations, "
               f"{book.launches:6d} launches, {time.perf_counter() - t0:6.1f} s", flush=True)
-    report = {"kernels": args.kernels, "device": device, "palette": args.palette, "warmups": warmups,
+    import platform
+
+    import triton
+
+    report = {"env": {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                      "triton": triton.__version__,
+                      "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None},
+              "kernels": args.kernels, "device": device, "palette": args.palette, "warmups": warmups,
               "curve": curve, "scout_s": round(time.perf_counter() - t0, 2),
               "by_kernel": _by_kernel(book.recipes)}
     if args.out:
