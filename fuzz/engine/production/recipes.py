@@ -196,6 +196,9 @@ def preload_ahead(tier) -> str | None:
     path = os.environ.get(RECIPES_ENV)
     if not path or not str(tier.device).startswith("cuda") or not Path(path).is_file():
         return None
-    done = preload(path)
+    try:
+        done = preload(path)
+    except Exception as exc:  # noqa: BLE001 - a head start only: the launches compile or load what it could not
+        return f"compile-ahead: the workers could not preload what was compiled ahead ({type(exc).__name__}: {exc})"
     return f"compile-ahead: each worker preloads the {done['loaded'] + done['failed']} kernels compiled ahead" + (
         f" ({done['failed']} could not be)" if done["failed"] else "")
