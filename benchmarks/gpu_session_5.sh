@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU session of 2026-12-02 (one H200, torch 2.11, Triton 3.6): each PART fits one device call;
+# logs and JSON go to $OUT.
+#   baseline: issue 25 before its changes: the mutant catalogue's time to kill on CUDA with a cold
+#             then a warm Triton cache; small shapes fully checked with 1, 2, 4, 8 workers (warm
+#             cache); one worker's profile (benchmarks/profile_tier.py)
+set -u
+PART=${1:-baseline}
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign
+{
+  step environment
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
+  nproc
+  if [ "$PART" = baseline ]; then
+    export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-mutants
+    rm -rf "$TRITON_CACHE_DIR"
+    step "mutants on CUDA, cold cache, 15 s each"
+    timeout 280 $PY -m fuzz mutants --backend cuda --budget-s 15 2>&1 | tail -25
+    step "mutants on CUDA, warm cache, 15 s each"
+    timeout 280 $PY -m fuzz mutants --backend cuda --budget-s 15 2>&1 | tail -25
+    export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
+    step "small shapes, warm-up campaign (compiles into the cache)"
+    timeout 100 $PY -m fuzz run --backend cuda --budget-s 15 --workers 8 --out /tmp/warm --summary "$OUT/small-warm.json" --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-400
+    for w in 1 2 4 8; do
+      step "small shapes, $w workers, 20 s"
+      timeout 100 $PY -m fuzz run --backend cuda --budget-s 20 --workers $w --out /tmp/small-$w --summary "$OUT/small-$w.json" --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-400
+      $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('ops','sequences','elapsed_s','ops_per_s','compiles','compile_s','stopped_by','workers')})" "$OUT/small-$w.json" 2>&1 | cut -c1-400
+    done
+    step "one worker's profile (cProfile, 12 s)"
+    timeout 120 $PY benchmarks/profile_tier.py --backend cuda --seconds 12 --top 30 2>&1 | tail -45
+  fi
+} 2>&1 | tee "$OUT/session-$PART.log"
