@@ -1,0 +1,134 @@
+"""Children forked from a preloaded server (``fuzz.engine.zygote``) keep spawn's semantics:
+the parent's environment as it is when the child is created, no kernel set and no CUDA
+context inherited, the Triton mode the child asks for whichever mode ran before, faults
+that end the child alone. The probes below run in the children (this module stays light:
+importing it imports no torch and no kernel set)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuzz.engine import supervise, zygote
+from fuzz.engine.tiers import TierSpec
+
+
+def _run(tmp_path, entry: str, *args, env: dict | None = None) -> dict:
+    out = tmp_path / f"report-{len(list(tmp_path.iterdir()))}.json"
+    child = supervise.Child(f"tests.fuzz.test_zygote:{entry}", (str(out), *args), log_dir=tmp_path, env=env)
+    child.proc.join(timeout=300)
+    try:
+        assert child.proc.exitcode == 0, "\n".join(supervise.tail(child.log))
+        return json.loads(out.read_text())
+    finally:
+        child.close()
+
+
+def _at_entry(beat, out):  # runs in the child
+    import torch
+
+    jit_modules = []
+    if "triton.runtime.jit" in sys.modules:
+        from fuzz.engine.tiers import decorated_as
+
+        jit_modules = decorated_as(True) + decorated_as(False)
+    Path(out).write_text(json.dumps({
+        "environ": dict(os.environ), "modules": sorted(sys.modules), "jit_modules": jit_modules,
+        "cuda_initialized": torch.cuda.is_initialized(), "bad_fork": torch.cuda._is_in_bad_fork(),
+        "ppid": os.getppid()}))
+
+
+def test_a_child_sees_the_environment_as_it_is_when_it_is_created(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVFUZZ_PROBE_GONE", "before")
+    _run(tmp_path, "_at_entry")  # the server (if any) starts with KVFUZZ_PROBE_GONE set
+    monkeypatch.delenv("KVFUZZ_PROBE_GONE")
+    monkeypatch.setenv("KVFUZZ_LACKS", "translate_tokens")
+    got = _run(tmp_path, "_at_entry", env={"KVFUZZ_PROBE_EXTRA": "1"})
+    assert got["environ"] == {**os.environ, "KVFUZZ_PROBE_EXTRA": "1"}
+
+
+def test_a_server_holds_no_kernel_set_no_jit_function_of_ours_and_no_cuda(tmp_path):
+    got = _run(tmp_path, "_at_entry")
+    assert not [m for m in got["modules"] if m.startswith(("kvkernels", "kvfuzz_kernels"))], got["modules"]
+    assert all(m.startswith("triton.") for m in got["jit_modules"]), got["jit_modules"]
+    assert not got["cuda_initialized"] and not got["bad_fork"]
+    if zygote.method() == "forkserver":
+        assert got["ppid"] != os.getpid(), "forked by the server, not by this process"
+        assert "torch" in got["modules"] and "triton.language" in got["modules"], "the server preloaded them"
+
+
+def _tier_kinds(beat, out, spec):  # runs in the child
+    tier = spec.make()
+    import triton.language as tl
+
+    import kvkernels.triton_kernels as tk
+    from fuzz.engine.tiers import SetupError, select_backend
+
+    other = "cuda" if spec.backend == "interpret" else "interpret"
+    os.environ.pop("TRITON_INTERPRET", None)  # past the environment check: to the decorated functions
+    try:
+        select_backend(other)
+        refused = ""
+    except SetupError as exc:
+        refused = str(exc)
+    Path(out).write_text(json.dumps({"backend": tier.backend, "kernel": type(tk.bind_kernel).__name__,
+                                     "stdlib": type(tl.standard.cdiv).__name__, "other_refused": refused}))
+
+
+@pytest.mark.parametrize("order", [("torch", "interpret"), ("interpret", "torch")])
+def test_each_child_gets_the_triton_mode_of_its_tier_whatever_ran_before(tmp_path, monkeypatch, order):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the mode comes from the tier alone
+    for backend in order:
+        kernels = "kvkernels.torch_path" if backend == "torch" else "kvkernels"
+        got = _run(tmp_path, "_tier_kinds", TierSpec(backend, kernels))
+        want = "InterpretedFunction" if backend == "interpret" else "JITFunction"
+        assert (got["kernel"], got["stdlib"]) == (want, want), got
+        # What actually matters to select_backend: functions already decorated the other way.
+        assert "triton.language.standard" in got["other_refused"], got
+
+
+def test_select_backend_refuses_the_mode_that_decorated_functions_contradict(monkeypatch):
+    import triton.language as tl
+
+    from fuzz.engine.tiers import SetupError, select_backend
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    interpreted = type(tl.standard.cdiv).__name__ == "InterpretedFunction"
+    with pytest.raises(SetupError, match="triton.language.standard"):
+        select_backend("cuda" if interpreted else "interpret")
+
+
+def _exit_by(beat, out, how):  # runs in the child
+    if how == "exit":
+        os._exit(7)
+    os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSEGV)
+
+
+def test_a_forked_child_that_exits_or_is_killed_ends_alone(tmp_path):
+    codes = {}
+    for how in ("exit", "kill", "segv"):
+        child = supervise.Child("tests.fuzz.test_zygote:_exit_by", (str(tmp_path), how), log_dir=tmp_path)
+        child.proc.join(timeout=120)
+        codes[how] = child.proc.exitcode
+        child.close()
+    assert codes == {"exit": 7, "kill": -signal.SIGKILL, "segv": -signal.SIGSEGV}
+    assert _run(tmp_path, "_at_entry")["environ"] == dict(os.environ)  # the server still forks
+
+
+def test_the_start_method_is_chosen_per_child(monkeypatch):
+    def started_by():
+        return zygote.process(print, (), extra_env={}, interpret=False)._start_method
+
+    monkeypatch.setenv(zygote.START_ENV, "spawn")
+    assert started_by() == "spawn"
+    monkeypatch.setenv(zygote.START_ENV, "forkserver")
+    assert started_by() == ("forkserver" if sys.platform.startswith("linux") else "spawn")
+    assert zygote.process(print, (), extra_env={"OMP_NUM_THREADS": "1"}, interpret=False)._start_method == "spawn"
+    monkeypatch.setenv(zygote.START_ENV, "fork")
+    with pytest.raises(zygote.StartMethodError, match="KVFUZZ_START_METHOD='fork'"):
+        started_by()
