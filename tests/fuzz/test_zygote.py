@@ -40,16 +40,20 @@ def _at_entry(beat, out):  # runs in the child
     Path(out).write_text(json.dumps({
         "environ": dict(os.environ), "modules": sorted(sys.modules), "jit_modules": jit_modules,
         "cuda_initialized": torch.cuda.is_initialized(), "bad_fork": torch.cuda._is_in_bad_fork(),
-        "ppid": os.getppid()}))
+        "ppid": os.getppid(), "cwd": os.getcwd(), "sys_path": sys.path}))
 
 
-def test_a_child_sees_the_environment_as_it_is_when_it_is_created(tmp_path, monkeypatch):
+def test_a_child_sees_the_environment_cwd_and_sys_path_as_they_are_when_it_is_created(tmp_path, monkeypatch):
     monkeypatch.setenv("KVFUZZ_PROBE_GONE", "before")
     _run(tmp_path, "_at_entry")  # the server (if any) starts with KVFUZZ_PROBE_GONE set
     monkeypatch.delenv("KVFUZZ_PROBE_GONE")
     monkeypatch.setenv("KVFUZZ_LACKS", "translate_tokens")
+    (elsewhere := tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.syspath_prepend(str(elsewhere))
     got = _run(tmp_path, "_at_entry", env={"KVFUZZ_PROBE_EXTRA": "1"})
     assert got["environ"] == {**os.environ, "KVFUZZ_PROBE_EXTRA": "1"}
+    assert (got["cwd"], got["sys_path"]) == (str(elsewhere), sys.path)
 
 
 def test_a_server_holds_no_kernel_set_no_jit_function_of_ours_and_no_cuda(tmp_path):
@@ -121,14 +125,18 @@ def test_a_forked_child_that_exits_or_is_killed_ends_alone(tmp_path):
 
 
 def test_the_start_method_is_chosen_per_child(monkeypatch):
-    def started_by():
-        return zygote.process(print, (), extra_env={}, interpret=False)._start_method
+    def started_by(extra=None):
+        return zygote.process(print, (), extra_env=extra or {}, interpret=False)._start_method
 
     monkeypatch.setenv(zygote.START_ENV, "spawn")
     assert started_by() == "spawn"
     monkeypatch.setenv(zygote.START_ENV, "forkserver")
-    assert started_by() == ("forkserver" if sys.platform.startswith("linux") else "spawn")
-    assert zygote.process(print, (), extra_env={"OMP_NUM_THREADS": "1"}, interpret=False)._start_method == "spawn"
+    forked = "forkserver" if sys.platform.startswith("linux") else "spawn"
+    assert started_by() == started_by({"TRITON_CACHE_DIR": "/tmp/c", "KVFUZZ_LACKS": "x"}) == forked
+    # What a library reads when it loads cannot be changed in a forked child: spawned.
+    assert started_by({"OMP_NUM_THREADS": "1"}) == started_by({"TRITON_DEBUG": "1"}) == "spawn"
+    key = zygote.server_key
+    assert key({"TRITON_DEBUG": "1"}, True) != key({}, True) == key({"TRITON_CACHE_DIR": "/tmp/c"}, True)
     monkeypatch.setenv(zygote.START_ENV, "fork")
     with pytest.raises(zygote.StartMethodError, match="KVFUZZ_START_METHOD='fork'"):
         started_by()

@@ -24,8 +24,8 @@ created* (a server keeps the one it started with; tests and users change
 child's whole environment before anything of the child is unpickled (``_Environ``), and
 the parent's ``sys.path`` and cwd (multiprocessing's preparation data). Variables that
 libraries read when they load (thread pools: ``OMP_*``, ``MKL_*``, ...; ``TORCH_*``,
-``PYTHON*``) come from the server's start, so they key the server too: a change starts
-another server, and a child whose own extra environment sets one is spawned.
+``PYTHON*``, ``TRITON_DEBUG``) come from the server's start, so they key the server too:
+a change starts another server, and a child whose own extra environment sets one is spawned.
 
 CUDA is never initialized in a server (torch initializes it lazily, ``import triton``
 touches no driver): each child initializes its own context after its
@@ -50,8 +50,11 @@ from ..verdict import SetupError
 
 START_ENV = "KVFUZZ_START_METHOD"
 METHODS = ("forkserver", "spawn")
-# Read by a library when it loads (so in the server, not the child): the server's key.
-LOADED_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTHON")
+# Read by a library when it loads (so in the server, not the child): the server's key. Triton
+# reads TRITON_DEBUG and TRITON_INSTRUMENTATION_MODE at import (knobs.py, 3.6-3.9); of its
+# variables only these two are read when used: the cache (set per campaign) and the mode.
+LOADED_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTHON", "TRITON_")
+READ_WHEN_USED = ("TRITON_CACHE_DIR", "TRITON_INTERPRET")
 PRELOAD = ("numpy", "torch", "triton", "triton.language")
 
 SPAWN = mp.get_context("spawn")  # shared objects (Array, Pipe, Queue) work with either kind of child
@@ -95,7 +98,11 @@ def _say_once(text: str) -> None:
 
 def server_key(environ: dict, interpret: bool) -> tuple:
     """Which server may fork a child: its Triton mode and what libraries read when they load."""
-    return (interpret, tuple(sorted((k, v) for k, v in environ.items() if k.startswith(LOADED_ENV))))
+    return (interpret, tuple(sorted((k, v) for k, v in environ.items() if _loaded(k))))
+
+
+def _loaded(name: str) -> bool:
+    return name.startswith(LOADED_ENV) and name not in READ_WHEN_USED
 
 
 def process(target, args: tuple, *, extra_env: dict, interpret: bool):
@@ -105,7 +112,7 @@ def process(target, args: tuple, *, extra_env: dict, interpret: bool):
     spawned (``method()``; or when ``extra_env`` sets a variable libraries read at load)."""
     environ = {**os.environ, **extra_env}
     packed = (_Environ(environ), target, args)
-    if method() == "spawn" or any(k.startswith(LOADED_ENV) for k in extra_env):
+    if method() == "spawn" or any(_loaded(k) for k in extra_env):
         return SPAWN.Process(target=_enter, args=packed, daemon=True)
     proc = _ServedProcess(target=_enter, args=packed, daemon=True)
     proc._kvfuzz_server = server_key(dict(os.environ), interpret)
