@@ -140,3 +140,18 @@ def test_the_start_method_is_chosen_per_child(monkeypatch):
     monkeypatch.setenv(zygote.START_ENV, "fork")
     with pytest.raises(zygote.StartMethodError, match="KVFUZZ_START_METHOD='fork'"):
         started_by()
+
+
+def _at_exit(beat, out):  # runs in the child
+    import atexit
+
+    atexit.register(lambda: Path(out).write_text("ran"))
+
+
+def test_a_child_runs_its_atexit_handlers_as_a_spawned_one_does(tmp_path):
+    """A worker's compile client closes its compiler process from atexit."""
+    marker = tmp_path / "atexit.txt"
+    child = supervise.Child("tests.fuzz.test_zygote:_at_exit", (str(marker),), log_dir=tmp_path)
+    child.proc.join(timeout=120)
+    assert child.proc.exitcode == 0 and marker.read_text() == "ran"
+    child.close()

@@ -39,6 +39,7 @@ is unavailable (not Linux, no fd passing) children are spawned and that is said 
 
 from __future__ import annotations
 
+import atexit
 import io
 import multiprocessing as mp
 import os
@@ -121,6 +122,11 @@ def process(target, args: tuple, *, extra_env: dict, interpret: bool):
 
 def _enter(environ, target, args) -> None:
     # ``environ`` was applied when it was unpickled, before ``target`` and ``args`` were.
+    if mp.current_process()._start_method == "forkserver":
+        # A forked child leaves by os._exit; a spawned one runs its atexit handlers (a worker's
+        # compile client closes its compiler there) after multiprocessing's exit handler: so here.
+        atexit.unregister(_quiet_exit)
+        util.Finalize(None, atexit._run_exitfuncs, exitpriority=-100)
     target(*args)
 
 
@@ -185,8 +191,17 @@ def preload(interpret: bool) -> None:
             continue
     import gc
 
+    # A server's stderr is its parent's; at its exit libtriton's nanobind teardown prints a
+    # known leak report there. Its children leave by os._exit and never run this.
+    atexit.register(_quiet_exit)
     gc.collect()
     gc.freeze()  # the preloaded objects: never traversed by a child's collector, their pages stay shared
+
+
+def _quiet_exit() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 class _Popen:
