@@ -84,9 +84,8 @@ class Child:
         os.close(fd)
         self.log = Path(log)
         extra = {**({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}), **(env or {})}
-        self.proc = zygote.process(_child_entry, (entry, args, self.slots, str(self.log)), extra_env=extra,
-                                   interpret=_interprets(args, {**os.environ, **extra}))
-        self.proc.start()
+        self.proc = zygote.start(_child_entry, (entry, args, self.slots, str(self.log)), extra_env=extra,
+                                 interpret=_interprets(args, {**os.environ, **extra}))
         self._seen = None
         self._since = time.monotonic()
         self.longest = 0.0  # the longest an op ran (between two heartbeats while running ops)

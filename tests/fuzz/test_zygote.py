@@ -155,3 +155,18 @@ def test_a_child_runs_its_atexit_handlers_as_a_spawned_one_does(tmp_path):
     child.proc.join(timeout=120)
     assert child.proc.exitcode == 0 and marker.read_text() == "ran"
     child.close()
+
+
+def test_a_server_that_cannot_fork_a_child_is_replaced_by_spawn(tmp_path, monkeypatch, capsys):
+    class Broken:
+        def connect_to_new_process(self, fds):
+            raise OSError("the server's socket is gone")
+
+    monkeypatch.setenv(zygote.START_ENV, "forkserver")
+    monkeypatch.setattr(zygote, "_server", lambda key: Broken())
+    child = supervise.Child("tests.fuzz.test_zygote:_exit_by", (str(tmp_path), "exit"), log_dir=tmp_path)
+    child.proc.join(timeout=300)
+    assert (child.proc._start_method, child.proc.exitcode) == ("spawn", 7)
+    child.close()
+    if sys.platform.startswith("linux"):
+        assert "the server's socket is gone); spawning instead" in capsys.readouterr().err

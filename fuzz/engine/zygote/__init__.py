@@ -120,6 +120,21 @@ def process(target, args: tuple, *, extra_env: dict, interpret: bool):
     return proc
 
 
+def start(target, args: tuple, *, extra_env: dict, interpret: bool):
+    """``process(...)``, started. A server that cannot fork it (it died, its socket is gone)
+    is not a campaign's failure: the child is spawned instead, and that is said once."""
+    proc = process(target, args, extra_env=extra_env, interpret=interpret)
+    try:
+        proc.start()
+    except (OSError, EOFError) as exc:
+        if proc._start_method == "spawn":
+            raise
+        _say_once(f"kvfuzz: the fork server failed to start a child ({type(exc).__name__}: {exc}); spawning instead")
+        proc = SPAWN.Process(target=_enter, args=proc._args, daemon=True)
+        proc.start()
+    return proc
+
+
 def _enter(environ, target, args) -> None:
     # ``environ`` was applied when it was unpickled, before ``target`` and ``args`` were.
     if mp.current_process()._start_method == "forkserver":
