@@ -116,7 +116,7 @@ def process(target, args: tuple, *, extra_env: dict, interpret: bool):
     if method() == "spawn" or any(_loaded(k) for k in extra_env):
         return SPAWN.Process(target=_enter, args=packed, daemon=True)
     proc = _ServedProcess(target=_enter, args=packed, daemon=True)
-    proc._kvfuzz_server = server_key(dict(os.environ), interpret)
+    proc._kvfuzz_server = server_key(environ, interpret)  # extra_env sets none of its variables
     return proc
 
 
