@@ -170,3 +170,14 @@ def test_a_server_that_cannot_fork_a_child_is_replaced_by_spawn(tmp_path, monkey
     child.close()
     if sys.platform.startswith("linux"):
         assert "the server's socket is gone); spawning instead" in capsys.readouterr().err
+
+
+def _say(text):  # runs in the child, before any log is opened
+    os.write(1, text.encode())
+
+
+def test_a_child_writes_where_the_parent_writes_now(tmp_path, capfd):
+    with capfd.disabled():  # a server started now holds the real stdout
+        zygote.start(_say, ("",), extra_env={}, interpret=True).join(timeout=120)
+    zygote.start(_say, ("said in the child",), extra_env={}, interpret=True).join(timeout=120)
+    assert "said in the child" in capfd.readouterr().out

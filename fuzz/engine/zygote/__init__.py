@@ -147,18 +147,33 @@ def _enter(environ, target, args) -> None:
 
 class _Environ:
     """The child's whole environment, applied while the child unpickles it: first of the
-    process's arguments, so before the modules that the rest of them bring in are imported."""
+    process's arguments, so before the modules that the rest of them bring in are imported.
+    With it go the parent's current stdout and stderr (a server holds those it started with:
+    under pytest, an earlier test's capture), where a child writes until it opens its log."""
 
     def __init__(self, environ: dict):
         self.environ = environ
 
     def __reduce__(self):
-        return _apply_environ, (self.environ,)
+        return _apply_environ, (self.environ, *(reduction.DupFd(fd) if _is_open(fd) else None for fd in (1, 2)))
 
 
-def _apply_environ(environ: dict) -> None:
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _apply_environ(environ: dict, *streams) -> None:
     os.environ.clear()
     os.environ.update(environ)
+    for fd, passed in zip((1, 2), streams):
+        got = passed.detach() if passed is not None else fd
+        if got != fd:  # forked: a new descriptor; spawned: the same number, already in place
+            os.dup2(got, fd)
+            os.close(got)
 
 
 def _server(key: tuple) -> forkserver.ForkServer:
