@@ -61,7 +61,7 @@ def children(method: str, n: int) -> dict:
             cpus.append(got["cpu"])
     return {"part": "children", "method": method, "n": n, "first_s": round(starts[0], 3),
             "median_rest_s": round(statistics.median(starts[1:]), 3) if n > 1 else None,
-            "child_cpu_median_s": round(statistics.median(cpus), 3)}
+            "child_cpu_median_s": round(statistics.median(cpus), 3), "load": round(os.getloadavg()[0], 1)}
 
 
 def campaign(method: str, fixture: str, sequences: int) -> dict:
@@ -85,7 +85,7 @@ def campaign(method: str, fixture: str, sequences: int) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"part": "campaign", "method": method, "fixture": fixture, "max_sequences": sequences,
             "exit": proc.returncode, "first_case_s": None if first is None else round(first, 2),
-            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "cases": cases}
+            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "cases": cases, "load": round(os.getloadavg()[0], 1)}
 
 
 def main(argv=None) -> int:
@@ -94,10 +94,11 @@ def main(argv=None) -> int:
     ap.add_argument("--fixture", default="tests/fixtures/kernels/foreign/segfault.py")
     ap.add_argument("--sequences", type=int, default=2)
     ap.add_argument("--parts", default="children,campaign")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds, the methods alternating (a shared machine's load drifts)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     rows = []
-    for method in METHODS:
+    for method in METHODS * args.repeat:
         if "children" in args.parts:
             rows.append(children(method, args.children))
             print(json.dumps(rows[-1]), flush=True)
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"machine": platform.node(), "python": platform.python_version(),
-                                        "cpus": os.cpu_count(), "load_before": os.getloadavg(), "rows": rows},
+                                        "cpus": os.cpu_count(), "load_after": os.getloadavg(), "rows": rows},
                                        indent=1) + "\n")
     return 0
 

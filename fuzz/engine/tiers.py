@@ -71,10 +71,10 @@ def decorated_as(interpreted: bool) -> list[str]:
 
     def interprets(fn) -> bool | None:
         while issubclass(type(fn), KernelInterface):  # type(), not isinstance: no object's __class__ is run
-            name = type(fn).__name__
-            if name in ("JITFunction", "InterpretedFunction"):
-                return name == "InterpretedFunction"
-            fn = getattr(fn, "fn", None)
+            names = {c.__name__ for c in type(fn).__mro__}
+            if names & {"InterpretedFunction", "JITFunction"}:
+                return "InterpretedFunction" in names
+            fn = getattr(fn, "fn", None)  # an Autotuner's or Heuristics' kernel
         return None
 
     found = []

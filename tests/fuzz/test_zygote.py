@@ -107,6 +107,24 @@ def test_select_backend_refuses_the_mode_that_decorated_functions_contradict(mon
         select_backend("cuda" if interpreted else "interpret")
 
 
+def test_a_loaded_kernel_set_counts_among_the_decorated_autotuned_ones_too(monkeypatch):
+    import types
+
+    import triton
+    import triton.language as tl
+
+    from fuzz.engine.tiers import decorated_as
+
+    @triton.autotune(configs=[triton.Config({})], key=[])
+    @triton.jit
+    def kernel(x):
+        pass
+
+    monkeypatch.setitem(sys.modules, "kvfuzz_probe_set", types.SimpleNamespace(kernel=kernel))
+    interpreted = type(tl.standard.cdiv).__name__ == "InterpretedFunction"
+    assert "kvfuzz_probe_set" in decorated_as(interpreted) and "kvfuzz_probe_set" not in decorated_as(not interpreted)
+
+
 def _exit_by(beat, out, how):  # runs in the child
     if how == "exit":
         os._exit(7)
