@@ -27,6 +27,11 @@ libraries read when they load (thread pools: ``OMP_*``, ``MKL_*``, ...; ``TORCH_
 ``PYTHON*``, ``TRITON_DEBUG``) come from the server's start, so they key the server too:
 a change starts another server, and a child whose own extra environment sets one is spawned.
 
+Random state: ``random`` reseeds itself in a forked child (``os.register_at_fork``), torch's
+default generator starts from its fixed seed in any process, and no server imports
+``numpy.random``; forked children share the server's string-hash seed (spawned ones drew one
+each), which nothing here relies on.
+
 CUDA is never initialized in a server (torch initializes it lazily, ``import triton``
 touches no driver): each child initializes its own context after its
 ``CUDA_VISIBLE_DEVICES`` and ``CUDA_LAUNCH_BLOCKING`` are set. A child is still its own
