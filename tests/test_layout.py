@@ -93,7 +93,7 @@ def test_only_the_tracks_ask_which_scale_runs():
 ENGINE_ROWS = [  # README.md's engine table, leaf modules first
     ["verdict", "gate"], ["oplang", "ops", "raw_ops"],
     ["memory", "boundary", "knobs", "vector_oracle", "launches", "features", "sources", "tiers", "allocators",
-     "supervise", "health"],
+     "zygote", "supervise", "health"],
     ["spec_side", "shapes", "generate"], ["runner", "strategies"], ["production", "compile_check"], ["tracks", "guide"],
     ["kinds", "dispatch"], ["case", "minimize", "slot"], ["worker"], ["confirm", "summary", "campaign"],
 ]

@@ -3,8 +3,8 @@
 Leaf modules first (README.md's table; ``tests/test_layout.py`` holds the engine to
 importing only downwards): ``verdict`` (what a run concluded), ``oplang``/``ops`` (the op
 records), the primitives (``memory`` red zones, ``boundary``, ``knobs``, ``vector_oracle``,
-``launches``: the one hook on Triton's launch path, ``tiers``, ``supervise``: child
-processes), the spec side and the generators (``spec_side``, ``shapes``, ``generate``,
+``launches``: the one hook on Triton's launch path, ``tiers``, ``zygote``: how a child
+starts, ``supervise``: child processes), the spec side and the generators (``spec_side``, ``shapes``, ``generate``,
 ``strategies``), the small runner (``runner``), the production track's parts
 (``production/``), the tracks, ``kinds``/``dispatch`` (every op kind; replay on the owning
 track), ``case``/``minimize``/``slot``, ``worker`` (inside a child), and on top ``confirm``

@@ -1,9 +1,10 @@
 """Child processes that may die, and the parent that outlives them.
 
-Everything that runs a kernel set runs in a child (``multiprocessing`` spawn: a fresh
-interpreter, a fresh CUDA context): a segfault under the interpreter, a CUDA fault that
-poisons the context, a kernel that never returns, or an exception that escapes the
-harness ends the child, never the campaign. The parent never imports the kernel set.
+Everything that runs a kernel set runs in a child (forked from a server that has imported
+torch and Triton but no kernel set, or spawned: ``zygote``; a fresh CUDA context either
+way): a segfault under the interpreter, a CUDA fault that poisons the context, a kernel
+that never returns, or an exception that escapes the harness ends the child, never the
+campaign. The parent never imports the kernel set.
 
 A child shares a heartbeat with its parent (a few int64 slots it writes and the parent
 reads without locks): which sequence it is on, the seed, the index of the op it is
@@ -19,20 +20,20 @@ a fresh process after a fault.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import tempfile
 import time
 from pathlib import Path
 
+from . import zygote
 from .ops import Op
 from .verdict import EXIT_DEVICE, Fault, Finding, describe_exit
 
 __all__ = ["EXIT_DEVICE", "Beat", "Cancelled", "Child", "Executor", "Fault", "Finding", "HarnessFailed", "NotRun",
            "SetupFailed", "describe_exit"]
 
-CTX = mp.get_context("spawn")
+CTX = zygote.SPAWN  # the shared objects (heartbeat, pipes, queues); either kind of child takes them
 
 # Heartbeat slots.
 SEQ, SEED, OP, OPS, SEQS, CONTRACT, PHASE = range(7)
@@ -82,9 +83,9 @@ class Child:
         fd, log = tempfile.mkstemp(prefix="child-", suffix=".log", dir=log_dir)
         os.close(fd)
         self.log = Path(log)
-        self.proc = CTX.Process(target=_child_entry, args=(entry, args, self.slots, str(self.log), gpu, env or {}),
-                                daemon=True)
-        self.proc.start()
+        extra = {**({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}), **(env or {})}
+        self.proc = zygote.start(_child_entry, (entry, args, self.slots, str(self.log)), extra_env=extra,
+                                 interpret=_interprets(args, {**os.environ, **extra}))
         self._seen = None
         self._since = time.monotonic()
         self.longest = 0.0  # the longest an op ran (between two heartbeats while running ops)
@@ -139,11 +140,16 @@ class Child:
             pass
 
 
-def _child_entry(entry: str, args: tuple, slots, log: str, gpu: str | None, env: dict) -> None:
-    # Runs first in the fresh interpreter, before torch or a kernel set is imported.
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    os.environ.update(env)
+def _interprets(args: tuple, environ: dict) -> bool:
+    """Whether the child runs Triton's interpreter: its environment says so, or it builds an
+    interpret tier (a ``TierSpec`` or campaign options among its arguments), whose
+    ``select_backend`` sets ``TRITON_INTERPRET=1`` in the child."""
+    return environ.get("TRITON_INTERPRET") == "1" or any(getattr(a, "backend", None) == "interpret" for a in args)
+
+
+def _child_entry(entry: str, args: tuple, slots, log: str) -> None:
+    # Runs first in the child, its environment already the parent's (zygote), before a
+    # kernel set is imported.
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a campaign ends
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     # Both streams to the log: a child reports through its queue or pipe only, so whatever a

@@ -1,8 +1,12 @@
 """Tiers and kernel sets: what runs the target, and where.
 
-The interpreter tier only works if ``TRITON_INTERPRET=1`` is in the environment before
-Triton decorates a kernel, so ``select_backend`` must run before anything imports
-triton or a kernel set; it refuses (SetupError) when that is no longer possible.
+The interpreter tier only works if ``TRITON_INTERPRET=1`` is in the environment when
+Triton decorates a kernel (``triton.jit`` reads it then, 3.6 through 3.9), and
+``triton.language``'s own ``@jit`` functions (``tl.sum``, ``tl.cdiv``, ...) are decorated
+when ``triton`` is imported. So ``select_backend`` must run before anything imports
+triton in the other mode or a kernel set; it refuses (SetupError) when a ``@triton.jit``
+function already decorated the other way says that is no longer possible (a child
+forked from ``zygote``'s server has triton imported in its own mode already: fine).
 
 A tier that runs Triton (interpret, cuda) must actually launch Triton kernels: the
 smoke test counts launches (``count_launches``), and a kernel set whose wrappers send
@@ -45,12 +49,42 @@ def select_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise SetupError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "interpret":
-        if os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
-            raise SetupError("--backend interpret must be chosen before triton is imported (set TRITON_INTERPRET=1)")
+        if wrong := decorated_as(interpreted=False):
+            raise SetupError(f"--backend interpret must be chosen before triton is imported (set TRITON_INTERPRET=1): "
+                             f"{', '.join(wrong)} already hold compiled @triton.jit functions")
         os.environ["TRITON_INTERPRET"] = "1"
     elif backend == "cuda":
         if os.environ.get("TRITON_INTERPRET") == "1":
             raise SetupError("--backend cuda with TRITON_INTERPRET=1 set: unset it to run compiled kernels")
+        if wrong := decorated_as(interpreted=True):
+            raise SetupError(f"--backend cuda: {', '.join(wrong)} were decorated under TRITON_INTERPRET=1 (interpreted "
+                             f"@triton.jit functions); run it in a process that imports triton without it")
+
+
+def decorated_as(interpreted: bool) -> list[str]:
+    """The modules already imported that hold ``@triton.jit`` functions decorated as
+    interpreted (or as compiled) ones: ``triton.language.standard`` as soon as triton is
+    imported, a kernel set once loaded. Autotuned and heuristic wrappers are looked through."""
+    if "triton.runtime.jit" not in sys.modules:
+        return []
+    from triton.runtime.jit import KernelInterface
+
+    def interprets(fn) -> bool | None:
+        while issubclass(type(fn), KernelInterface):  # type(), not isinstance: no object's __class__ is run
+            names = {c.__name__ for c in type(fn).__mro__}
+            if names & {"InterpretedFunction", "JITFunction"}:
+                return "InterpretedFunction" in names
+            fn = getattr(fn, "fn", None)  # an Autotuner's or Heuristics' kernel
+        return None
+
+    found = []
+    for name, module in list(sys.modules.items()):
+        try:
+            if any(interprets(v) is interpreted for v in list(vars(module).values())):
+                found.append(name)
+        except Exception:  # noqa: BLE001, S112 - a module without a plain namespace holds no kernel
+            continue
+    return sorted(found)
 
 
 def default_kernels(backend: str) -> str:
