@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 from .cli_args import WORK_BUDGET_S, build_parser
+from .engine import zygote
 from .engine.supervise import EXIT_HARNESS, NotRun
 from .engine.tiers import BACKENDS, SetupError, select_backend
 from .sync import cli as check_sync_cli
@@ -25,6 +26,7 @@ from .sync import cli as check_sync_cli
 
 def _cmd_run(args) -> int:
     select_backend(args.backend)
+    zygote.warm(interpret=args.backend == "interpret")  # its imports overlap the engine's below
     from .engine.campaign import CampaignOptions, run_campaign
     from .engine.case import source_hash
     from .engine.tiers import default_kernels

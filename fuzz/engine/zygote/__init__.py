@@ -140,6 +140,19 @@ def start(target, args: tuple, *, extra_env: dict, interpret: bool):
     return proc
 
 
+def warm(interpret: bool) -> None:
+    """Start the server a child of this Triton mode will be forked from, now, without waiting
+    for it: it imports torch and Triton on another core while this process imports the
+    engine (the command line calls it first thing), so the first child does not wait for
+    two imports of torch in a row. Nothing under ``KVFUZZ_START_METHOD=spawn``."""
+    if method() != "forkserver":
+        return
+    try:
+        _server(server_key(dict(os.environ), interpret)).ensure_running()
+    except OSError:  # no server now: the first child starts one, or is spawned (start)
+        pass
+
+
 def _enter(environ, target, args) -> None:
     # ``environ`` was applied when it was unpickled, before ``target`` and ``args`` were.
     if mp.current_process()._start_method == "forkserver":
