@@ -47,7 +47,7 @@ from . import tracks
 from .case import Case, write_case
 from .confirm import DEFAULT_TRIES, Confirmer
 from .kinds import parse_ops
-from .slot import Slot, compile_ahead, same_boundaries, stop_reason
+from .slot import Slot, compile_ahead, same_boundaries, stop_reason, stopped_by
 from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, Summary, health, steady_rate
 from .supervise import (
     CTX,
@@ -185,6 +185,7 @@ class Campaign:
         self.stop: str | None = None
         self._gpu_turn = 0
         self.env = opts.child_env()  # every child's extra environment
+        self._spare: Executor | None = None
         self._ahead = None  # a compile-ahead child that follows the workers (--compile-ahead follow)
 
     # ---- set-up --------------------------------------------------------------------
@@ -198,6 +199,11 @@ class Campaign:
                             slot.counted["ops"]),
                            log_dir=self.log_dir, gpu=self._gpu(slot.index), env=self.env)
         slot.knobs = None
+
+    def _executor(self, turn: int, timeout: float) -> Executor:
+        executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(turn), env=self.env)
+        self.executors.append(executor)
+        return executor
 
     # ---- the run -----------------------------------------------------------------------
     def run(self) -> Summary:
@@ -217,6 +223,9 @@ class Campaign:
         self.slots = [Slot(w) for w in range(opts.workers)]
         for slot in self.slots:
             self._spawn(slot, 0)
+        if opts.backend == "cuda":  # the first confirmation's executor, loaded while the workers fuzz
+            self._spare = self._executor(1, self.op_timeout())
+            self._spare.prestart()
         previous = self._install_signals()
         try:
             self._loop()
@@ -421,9 +430,8 @@ class Campaign:
         timeout = min(self.op_timeout(), 10.0) if case.signature.oracle == "timeout" else self.op_timeout()
         with self.lock:
             self._gpu_turn += 1
-            executor = Executor(self.spec, op_timeout=timeout, log_dir=self.log_dir, gpu=self._gpu(self._gpu_turn),
-                                env=self.env)
-            self.executors.append(executor)
+            executor, self._spare = self._spare or self._executor(self._gpu_turn, timeout), None
+            executor.op_timeout = timeout
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize,
                               rate_deadline=rate_by)
@@ -523,20 +531,6 @@ class Campaign:
         s.health = health(s, self.slots, self.opts)
         s.steady_ops_per_s = steady_rate(self.slots)
         return s
-
-def stopped_by(stop: str | None, slots: list[Slot]) -> str:
-    """What ended the campaign (``Summary.stopped_by``): a signal, the first finding
-    (``--stop-on-first``), enough failures (``stop_after``), else what ended its workers:
-    the budget if it ended any of them (their work limits were then not reached), else
-    ``max-ops``, ``max-sequences`` or ``exhausted`` (a track with nothing left to run). A
-    worker position that stopped for none of these (it could no longer set up, or made no
-    progress: ``health`` says so) does not count."""
-    if stop in ("SIGTERM", "SIGINT"):
-        return "signal"
-    if stop is not None:
-        return "first-finding" if stop == "first-finding" else "enough-failures"
-    why = {slot.stopped_by if slot.done else "budget" for slot in slots}  # not done: the loop's own cap
-    return next((w for w in ("budget", "max-ops", "max-sequences", "exhausted") if w in why), "budget")
 
 
 def run_campaign(opts: CampaignOptions, progress=None, out=None) -> Summary:

@@ -166,3 +166,18 @@ class Slot:
             return out
 
         return build
+
+
+def stopped_by(stop: str | None, slots: list[Slot]) -> str:
+    """What ended the campaign (``Summary.stopped_by``): a signal, the first finding
+    (``--stop-on-first``), enough failures (``stop_after``), else what ended its workers:
+    the budget if it ended any of them (their work limits were then not reached), else
+    ``max-ops``, ``max-sequences`` or ``exhausted`` (a track with nothing left to run). A
+    worker position that stopped for none of these (it could no longer set up, or made no
+    progress: ``health`` says so) does not count."""
+    if stop in ("SIGTERM", "SIGINT"):
+        return "signal"
+    if stop is not None:
+        return "first-finding" if stop == "first-finding" else "enough-failures"
+    why = {slot.stopped_by if slot.done else "budget" for slot in slots}  # not done: the loop's own cap
+    return next((w for w in ("budget", "max-ops", "max-sequences", "exhausted") if w in why), "budget")

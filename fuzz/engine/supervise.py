@@ -192,6 +192,7 @@ class Executor:
         self.conn = None
         self.closed = False  # for good (shutdown): a job in flight ends with Cancelled
         self.notes: dict = {}  # what the child said besides the verdict (e.g. knobs it dropped)
+        self.used = False  # the current child has been sent a job (a child that ran none is fresh)
 
     def _start(self) -> None:
         parent_end, child_end = CTX.Pipe()
@@ -199,6 +200,13 @@ class Executor:
                            gpu=self.gpu, env=self.env)
         child_end.close()
         self.conn = parent_end
+        self.used = False
+
+    def prestart(self) -> None:
+        """Start the child now, to wait idle with its kernel set loaded: the first job it gets
+        (a campaign's first confirmation) skips the start-up, and still runs in a fresh process."""
+        if self.child is None:
+            self._start()
 
     def run(self, config, ops: list[Op], knobs: dict | None = None, mode: dict | None = None,
             deadline: float | None = None, strict_knobs: bool = True, history: list | None = None,
@@ -226,11 +234,12 @@ class Executor:
     def _run(self, job: dict, ops: list[Op], deadline: float | None, fresh: bool) -> Finding | None:
         if self.closed:
             raise Cancelled("the executor was closed")
-        if fresh:
+        if fresh and self.used:
             self.close()
         if self.child is None or not self.child.alive():
             self._start()
         self.conn.send(job)
+        self.used = True
         while True:
             conn, child = self.conn, self.child
             if conn is None or child is None:

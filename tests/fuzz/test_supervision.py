@@ -242,6 +242,27 @@ def test_executor_answers_a_crash_and_then_works_again(tmp_path):
         ex.close()
 
 
+def test_a_prestarted_executor_child_is_fresh_for_its_first_job_and_only_for_it(tmp_path):
+    """A campaign on CUDA starts its first confirmation's executor early: the child that waited
+    idle runs the first "fresh process" try itself; a child that has run a job is replaced."""
+    from fuzz.engine.kinds import parse_ops
+    from fuzz.engine.tiers import TierSpec
+
+    ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
+    config = kvref.PoolConfig(num_pages=8, page_size=2, multiplier=3)
+    ops = parse_ops([{"op": "alloc", "n": 2}])
+    try:
+        ex.prestart()
+        waiting = ex.child.proc.pid
+        assert ex.run(config, ops, fresh=True) is None
+        assert ex.child.proc.pid == waiting  # it had run nothing: fresh
+        assert ex.run(config, ops) is None and ex.child.proc.pid == waiting
+        assert ex.run(config, ops, fresh=True) is None
+        assert ex.child.proc.pid != waiting  # it had run jobs: a new child
+    finally:
+        ex.close()
+
+
 def test_a_cuda_fault_has_one_name_however_it_surfaced():
     from fuzz.engine.runner import crash_field, is_cuda_error
 
