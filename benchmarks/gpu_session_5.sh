@@ -46,8 +46,15 @@ PART=${1:-baseline}
     export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
     for w in 1 8; do
       step "small shapes, $w workers, 15 s"
+      nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 > /tmp/util-$w.txt 2>/dev/null &
+      smi=$!
       timeout 80 $PY -m fuzz run --backend cuda --budget-s 15 --workers $w --out /tmp/small-$w --summary /tmp/small-$w.json --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-500
+      kill $smi 2>/dev/null
+      echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-$w.txt | cut -c1-400)"
+      top -bn1 | head -5 | tail -3
     done
+    step "one worker's profile (cProfile, 8 s)"
+    timeout 60 $PY benchmarks/profile_tier.py --backend cuda --seconds 8 --top 22 2>&1 | tail -30 | cut -c1-200
     step "kvkernels read-heavy, compile-ahead on (scale_gpu)"
     cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
     timeout 120 $PY benchmarks/scale_gpu.py --only kvkernels/throughput --compile-ahead on --ahead-sequences 96 \
