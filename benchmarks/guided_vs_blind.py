@@ -109,12 +109,32 @@ def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
     return rows
 
 
+def medians(rows: list[dict], budget_s: float) -> list[dict]:
+    """Per mutant and mode: kills, and the median ops and seconds to kill over the seeds (a miss
+    counts as more than anything seen: its ops and the budget, so a median over misses is a
+    lower bound, marked ``>``). Ops first: on a shared machine wall seconds are noise."""
+    out = []
+    for name in dict.fromkeys(r["mutant"] for r in rows):
+        for mode in ("blind", "guided"):
+            mine = [r for r in rows if r["mutant"] == name and r["mode"] == mode]
+            if not mine:
+                continue
+            ops = sorted((r["ops"] if r["killed"] else float("inf"), r["ops"]) for r in mine)
+            secs = sorted(r["seconds"] if r["killed"] else float("inf") for r in mine)
+            mid = len(mine) // 2  # the upper median of an even count: no credit for half a kill
+            out.append({"mutant": name, "mode": mode, "killed": sum(r["killed"] for r in mine), "runs": len(mine),
+                        "median_ops": ops[mid][0] if ops[mid][0] != float("inf") else f">{ops[mid][1]}",
+                        "median_s": secs[mid] if secs[mid] != float("inf") else f">{budget_s}"})
+    return out
+
+
 def main() -> int:
     from fuzz.engine.tiers import select_backend
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ops", type=int, default=3000, help="ops per mode for the throughput part")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--budget-s", type=float, default=60.0, help="per hunt")
     p.add_argument("--mutants", default="read-table-stride-skips-blocks,grow-down-start-off-by-one",
                    help="comma list of catalogue mutants (empty: none)")
@@ -137,11 +157,14 @@ def main() -> int:
         result["throughput"] = throughput(args.ops)
         for row in result["throughput"]:
             print(json.dumps(row), flush=True)
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     if "fixture" in parts:
         result["fixture"] = kills(args.fixtures.split(","), seeds, args.budget_s)
     if "mutants" in parts and args.mutants:
         result["mutants"] = kills(args.mutants.split(","), seeds, args.budget_s)
+    result["medians"] = medians(result.get("fixture", []) + result.get("mutants", []), args.budget_s)
+    for row in result["medians"]:
+        print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

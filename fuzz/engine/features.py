@@ -83,8 +83,13 @@ def config_features(config, scenario: str, knobs: dict | None) -> set[str]:
     only from small blocks)."""
     out = {f"config|scenario|{scenario}", f"config|page_size|{config.page_size}", f"config|grow|{config.grow}"}
     if knobs:
-        out.add("config|knobs|" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items())))
+        out.add(knobs_feature(knobs))
     return out
+
+
+def knobs_feature(knobs: dict) -> str:
+    """The feature of a sequence's launch knobs (one per combination)."""
+    return "config|knobs|" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
 
 
 def _is_tensor(v) -> bool:

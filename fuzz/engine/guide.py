@@ -17,6 +17,7 @@ a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -24,9 +25,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .features import CodeCoverage, Collector, config_features, feature_id, files_under_test
+from .features import CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
 from .generate import regenerate, sequence_r2t_dtype
-from .knobs import choose
+from .knobs import choose, knob_module
 from .streams import ChoiceRandom, data_flow, mutate, params_of
 from .tracks.small import SmallTrack
 
@@ -171,10 +172,25 @@ class GuidedTrack(SmallTrack):
         else:
             entry, why = corpus.pick(rng)
             stream, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
-                                        focus=(entry.get("where") or {}).get(why), shadow=self._shadow(tier, seed, entry))
+                                        focus=(entry.get("where") or {}).get(why), shadow=self._shadow(tier, seed, entry),
+                                        rare_knobs=self.rare_knobs(tier.kernels, rng))
             plan = {"stream": stream, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed), "how": how}
         self._plans = {seed: plan}
         return plan
+
+    def rare_knobs(self, kernels, rng: random.Random) -> dict | None:
+        """One of the launch-knob combinations the corpus holds fewest entries of (none yet,
+        first): a fresh draw takes each with its share only, and the shapes only one of them
+        makes (three trips at fuzzing sizes need the smallest block *and* the fewest programs)
+        would otherwise wait for a fresh sequence to draw them."""
+        mod = knob_module(kernels)
+        if mod is None:
+            return None
+        names = sorted(mod.FUZZ_KNOBS)
+        combos = [dict(zip(names, v)) for v in itertools.islice(
+            itertools.product(*(tuple(mod.FUZZ_KNOBS[n]) for n in names)), 256)]
+        counts = [self.corpus.counts.get(feature_id(knobs_feature(c)), 0) for c in combos]
+        return rng.choice([c for c, n in zip(combos, counts) if n == min(counts)]) if combos else None
 
     def _shadow(self, tier, seed: int, entry: dict):
         """A mutation's shadow run: ``stream`` -> (ops, config, the stream as drawn, its ranges and

@@ -32,8 +32,9 @@ from .shapes import TABLE_OPS
 from .spec_side import Capabilities, SpecSide, unsupported
 
 MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone")
-# a knob or a config draw changes every op after it: seldom; resize/clone only where data flow is known
-WEIGHTS = (1, 1, 3, 1, 1, 3, 0.5, 0.5, 4, 1)
+# a config draw changes every op after it: seldom; a knob changes launches, not ops (the state is kept);
+# resize/clone only where data flow is known
+WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1)
 RESIZE_TRIES = 4  # shadow runs per resize: a branch taken, its range read back, the size set
 
 
@@ -181,13 +182,15 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
 
 
 def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | None = None,
-           shadow=None) -> tuple[list[float], dict | None, list[str]]:
+           shadow=None, rare_knobs: dict | None = None) -> tuple[list[float], dict | None, list[str]]:
     """(stream, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
     that first reached the feature the entry was picked for (its ``where``): most edits then
     land on that op or the few before it, since an edit anywhere in a 200-op stream rarely
     touches it; ``repeat`` inserts nudged copies of it right after it, each another try at a
     neighbouring shape from nearly the same state; ``resize`` and ``clone`` edit the allocs
-    that made the rows it read (``data_flow``), which is what changes the state it saw."""
+    that made the rows it read (``data_flow``), which is what changes the state it saw.
+    ``knob`` changes one launch knob, or (half the time) takes ``rare_knobs``, the combination
+    the corpus holds fewest of: the same ops under the launch shapes least tried."""
     segs = segments(entry)
     knobs = dict(entry.get("knobs") or {}) or None
     done = []
@@ -221,6 +224,8 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
                 seg[1] = [rng.random(), 0]
         elif kind == "nudge":
             nudge(segs[op_index() if ops and rng.random() < 0.9 else rng.randrange(len(segs))], rng)
+        elif kind == "knob" and rare_knobs and rare_knobs != knobs and rng.random() < 0.5:
+            knobs = dict(rare_knobs)
         elif kind == "knob" and (mod := knob_module(kernels)) is not None:
             name = rng.choice(sorted(mod.FUZZ_KNOBS))
             knobs = {**(knobs or {}), name: rng.choice(tuple(mod.FUZZ_KNOBS[name]))}
