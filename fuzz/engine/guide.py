@@ -167,8 +167,9 @@ class GuidedTrack(SmallTrack):
             return self._plans[seed]
         rng = random.Random(f"kvfuzz-guide:{seed}")
         corpus = self.corpus
-        if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:
-            plan = {"stream": [], "knobs": choose(tier.kernels, seed), "r2t": sequence_r2t_dtype(seed), "how": ["fresh"]}
+        if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:  # fresh ops, the knobs least tried
+            knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
+            plan = {"stream": [], "knobs": knobs, "r2t": sequence_r2t_dtype(seed), "how": ["fresh"]}
         else:
             entry, why = corpus.pick(rng)
             stream, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
@@ -180,9 +181,10 @@ class GuidedTrack(SmallTrack):
 
     def rare_knobs(self, kernels, rng: random.Random) -> dict | None:
         """One of the launch-knob combinations the corpus holds fewest entries of (none yet,
-        first): a fresh draw takes each with its share only, and the shapes only one of them
-        makes (three trips at fuzzing sizes need the smallest block *and* the fewest programs)
-        would otherwise wait for a fresh sequence to draw them."""
+        first): what a fresh sequence runs under (stratified: the first few cover every
+        combination, where a seed's draw takes each with its share only), and what the knob
+        mutation tries. The shapes only one combination makes (three trips at fuzzing sizes
+        need the smallest block *and* the fewest programs) would otherwise wait for a draw."""
         mod = knob_module(kernels)
         if mod is None:
             return None
