@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from .features import CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
-from .generate import regenerate, sequence_r2t_dtype
+from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .streams import ChoiceRandom, data_flow, mutate, params_of
 from .tracks.small import SmallTrack
@@ -169,7 +169,8 @@ class GuidedTrack(SmallTrack):
         corpus = self.corpus
         if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:  # fresh ops, the knobs least tried
             knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
-            plan = {"stream": [], "knobs": knobs, "r2t": sequence_r2t_dtype(seed), "how": ["fresh"]}
+            plan = {"stream": self._fresh_stream(seed, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
+                    "how": ["fresh"]}
         else:
             entry, why = corpus.pick(rng)
             stream, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
@@ -178,6 +179,17 @@ class GuidedTrack(SmallTrack):
             plan = {"stream": stream, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed), "how": how}
         self._plans = {seed: plan}
         return plan
+
+    def _fresh_stream(self, seed: int, rng: random.Random) -> list[float]:
+        """A fresh sequence's stream: its pool config drawn at random (from its own RNG, so the
+        ops' fresh draws do not repeat the config's), then the scenario the corpus holds fewest
+        entries of (stratified like the knobs: long rows come from ``long``, churn from ``churn``)."""
+        names = sorted(SCENARIOS)
+        counts = [self.corpus.counts.get(feature_id(f"config|scenario|{n}"), 0) for n in names]
+        pick = rng.choice([i for i, n in enumerate(counts) if n == min(counts)])
+        draws = ChoiceRandom((), f"kvfuzz-config:{seed}")
+        random_config(draws)
+        return [*draws.log, (pick + 0.5) / len(names)]
 
     def rare_knobs(self, kernels, rng: random.Random) -> dict | None:
         """One of the launch-knob combinations the corpus holds fewest entries of (none yet,

@@ -43,7 +43,7 @@ class ChoiceRandom(random.Random):
     ``Random(fresh_seed)``; ``log`` is every draw made, ``ranges`` each draw's integer range
     (0 for a float), ``pos`` how many."""
 
-    def __init__(self, given=(), fresh_seed: int = 0):
+    def __init__(self, given=(), fresh_seed: int | str = 0):
         self.given, self.pos, self.log, self.ranges = list(given), 0, [], []
         self._fresh = random.Random(fresh_seed)
         super().__init__(0)
