@@ -134,15 +134,20 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
                 with tempfile.TemporaryDirectory() as root:
                     track = guide.GuidedTrack(root) if mode == "guided" else tracks.get("small")
                     ops, k, seq, t0 = 0, 0, None, time.process_time()
-                    while ops < max_ops and (seq is None or seq.divergence is None):
+                    found = None
+                    while ops < max_ops and found is None:
                         s = seed * 1_000_003 + k
                         if mode == "guided":
                             track.plan(tier, s)
-                        seq = track.run_sequence(tier, s, ops_per_seq)
+                        try:
+                            seq = track.run_sequence(tier, s, ops_per_seq)
+                        except Exception as exc:  # a mutant that crashes the run itself: killed too
+                            found, k = f"raised {type(exc).__name__}", k + 1
+                            break
                         ops, k = ops + len(seq.ops), k + 1
-                rows.append({"mutant": name, "seed": seed, "mode": mode, "killed": seq.divergence is not None,
-                             "ops": ops, "sequences": k, "seconds": round(time.process_time() - t0, 1),
-                             "signature": None if seq.divergence is None else str(seq.divergence.signature)})
+                        found = None if seq.divergence is None else str(seq.divergence.signature)
+                rows.append({"mutant": name, "seed": seed, "mode": mode, "killed": found is not None, "ops": ops,
+                             "sequences": k, "seconds": round(time.process_time() - t0, 1), "signature": found})
                 print(json.dumps(rows[-1]), flush=True)
     return rows
 
