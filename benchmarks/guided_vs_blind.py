@@ -4,12 +4,15 @@ Four parts, each printed as a table row and written as JSON (``--out``):
 
 * ``throughput``: in one process, ``--ops`` ops of small-track sequences blind (the seeded
   generator, no features) and guided (``guide.GuidedTrack``: features, corpus, mutations),
-  seeds from 0: ops per CPU second (process time: the machine is shared) and the features
-  reached per 1,000 ops (blind's measured by the same collector, off the clock);
+  seeds from 0: ops per CPU second (process time: the machine is shared), the CPU seconds
+  guided spent planning (picking, mutating, the mutations' shadow runs on the spec) and the
+  features reached per 1,000 ops (blind's measured by the same collector, off the clock);
 * ``overhead``: the same blind sequences bare and with features collected (``overhead``);
 * ``fixture``: time and ops to kill ``mutants.FIXTURES`` (read tables wrong only on a third
   or later trip over a partial last block, or over one ending exactly at the row's last live
   page), blind and guided, per seed;
+* ``kill-ops``: the fixtures' work to kill (ops, CPU seconds), in one process, no campaign,
+  up to ``--max-ops`` per run: what the wall-clock ``fixture`` part measures, without its noise;
 * ``mutants``: the same for a subset of the catalogue (``--mutants``).
 
     TRITON_INTERPRET=1 .venv/bin/python -m benchmarks.guided_vs_blind --out benchmarks/results/FILE.json
@@ -35,12 +38,13 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
     with tempfile.TemporaryDirectory() as root:
         for name in ("blind", "guided"):
             track = guide.GuidedTrack(root) if name == "guided" else blind
-            ops, cpu, seen, seed = 0, 0.0, set(), 0
+            ops, cpu, plan_cpu, seen, seed = 0, 0.0, 0.0, set(), 0
             code = features.CodeCoverage(features.files_under_test(tier))
             while ops < n_ops:
                 t0 = time.process_time()
-                if name == "guided":
+                if name == "guided":  # picking and mutating an entry, its shadow runs: guidance's own cost
                     track.plan(tier, seed)
+                    plan_cpu += time.process_time() - t0
                 seq = track.run_sequence(tier, seed, ops_per_seq)
                 cpu += time.process_time() - t0
                 ops += len(seq.ops)
@@ -53,7 +57,8 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
                 seed += 1
             if name == "guided":
                 seen = track.corpus.features
-            rows.append({"mode": name, "ops": ops, "cpu_s": round(cpu, 2), "ops_per_cpu_s": round(ops / cpu, 1),
+            rows.append({"mode": name, "ops": ops, "cpu_s": round(cpu, 2), "plan_cpu_s": round(plan_cpu, 2),
+                         "ops_per_cpu_s": round(ops / cpu, 1),
                          "features": len(seen), "features_per_1000_ops": round(1000 * len(seen) / ops, 1)})
     return rows
 
@@ -102,11 +107,68 @@ def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
         for seed in seeds:
             for guided in (False, True):
                 r = hunt(by_name[name], "interpret", budget_s, seed=seed, guided=guided)
+                if r.killed and "timeout" in str(r.signature):  # an op slowed past the auto timeout by
+                    print(json.dumps({"mutant": name, "seed": seed, "guided": guided, "retried": str(r.signature),
+                                      "ops": r.ops}), flush=True)  # a loaded machine: not the bug; once more
+                    r = hunt(by_name[name], "interpret", budget_s, seed=seed, guided=guided)
                 rows.append({"mutant": name, "seed": seed, "mode": "guided" if guided else "blind", "killed": r.killed,
                              "seconds": round(r.seconds, 1), "ops": r.ops,
                              "signature": None if r.signature is None else str(r.signature)})
                 print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: int = 200) -> list[dict]:
+    """Work to kill, in one process and without a campaign (no start-up, no minimizing, no op
+    timeouts a loaded machine trips): the sequences a one-worker campaign of seed ``s`` runs
+    (sequence seeds ``s * 1_000_003 + k``, 200 ops each, the same knobs), blind and guided (a
+    fresh corpus each), until the first divergence or ``max_ops``; ops and CPU seconds."""
+    from fuzz.engine import guide, tracks
+    from fuzz.tools.mutants import mutant_tier_named
+
+    rows = []
+    for name in names:
+        tier = mutant_tier_named(name, "interpret")
+        for seed in seeds:
+            for mode in ("blind", "guided"):
+                with tempfile.TemporaryDirectory() as root:
+                    track = guide.GuidedTrack(root) if mode == "guided" else tracks.get("small")
+                    ops, k, seq, t0 = 0, 0, None, time.process_time()
+                    found = None
+                    while ops < max_ops and found is None:
+                        s = seed * 1_000_003 + k
+                        if mode == "guided":
+                            track.plan(tier, s)
+                        try:
+                            seq = track.run_sequence(tier, s, ops_per_seq)
+                        except Exception as exc:  # a mutant that crashes the run itself: killed too
+                            found, k = f"raised {type(exc).__name__}", k + 1
+                            break
+                        ops, k = ops + len(seq.ops), k + 1
+                        found = None if seq.divergence is None else str(seq.divergence.signature)
+                rows.append({"mutant": name, "seed": seed, "mode": mode, "killed": found is not None, "ops": ops,
+                             "sequences": k, "seconds": round(time.process_time() - t0, 1), "signature": found})
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def medians(rows: list[dict]) -> list[dict]:
+    """Per mutant and mode: kills, and the median ops and seconds to kill over the seeds (a miss
+    counts as more than anything seen: its ops and seconds, so a median over misses is a
+    lower bound, marked ``>``). Ops first: on a shared machine wall seconds are noise."""
+    out = []
+    for name in dict.fromkeys(r["mutant"] for r in rows):
+        for mode in ("blind", "guided"):
+            mine = [r for r in rows if r["mutant"] == name and r["mode"] == mode]
+            if not mine:
+                continue
+            ops = sorted((r["ops"] if r["killed"] else float("inf"), r["ops"]) for r in mine)
+            secs = sorted((r["seconds"] if r["killed"] else float("inf"), r["seconds"]) for r in mine)
+            mid = len(mine) // 2  # the upper median of an even count: no credit for half a kill
+            out.append({"mutant": name, "mode": mode, "killed": sum(r["killed"] for r in mine), "runs": len(mine),
+                        "median_ops": ops[mid][0] if ops[mid][0] != float("inf") else f">{ops[mid][1]}",
+                        "median_s": secs[mid][0] if secs[mid][0] != float("inf") else f">{secs[mid][1]}"})
+    return out
 
 
 def main() -> int:
@@ -115,7 +177,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ops", type=int, default=3000, help="ops per mode for the throughput part")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--budget-s", type=float, default=60.0, help="per hunt")
+    p.add_argument("--max-ops", type=int, default=4000, help="per run of the kill-ops part")
     p.add_argument("--mutants", default="read-table-stride-skips-blocks,grow-down-start-off-by-one",
                    help="comma list of catalogue mutants (empty: none)")
     p.add_argument("--parts", default="throughput,fixture,mutants")
@@ -137,11 +201,19 @@ def main() -> int:
         result["throughput"] = throughput(args.ops)
         for row in result["throughput"]:
             print(json.dumps(row), flush=True)
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     if "fixture" in parts:
         result["fixture"] = kills(args.fixtures.split(","), seeds, args.budget_s)
+    if "kill-ops" in parts:
+        result["kill_ops"] = ops_to_kill(args.fixtures.split(","), seeds, args.max_ops)
+        result["kill_ops_medians"] = medians(result["kill_ops"])
+        for row in result["kill_ops_medians"]:
+            print(json.dumps(row), flush=True)
     if "mutants" in parts and args.mutants:
         result["mutants"] = kills(args.mutants.split(","), seeds, args.budget_s)
+    result["medians"] = medians(result.get("fixture", []) + result.get("mutants", []))
+    for row in result["medians"]:
+        print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

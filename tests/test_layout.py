@@ -94,7 +94,8 @@ ENGINE_ROWS = [  # README.md's engine table, leaf modules first
     ["verdict", "gate"], ["oplang", "ops", "raw_ops"],
     ["memory", "boundary", "knobs", "vector_oracle", "launches", "features", "sources", "tiers", "allocators",
      "zygote", "supervise", "health"],
-    ["spec_side", "shapes", "generate"], ["runner", "strategies"], ["production", "compile_check"], ["tracks", "guide"],
+    ["spec_side", "shapes", "generate"], ["runner", "strategies"], ["production", "compile_check"],
+    ["tracks", "guide", "streams"],
     ["kinds", "dispatch"], ["case", "minimize", "slot"], ["worker"], ["confirm", "summary", "campaign"],
 ]
 

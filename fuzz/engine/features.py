@@ -14,7 +14,11 @@ Two sources, both collected per sequence (``Collector``):
   size is from a block boundary (log buckets), how far each int argument and each
   tensor's extent is from the int32 boundary (log buckets, near ones only), and for
   read-table launches (a ``seq_lens`` argument and a ``BLOCK``) the loop trips each
-  program makes, bucketed 0/1/2/3/4-7/8+, with whether its last trip's block is partial.
+  program makes, bucketed 0/1/2/3/4-7/8+, with whether its last trip's block is partial,
+  and the **stepping stones** to the next bucket (``progress``, libFuzzer's value profile:
+  a comparison's distance as a feature): how many pages short of one more trip a program
+  is (1, 2, 3-4, 5-8, ...) and its row's length in half strides, so a row one page short of
+  a third trip is kept before the third trip is reached, and its mutations try from there.
   Trips are computed from the sizes the launch was given (``seq_lens``, ``max_pages`` /
   ``max_tokens``, ``col_stride``), the way the kernel's while loop counts them, so they are
   the same on every tier; ``seq_lens`` is read only where it lives on the CPU (reading a
@@ -37,7 +41,7 @@ import math
 import zlib
 from pathlib import Path
 
-DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config")
+DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress")
 _DOMAIN_BITS = 40
 _IDS: dict[str, int] = {}
 TRIP_BUCKETS = ("0", "1", "2", "3+")  # what the report expects every read-table kernel to reach
@@ -79,8 +83,13 @@ def config_features(config, scenario: str, knobs: dict | None) -> set[str]:
     only from small blocks)."""
     out = {f"config|scenario|{scenario}", f"config|page_size|{config.page_size}", f"config|grow|{config.grow}"}
     if knobs:
-        out.add("config|knobs|" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items())))
+        out.add(knobs_feature(knobs))
     return out
+
+
+def knobs_feature(knobs: dict) -> str:
+    """The feature of a sequence's launch knobs (one per combination)."""
+    return "config|knobs|" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
 
 
 def _is_tensor(v) -> bool:
@@ -144,6 +153,10 @@ def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out
                 last = start + (trips - 1) * step if trips else None
                 edge = "none" if last is None else "partial" if last + block > n else "full"
                 out.add(f"trips|{kernel}|{trip_bucket(trips)}|{edge}")
+                if trips < 8:  # the stepping stones: how far from one more trip
+                    short = start + trips * step + 1 - n
+                    out.add(f"progress|{kernel}|trips {trips}|short {log_bucket(short)}")
+                    out.add(f"progress|{kernel}|row {min(2 * n // step, 16)}/2 strides|{edge}")
 
 
 class CodeCoverage:

@@ -1,15 +1,9 @@
 """Coverage-guided generation for the small track: a corpus of sequences kept for the features
 they alone reached, mutated and scheduled by rarity (libFuzzer's ``InputCorpus``).
 
-An input is not an op list but the **choice stream** the seeded generator consumed
-(``ChoiceRandom``: every draw of ``random.Random`` is one float in [0, 1)), with marks where
-each op's draws begin. The generator still reads the spec to build every op, so a mutated
-stream is always a valid sequence (contract violations only at the generator's own rate),
-and mutations at op marks are op-level edits: **delete** an op's draws, **insert** fresh
-ones, **splice** two entries at op marks, **swap** an op's kind (its second draw is the
-kind's), **nudge** one draw a small step (a size, an index one or a few steps over a
-boundary), re-draw a **knob** or a **config** draw. Draws past the stream's end are fresh,
-so every sequence runs its full length.
+An input is a **choice stream** (``streams``: the generator's draws, cut at op marks), so
+a mutated input is always a valid sequence; the mutations and the data flow they follow
+(which allocs made the rows a read table read) live there.
 
 The corpus is a directory of JSON entries (``Corpus``), each written atomically when it is
 found: a killed campaign keeps everything found before it, and the next one loads it and
@@ -23,6 +17,7 @@ a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -30,54 +25,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .features import CodeCoverage, Collector, config_features, feature_id, files_under_test
-from .generate import SCENARIOS, random_config, sequence_r2t_dtype
+from .features import CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
+from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
+from .streams import ChoiceRandom, data_flow, mutate, params_of
 from .tracks.small import SmallTrack
 
-FORMAT = "kvfuzz-corpus/1"
+__all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "merge", "mutate", "params_of", "track_for"]
+FORMAT = "kvfuzz-corpus/2"  # /2: one draw per integer, with its range (streams.ChoiceRandom); /1 streams decode otherwise
 SEED_ENTRIES = 8  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
-MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config")
-WEIGHTS = (1, 1, 3, 1, 1, 3, 0.5, 0.5)  # a knob or a config draw changes every op after it: seldom
-
-
-class ChoiceRandom(random.Random):
-    """``random.Random`` reading its draws from ``given`` (floats in [0, 1)), then from a fresh
-    ``Random(fresh_seed)``; ``log`` is every draw made, ``pos`` how many."""
-
-    def __init__(self, given=(), fresh_seed: int = 0):
-        self.given, self.pos, self.log, self.bits = list(given), 0, [], []
-        self._fresh = random.Random(fresh_seed)
-        super().__init__(0)
-
-    def seed(self, *args, **kwargs):  # the stream is the state: nothing to seed
-        pass
-
-    def random(self) -> float:
-        u = self.given[self.pos] if self.pos < len(self.given) else self._fresh.random()
-        self.pos += 1
-        self.log.append(u)
-        self.bits.append(0)
-        return u
-
-    def getrandbits(self, k: int) -> int:
-        if k <= 53:
-            r = int(self.random() * (1 << k))
-            self.bits[-1] = k
-            return r
-        return sum(self.getrandbits(min(53, k - i)) << i for i in range(0, k, 53))
-
-
-def params_of(stream, fresh_seed: int):
-    """(config, scenario, rng) of a stream, as ``generate.sequence_params`` draws them from a seed."""
-    rng = ChoiceRandom(stream, fresh_seed)
-    config = random_config(rng)
-    return config, rng.choice(sorted(SCENARIOS)), rng
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -95,6 +56,7 @@ class Corpus:
         self.entries: list[dict] = []
         self.counts: Counter = Counter()
         self._files: set[str] = set()
+        self._median: float | None = None  # the entries' median cost per op (``energy``), None: to compute
         self.reload()
 
     @property
@@ -122,12 +84,16 @@ class Corpus:
         entry["ids"] = {feature_id(n) for n in entry["features"]}
         self.entries.append(entry)
         self.counts.update(entry["ids"])
+        self._median = None
+
+    def novel(self, names) -> bool:
+        """Whether features ``names`` hold one no entry has (what ``add`` keeps)."""
+        return any(feature_id(n) not in self.counts for n in names)
 
     def add(self, entry: dict) -> bool:
         """Keep ``entry`` (stream, marks, knobs, r2t, features as names, ops, cost_s) if it reached
         a feature no entry has; written at once."""
-        ids = {feature_id(n) for n in entry["features"]}
-        if not ids - self.features:
+        if not self.novel(entry["features"]):
             return False
         body = {k: v for k, v in entry.items() if k != "ids"}
         body["format"] = FORMAT
@@ -142,9 +108,7 @@ class Corpus:
         partitions them: a domain weighted by its rarest feature's 1/count (so a few hundred
         code arcs do not drown a dozen trip buckets, and a domain every entry saturates, op
         kinds, is seldom picked), a feature in it by 1/count² (the rarest first), then one of the
-        entries holding it. Not by cost: on the interpreter the cheap sequences are those with
-        large blocks (one program, one trip), and weighting by 1/cost starved exactly the
-        sequences whose rows reach three trips (benchmarks/results/guided-vs-blind-*)."""
+        entries holding it by its energy (``energy``)."""
         by_domain: dict[int, list[int]] = {}
         for f in self.counts:
             by_domain.setdefault(f >> 40, []).append(f)
@@ -152,83 +116,26 @@ class Corpus:
         feats = by_domain[rng.choices(domains, [max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains])[0]]
         fid = rng.choices(feats, [1.0 / self.counts[f] ** 2 for f in feats])[0]
         holders = [e for e in self.entries if fid in e["ids"]]
-        entry = rng.choice(holders)
+        entry = rng.choices(holders, [self.energy(e) for e in holders])[0] if len(holders) > 1 else holders[0]
         return entry, next((n for n in entry["features"] if feature_id(n) == fid), None)
 
 
-def _segments(entry: dict) -> list[list[list]]:
-    """The stream cut at its op marks, each draw ``[u, bits]`` (bits: the width of the integer it
-    was read as, 0 for a float): [config draws, op 0's draws, op 1's, ...]."""
-    stream, marks = entry["stream"], entry["marks"]
-    bits = entry.get("bits") or [0] * len(stream)
-    cuts = [0, *marks, len(stream)]
-    return [[[u, k] for u, k in zip(stream[x:y], bits[x:y])] for x, y in zip(cuts, cuts[1:])]
+    def energy(self, entry: dict) -> float:
+        """AFL++'s "rare" schedule: the sum of 1/count over the entry's value features (an entry
+        holding several rare ones is worth more tries), times a cost factor that only ever
+        halves: cost per op over twice the corpus's median lowers it, below never raises it.
+        1/cost alone drifted the corpus to cheap sequences, large blocks and one trip, which
+        starved the rows that reach three trips (benchmarks/results/guided-vs-blind-2026-12-01.md)."""
+        rare = sum(1.0 / self.counts[f] for f in entry["ids"] if f >> 40)  # domain 0 is code: hundreds of arcs
+        if self._median is None:
+            costs = sorted(_cost(e) for e in self.entries)
+            self._median = costs[len(costs) // 2] if costs else 0.0
+        cost = _cost(entry)
+        return max(rare, 1e-3) * (0.5 if self._median and cost > 2 * self._median else 1.0)
 
 
-def _nudge(seg: list[list], rng: random.Random) -> None:
-    """Move one draw of ``seg`` a small step: an integer draw by 1 to 3 units (a size or an
-    index one to three over, across a block boundary when it sat next to one), a float by a
-    small fraction (a chance near its threshold flips)."""
-    if not seg:
-        return
-    draw = seg[rng.randrange(len(seg))]
-    u, k = draw
-    if k:
-        r = int(u * (1 << k)) + rng.choice((-3, -2, -1, -1, 1, 1, 2, 3))
-        draw[0] = (min(max(r, 0), (1 << k) - 1) + 0.5) / (1 << k)
-    else:
-        draw[0] = min(max(u + rng.choice((-1, 1)) * rng.choice((1 / 1024, 1 / 256, 1 / 64, 1 / 16)), 0.0), 0.999999)
-
-
-def mutate(entry: dict, other: dict, rng: random.Random, kernels,
-           focus: int | None = None) -> tuple[list[float], dict | None, list[str]]:
-    """(stream, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
-    that first reached the feature the entry was picked for (its ``where``): most edits then
-    land on that op or the few before it (which made the state it read), since an edit
-    anywhere in a 200-op stream rarely touches it; ``repeat`` inserts nudged copies of it
-    right after it, each another try at a neighbouring shape from nearly the same state."""
-    segs = _segments(entry)
-    knobs = dict(entry.get("knobs") or {}) or None
-    done = []
-
-    def op_index() -> int:  # a segment index of an op (1..): near the focus most of the time
-        if focus is not None and focus + 1 < len(segs) and rng.random() < 0.75:
-            return max(1, focus + 1 - rng.choice((0, 0, 0, 1, 2, 4)))
-        return rng.randrange(1, len(segs))
-
-    for _ in range(rng.choice((1, 1, 2, 3))):
-        kind = rng.choices(MUTATIONS, WEIGHTS)[0]
-        ops = len(segs) - 1
-        if kind == "delete" and ops > 1:
-            del segs[op_index()]
-        elif kind == "insert":
-            length = len(segs[rng.randrange(1, len(segs))]) if ops else 4
-            segs.insert(op_index() if ops else 1, [[rng.random(), 0] for _ in range(length)])
-        elif kind == "repeat" and ops:
-            i = op_index()
-            for j in range(rng.choice((2, 4, 8))):
-                copy = [list(d) for d in segs[i]]
-                _nudge(copy, rng)
-                segs.insert(i + 1 + j, copy)
-        elif kind == "splice":
-            theirs = _segments(other)
-            segs = segs[: rng.randrange(1, len(segs) + 1)] + theirs[rng.randrange(1, len(theirs) + 1):] \
-                if len(theirs) > 1 else segs
-        elif kind == "swap" and ops:
-            seg = segs[op_index()]
-            if len(seg) >= 2:
-                seg[1] = [rng.random(), 0]
-        elif kind == "nudge":
-            _nudge(segs[op_index() if ops and rng.random() < 0.9 else rng.randrange(len(segs))], rng)
-        elif kind == "knob" and (mod := knob_module(kernels)) is not None:
-            name = rng.choice(sorted(mod.FUZZ_KNOBS))
-            knobs = {**(knobs or {}), name: rng.choice(tuple(mod.FUZZ_KNOBS[name]))}
-        elif kind == "config" and segs[0]:
-            segs[0][rng.randrange(len(segs[0]))] = [rng.random(), 0]
-        else:
-            continue
-        done.append(kind)
-    return [d[0] for s in segs for d in s], knobs, done
+def _cost(entry: dict) -> float:
+    return entry.get("cost_s", 0.0) / max(1, entry.get("ops", 1))
 
 
 class GuidedTrack(SmallTrack):
@@ -260,15 +167,59 @@ class GuidedTrack(SmallTrack):
             return self._plans[seed]
         rng = random.Random(f"kvfuzz-guide:{seed}")
         corpus = self.corpus
-        if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:
-            plan = {"stream": [], "knobs": choose(tier.kernels, seed), "r2t": sequence_r2t_dtype(seed), "how": ["fresh"]}
+        if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:  # fresh ops, the knobs least tried
+            knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
+            plan = {"stream": self._fresh_stream(seed, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
+                    "how": ["fresh"]}
         else:
             entry, why = corpus.pick(rng)
             stream, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
-                                        focus=(entry.get("where") or {}).get(why))
+                                        focus=(entry.get("where") or {}).get(why), shadow=self._shadow(tier, seed, entry),
+                                        rare_knobs=self.rare_knobs(tier.kernels, rng))
             plan = {"stream": stream, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed), "how": how}
         self._plans = {seed: plan}
         return plan
+
+    def _fresh_stream(self, seed: int, rng: random.Random) -> list[float]:
+        """A fresh sequence's stream: its pool config drawn at random (from its own RNG, so the
+        ops' fresh draws do not repeat the config's), then the scenario the corpus holds fewest
+        entries of (stratified like the knobs: long rows come from ``long``, churn from ``churn``)."""
+        names = sorted(SCENARIOS)
+        counts = [self.corpus.counts.get(feature_id(f"config|scenario|{n}"), 0) for n in names]
+        pick = rng.choice([i for i, n in enumerate(counts) if n == min(counts)])
+        draws = ChoiceRandom((), f"kvfuzz-config:{seed}")
+        random_config(draws)
+        return [*draws.log, (pick + 0.5) / len(names)]
+
+    def rare_knobs(self, kernels, rng: random.Random) -> dict | None:
+        """One of the launch-knob combinations the corpus holds fewest entries of (none yet,
+        first): what a fresh sequence runs under (stratified: the first few cover every
+        combination, where a seed's draw takes each with its share only), and what the knob
+        mutation tries. The shapes only one combination makes (three trips at fuzzing sizes
+        need the smallest block *and* the fewest programs) would otherwise wait for a draw."""
+        mod = knob_module(kernels)
+        if mod is None:
+            return None
+        names = sorted(mod.FUZZ_KNOBS)
+        combos = [dict(zip(names, v)) for v in itertools.islice(
+            itertools.product(*(tuple(mod.FUZZ_KNOBS[n]) for n in names)), 256)]
+        counts = [self.corpus.counts.get(feature_id(knobs_feature(c)), 0) for c in combos]
+        return rng.choice([c for c, n in zip(combos, counts) if n == min(counts)]) if combos else None
+
+    def _shadow(self, tier, seed: int, entry: dict):
+        """A mutation's shadow run: ``stream`` -> (ops, config, the stream as drawn, its ranges and
+        marks), the generator against the spec alone for the entry's length, as sequence ``seed``
+        will draw it (its fresh draws included), so a mutation can check what it made."""
+        has, skips = super().worker_info(tier)["has"], sorted(getattr(tier, "allocator_skips", ()))
+
+        def run(stream):
+            config, scenario, rng = params_of(stream, seed)
+            marks: list[int] = []
+            _, _, ops = regenerate(seed, entry.get("ops", 0), has=has, skips=skips, hostile=entry.get("hostile", "spec"),
+                                   params=(config, scenario, rng), r2t_dtype=entry.get("r2t"),
+                                   on_op=lambda: marks.append(rng.pos))
+            return ops, config, {"stream": rng.log, "ranges": rng.ranges, "marks": marks}
+        return run
 
     def choose_knobs(self, tier, seed, worker_knobs):
         return worker_knobs if worker_knobs is not None else self.plan(tier, seed)["knobs"]
@@ -298,10 +249,13 @@ class GuidedTrack(SmallTrack):
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()
-        if self.corpus.add({"stream": rng.log, "bits": rng.bits, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
-                            "features": sorted(col.names), "where": col.where, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
-                            "cost_s": round(time.perf_counter() - t0, 4), "found": time.time()}):
-            self.kept += 1
+        cost = round(time.perf_counter() - t0, 4)
+        if self.corpus.novel(col.names):  # kept: which allocs made the rows each table op read, for resize
+            flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()))
+            self.kept += self.corpus.add({
+                "stream": rng.log, "ranges": rng.ranges, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
+                "features": sorted(col.names), "where": col.where, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
+                "hostile": kw.get("hostile", "spec"), "cost_s": cost, "found": time.time(), **flow})
         seq.extra = {**seq.extra, "guided": plan["how"]}
         return seq
 
@@ -312,8 +266,6 @@ class GuidedTrack(SmallTrack):
         return kept.pop(0) if len(kept) > SEQ_KEPT else seed
 
     def regenerate(self, seed, n_ops, info, *, hostile="spec"):
-        from .generate import regenerate
-
         path = Path(info.get("corpus") or self.root) / ".seq" / f"{seed}.json"
         if not path.is_file():
             return super().regenerate(seed, n_ops, info, hostile=hostile)

@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 
-from fuzz.engine import features, guide
+import pytest
+
+from fuzz.engine import features, guide, streams
 from fuzz.engine.tiers import make_tier
 from fuzz.tools import coverage_report
 from tests.fuzz.test_engine import REPO, cli_env, kvfuzz
@@ -183,3 +185,99 @@ def test_the_state_machine_reports_its_features_to_hypothesis_target(monkeypatch
                               settings=settings(max_examples=3, stateful_step_count=6, deadline=None, database=None))
     assert seen and all(label == "kvfuzz features" for label, _ in seen)
     assert max(v for _, v in seen) >= 1  # at least the op kinds it ran
+
+
+def test_an_integer_is_one_draw_with_its_range_so_a_nudge_moves_it_by_units():
+    rng = streams.ChoiceRandom([0.55, 0.99], fresh_seed=1)
+    assert rng.randint(1, 10) == 6 and rng.choice("abc") == "c"
+    assert rng.ranges == [10, 3] and rng.pos == 2
+    seg = [[0.55, 10]]
+    streams.nudge(seg, random.Random(0))
+    moved = int(seg[0][0] * 10) - 5
+    assert moved in (-3, -2, -1, 1, 2, 3), seg
+
+
+def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_path):
+    """data_flow names the allocs whose tokens a table op's rows hold; resize sets one of them
+    to a block-boundary size (checked on the shadow run), and the same read table, rebuilt from
+    the mutated stream, reads a row of that alloc's new length (often: a resized alloc can also
+    shift the draws of the ops after it, a later free's permutation of its pages)."""
+    tier = make_tier("torch")
+    track = guide.GuidedTrack(tmp_path)
+    for seed in range(12):
+        track.plan(tier, seed)
+        track.run_sequence(tier, seed, 60)
+    fed = [(e, int(t)) for e in track.corpus.entries for t, v in e["feeds"].items() if v]
+    assert fed, "no kept entry has a read table fed by an alloc"
+    tried = changed = 0
+    for n, (entry, table) in enumerate(fed[:6]):
+        shadow = track._shadow(tier, 10**6 + n, entry)
+        ops, config, _ = shadow(entry["stream"])
+        before = streams.data_flow(config, ops)
+        assert type(ops[table]).__name__ in ("ReadTable", "ReadTablePacked")
+        assert before["feeds"][str(table)] == entry["feeds"][str(table)]
+        for i in range(6):
+            segs = streams.resize(streams.segments(entry), entry, random.Random(i), shadow, table)
+            if segs is None:
+                continue
+            tried += 1
+            new_ops, new_config, _ = shadow(streams.flat(segs))
+            flow = streams.data_flow(new_config, new_ops)
+            resized = [a for a, p in flow["pages"].items() if p != before["pages"].get(a)]
+            assert resized, "resize reported a change the shadow run does not show"
+            rows = {len(r) for r in getattr(new_ops[table], "rows", ())}
+            changed += any(flow["pages"][a] * new_config.page_size in rows and int(a) in flow["feeds"].get(str(table), ())
+                           for a in resized)
+    assert tried >= 6 and changed >= 2, (tried, changed)
+
+
+def test_a_stepping_stone_is_emitted_two_trips_in_and_nearer_is_another_feature():
+    """Two trips of BLOCK 4 (col_stride 4) over 8 pages: one page short of a third trip; over 6
+    pages: three short. Distinct progress features, and neither is a third trip."""
+    import torch
+
+    from kvkernels import triton_kernels
+
+    class FakeLaunch:
+        name, constexprs, fn, args, grid_dims = "read_table_kernel", {"BLOCK": 4, "PAGE_SIZE": 1}, \
+            triton_kernels.read_table_kernel, (), (1, 1)
+
+        def __init__(self, n):
+            self.kwargs = {"seq_lens_ptr": torch.tensor([n]), "max_pages": 64, "col_stride": 4}
+
+    seen = {}
+    for n in (6, 8):
+        out: set[str] = set()
+        features.launch_features(FakeLaunch(n), out)
+        assert not any("|3+|" in f for f in out), out
+        seen[n] = {f for f in out if f.startswith("progress|")}
+    assert "progress|read_table_kernel|trips 2|short 1" in seen[8], seen
+    assert "progress|read_table_kernel|trips 2|short 2" in seen[6], seen
+    assert seen[6] != seen[8]
+
+
+def test_energy_favours_rare_features_and_cost_only_halves_it(tmp_path):
+    c = guide.Corpus(tmp_path)
+    c.add(_entry({"trips|k|2|partial", "op|alloc"}))
+    c.add(_entry({"trips|k|2|partial", "progress|k|trips 2|short 1"}))
+    c.add(_entry({"op|free", "op|alloc", "op|flush"}))
+    plain, rare, _ = c.entries
+    assert c.energy(rare) > c.energy(plain)
+    rare["cost_s"] = 100.0  # far over twice the median cost per op
+    c._median = None
+    assert c.energy(rare) == pytest.approx(0.5 * sum(1.0 / c.counts[f] for f in rare["ids"]))
+
+
+def test_rare_knobs_is_a_launch_knob_combination_the_corpus_holds_fewest_of(tmp_path):
+    import itertools
+
+    from kvkernels import launchers
+
+    names = sorted(launchers.FUZZ_KNOBS)
+    combos = [dict(zip(names, v)) for v in itertools.product(*(launchers.FUZZ_KNOBS[n] for n in names))]
+    track = guide.GuidedTrack(tmp_path)
+    for c in combos[1:]:
+        assert track.corpus.add(_entry({features.knobs_feature(c)}))
+    assert all(track.rare_knobs(launchers, random.Random(i)) == combos[0] for i in range(5))
+    track.corpus.add(_entry({features.knobs_feature(combos[0]), "op|alloc"}))
+    assert len({str(track.rare_knobs(launchers, random.Random(i))) for i in range(40)}) > 1

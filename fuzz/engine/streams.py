@@ -1,0 +1,245 @@
+"""Choice streams, the guided track's inputs, and the mutations that edit them (issue 26).
+
+An input is not an op list but the **choice stream** the seeded generator consumed
+(``ChoiceRandom``: every draw is one float in [0, 1)), with marks where each op's draws
+begin. The generator still reads the spec to build every op, so a mutated stream is always a
+valid sequence (contract violations only at the generator's own rate), and mutations at op
+marks are op-level edits: **delete** an op's draws, **insert** fresh ones, **splice** two
+entries at op marks, **swap** an op's kind (its second draw is the kind's), **nudge** one
+draw a small step, re-draw a **knob** or a **config** draw. Draws past the stream's end are
+fresh, so every sequence runs its full length.
+
+Every integer is one draw (``ChoiceRandom._randbelow``: ``floor(u * n)``, no rejection loop)
+and its range ``n`` is recorded, so an integer draw can be moved by whole units or set to a
+value. That is what the mutations that **reach the cause** need: a feature is reached by an
+op reading state that earlier ops built (a read table reads the rows allocs made), and
+editing the op that reached it varies the read but not the state. ``data_flow`` records,
+for a kept entry, which alloc made each row every table op read (the ops replayed on the
+spec, ~5 ms per 100 ops, only for entries kept); ``resize`` grows or shrinks one of those
+allocs to a size next to a block boundary (the launch knobs' blocks and their multiples),
+checked on a **shadow run** (the generator against the spec alone, no kernel: the same
+~5 ms) that it got that size; ``clone`` repeats it, so the read table has two such rows.
+"""
+
+from __future__ import annotations
+
+import random
+
+from .generate import SCENARIOS, random_config
+from .knobs import knob_module
+from .ops import Alloc
+from .shapes import TABLE_OPS
+from .spec_side import Capabilities, SpecSide, unsupported
+
+MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone")
+# a config draw changes every op after it: seldom; a knob changes launches, not ops (the state is kept);
+# resize/clone only where data flow is known
+WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1)
+RESIZE_TRIES = 4  # shadow runs per resize: a branch taken, its range read back, the size set
+
+
+class ChoiceRandom(random.Random):
+    """``random.Random`` reading its draws from ``given`` (floats in [0, 1)), then from a fresh
+    ``Random(fresh_seed)``; ``log`` is every draw made, ``ranges`` each draw's integer range
+    (0 for a float), ``pos`` how many."""
+
+    def __init__(self, given=(), fresh_seed: int | str = 0):
+        self.given, self.pos, self.log, self.ranges = list(given), 0, [], []
+        self._fresh = random.Random(fresh_seed)
+        super().__init__(0)
+
+    def seed(self, *args, **kwargs):  # the stream is the state: nothing to seed
+        pass
+
+    def random(self) -> float:
+        u = self.given[self.pos] if self.pos < len(self.given) else self._fresh.random()
+        self.pos += 1
+        self.log.append(u)
+        self.ranges.append(0)
+        return u
+
+    def _randbelow(self, n: int) -> int:
+        """One draw per integer in [0, n) (randint, choice, sample all come here), its range kept:
+        a mutation can then set or move the integer exactly."""
+        if not n:
+            return 0
+        u = self.random()
+        self.ranges[-1] = n
+        return min(int(u * n), n - 1)
+
+    def getrandbits(self, k: int) -> int:
+        if k <= 53:
+            return self._randbelow(1 << k)
+        return sum(self.getrandbits(min(53, k - i)) << i for i in range(0, k, 53))
+
+
+def params_of(stream, fresh_seed: int):
+    """(config, scenario, rng) of a stream, as ``generate.sequence_params`` draws them from a seed."""
+    rng = ChoiceRandom(stream, fresh_seed)
+    config = random_config(rng)
+    return config, rng.choice(sorted(SCENARIOS)), rng
+
+
+def data_flow(config, ops, has=(), skips=()) -> dict:
+    """``{"pages": {alloc op: pages}, "feeds": {table op: [the alloc ops whose tokens its rows
+    hold]}}`` (op indices as strings, JSON's keys), from the ops replayed on the spec as the
+    run applied them (an op the tier lacks is skipped as the runner skips it)."""
+    side, tier, ps = SpecSide(config), Capabilities(has), config.page_size
+    made: dict[int, int] = {}  # token -> the alloc op that returned it (the latest)
+    pages, feeds = {}, {}
+    for i, op in enumerate(ops):
+        out = side.apply(op) if op.supported_by(tier) and op.kind not in skips else unsupported(op)
+        if isinstance(op, Alloc):
+            pages[str(i)] = op.n // ps
+            if out.error is None and out.result:
+                made.update((t, i) for t in out.result)
+        elif isinstance(op, TABLE_OPS):
+            feeds[str(i)] = sorted({made[t] for row in op.rows for t in row if t in made})
+    return {"pages": pages, "feeds": feeds}
+
+
+def segments(entry: dict) -> list[list[list]]:
+    """The stream cut at its op marks, each draw ``[u, range]`` (range: the integer's, 0 for a
+    float): [config draws, op 0's draws, op 1's, ...]."""
+    stream, marks = entry["stream"], entry["marks"]
+    ranges = entry.get("ranges") or [0] * len(stream)
+    cuts = [0, *marks, len(stream)]
+    return [[[u, k] for u, k in zip(stream[x:y], ranges[x:y])] for x, y in zip(cuts, cuts[1:])]
+
+
+def flat(segs) -> list[float]:
+    return [d[0] for s in segs for d in s]
+
+
+def _set(draw: list, value: int) -> None:
+    n = draw[1]
+    draw[0] = (min(max(value, 0), n - 1) + 0.5) / n
+
+
+def nudge(seg: list[list], rng: random.Random) -> None:
+    """Move one draw of ``seg`` a small step: an integer draw by 1 to 3 units (a size or an
+    index one to three over, across a block boundary when it sat next to one), a float by a
+    small fraction (a chance near its threshold flips)."""
+    if not seg:
+        return
+    draw = seg[rng.randrange(len(seg))]
+    u, n = draw
+    if n > 1:
+        _set(draw, int(u * n) + rng.choice((-3, -2, -1, -1, 1, 1, 2, 3)))
+    else:
+        draw[0] = min(max(u + rng.choice((-1, 1)) * rng.choice((1 / 1024, 1 / 256, 1 / 64, 1 / 16)), 0.0), 0.999999)
+
+
+def boundary_target(pages: int, knobs: dict | None, rng: random.Random) -> int:
+    """A size next to ``pages`` at a block boundary: k x each small knob value (the blocks a
+    launch strides by, at fuzzing scale) minus one, exactly, plus one; or a page or two over.
+    Mostly larger (rows long enough for another trip are what blind draws seldom make)."""
+    blocks = sorted({v for v in (knobs or {}).values() if isinstance(v, int) and 1 < v <= 64}) or [4, 8, 16]
+    near = {k * b + d for b in blocks for k in range(1, 6) for d in (-1, 0, 1)} | {pages + d for d in (-2, -1, 1, 2)}
+    near = {m for m in near if m >= 1 and m != pages}
+    ups = sorted(m for m in near if m > pages)[:6]
+    downs = sorted((m for m in near if m < pages), reverse=True)[:3]
+    return rng.choice(ups if ups and (not downs or rng.random() < 0.75) else downs)
+
+
+def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
+    """Segments with one alloc that fed the op at ``focus`` (any alloc of the entry without one)
+    set to ``boundary_target`` pages, or None where it cannot be. The alloc's size is its
+    widest integer draw; a size outside that draw's range needs another branch of the op's
+    chances (``alloc_op``'s "usually what fits"), so the floats before it are re-drawn and the
+    shadow run says the new range. ``shadow(stream)``: (ops, config, the stream as drawn)."""
+    pages = {int(k): v for k, v in (entry.get("pages") or {}).items()}
+    fed = (entry.get("feeds") or {}).get(str(focus)) if focus is not None else None
+    if not pages or shadow is None:
+        return None
+    a = rng.choice(fed or sorted(pages))
+    cur, target = pages.get(a), None
+    if cur is None or a + 1 >= len(segs):
+        return None
+    start = cur
+    target = boundary_target(cur, entry.get("knobs"), rng)
+    for attempt in range(RESIZE_TRIES):
+        seg = segs[a + 1]
+        ints = [i for i in range(2, len(seg)) if seg[i][1] > 1]  # past the contract and kind draws
+        if not ints:
+            return None
+        i = max(ints, key=lambda i: seg[i][1])
+        want = target - (cur - int(seg[i][0] * seg[i][1]))
+        if attempt and cur == start or not 0 <= want < seg[i][1]:
+            for j in range(2, len(seg)):  # another branch: a pick among sizes, "usually what fits"
+                if j != i:
+                    seg[j][0] = rng.random()
+        if 0 <= want < seg[i][1]:
+            _set(seg[i], want)
+        ops, config, drawn = shadow(flat(segs))
+        segs = segments(drawn)
+        if a >= len(ops) or not isinstance(ops[a], Alloc):
+            return None
+        cur = ops[a].n // config.page_size
+        if cur == target:
+            return segs
+    return segs if abs(target - cur) < abs(target - start) else None
+
+
+def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | None = None,
+           shadow=None, rare_knobs: dict | None = None) -> tuple[list[float], dict | None, list[str]]:
+    """(stream, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
+    that first reached the feature the entry was picked for (its ``where``): most edits then
+    land on that op or the few before it, since an edit anywhere in a 200-op stream rarely
+    touches it; ``repeat`` inserts nudged copies of it right after it, each another try at a
+    neighbouring shape from nearly the same state; ``resize`` and ``clone`` edit the allocs
+    that made the rows it read (``data_flow``), which is what changes the state it saw.
+    ``knob`` changes one launch knob, or (half the time) takes ``rare_knobs``, the combination
+    the corpus holds fewest of: the same ops under the launch shapes least tried."""
+    segs = segments(entry)
+    knobs = dict(entry.get("knobs") or {}) or None
+    done = []
+
+    def op_index() -> int:  # a segment index of an op (1..): near the focus most of the time
+        if focus is not None and focus + 1 < len(segs) and rng.random() < 0.75:
+            return max(1, focus + 1 - rng.choice((0, 0, 0, 1, 2, 4)))
+        return rng.randrange(1, len(segs))
+
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        kind = rng.choices(MUTATIONS, WEIGHTS)[0]
+        ops = len(segs) - 1
+        if kind == "delete" and ops > 1:
+            del segs[op_index()]
+        elif kind == "insert":
+            length = len(segs[rng.randrange(1, len(segs))]) if ops else 4
+            segs.insert(op_index() if ops else 1, [[rng.random(), 0] for _ in range(length)])
+        elif kind == "repeat" and ops:
+            i = op_index()
+            for j in range(rng.choice((2, 4, 8))):
+                copy = [list(d) for d in segs[i]]
+                nudge(copy, rng)
+                segs.insert(i + 1 + j, copy)
+        elif kind == "splice":
+            theirs = segments(other)
+            segs = segs[: rng.randrange(1, len(segs) + 1)] + theirs[rng.randrange(1, len(theirs) + 1):] \
+                if len(theirs) > 1 else segs
+        elif kind == "swap" and ops:
+            seg = segs[op_index()]
+            if len(seg) >= 2:
+                seg[1] = [rng.random(), 0]
+        elif kind == "nudge":
+            nudge(segs[op_index() if ops and rng.random() < 0.9 else rng.randrange(len(segs))], rng)
+        elif kind == "knob" and rare_knobs and rare_knobs != knobs and rng.random() < 0.5:
+            knobs = dict(rare_knobs)
+        elif kind == "knob" and (mod := knob_module(kernels)) is not None:
+            name = rng.choice(sorted(mod.FUZZ_KNOBS))
+            knobs = {**(knobs or {}), name: rng.choice(tuple(mod.FUZZ_KNOBS[name]))}
+        elif kind == "config" and segs[0]:
+            segs[0][rng.randrange(len(segs[0]))] = [rng.random(), 0]
+        elif kind == "resize" and not done and (resized := resize(segs, entry, rng, shadow, focus)) is not None:
+            segs = resized  # first of a round: the entry's op indices still hold
+        elif kind == "clone" and not done and (fed := (entry.get("feeds") or {}).get(str(focus))):
+            a = rng.choice(fed) + 1
+            if a < len(segs):
+                segs.insert(a + 1, [list(d) for d in segs[a]])
+            else:
+                continue
+        else:
+            continue
+        done.append(kind)
+    return flat(segs), knobs, done
