@@ -21,7 +21,8 @@ import kvref
 from ..boundary import Constants, kernel_constants
 from ..knobs import apply as apply_knobs
 from ..ops import Op
-from .arith import INT32_LIMIT, aligned_up, cdiv, unit_near
+from . import cost
+from .arith import INT32_LIMIT, aligned_up, unit_near
 from .far import draw_far_op, far_rng
 from .graph import GReadTable
 from .hostile import FAR_MAX, PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree
@@ -96,6 +97,16 @@ class ScaleGenerator:
         if not self.limits.far_r2t:
             mix.pop("p_read_table_far", None)  # it takes gigabytes: only where the limits allow it
         self.mix = mix
+        # The interpreter's prices (``cost``): None where tables are not priced (a GPU).
+        lim = self.limits
+        self.budget = (None if lim.op_work is None else
+                       cost.WorkBudget(lim.op_work, lim.trip_work or lim.op_work, lim.sequence_work or 0))
+        self.dear = False  # the table being drawn was let past ``op_work`` to reach a second trip
+        # The tour (``limits.tour``): the mix's kinds still to meet, in a seeded order; while it
+        # lasts every table is drawn at ``op_work`` or less, so a short run meets every kind.
+        self.tour = list(mix) if lim.tour else []
+        rng.shuffle(self.tour)
+        self.touring = False  # the op being drawn is the tour's
         # One far read table (p_read_table_far) in a ``far_r2t`` share of the sequences of the default
         # mix, drawn from its own RNG ``far`` (the rest of the stream is unchanged by it).
         self.far = far or rng
@@ -179,9 +190,14 @@ class ScaleGenerator:
             return self._setup()
         if self.far_at is not None and self.emitted >= self.far_at:
             self.far_at = None
+            self.touring = True  # priced like the tour's: its news is one program's offset, not trips
             return self._p_read_table_far()
-        kinds = list(self.mix)
-        kind = self.rng.choices(kinds, weights=[self.mix[k] for k in kinds])[0]
+        self.touring = bool(self.tour)
+        if self.touring:
+            kind = self.tour.pop(0)
+        else:
+            kinds = list(self.mix)
+            kind = self.rng.choices(kinds, weights=[self.mix[k] for k in kinds])[0]
         op = getattr(self, "_" + kind)()
         if self.pending:  # a prerequisite came first (new rows): emit it, then this op
             self.pending.append(op)
@@ -203,6 +219,8 @@ class ScaleGenerator:
     def p_bind_like(self, alloc: bool) -> Op:
         gaps = self._gaps()
         if not gaps:
+            if self.touring:  # every page is bound: the tour meets this kind after its free
+                self.tour.append("p_alloc_bind" if alloc else "p_bind")
             return self._p_free_unbind()
         s, e = self.rng.choice(gaps)
         n, tag = self.bounds.size(1, min(e - s, self._ids_budget()))
@@ -269,7 +287,37 @@ class ScaleGenerator:
 
     def programs(self, bs: int, cols: int) -> int:
         """The most read-table programs any block/target pair of the constants would launch."""
-        return max((bs * min(cdiv(t, bs), cdiv(cols, b)) for _, b, _, t in self.constants.pairs()), default=bs)
+        return cost.programs(self.constants, bs, cols)
+
+    def under(self, cap: int | None, bs: int, cols: int) -> bool:
+        """At most ``cap`` (the limits' programs a launch; None: no cap) programs for bs x cols."""
+        return cap is None or self.programs(bs, cols) <= cap
+
+    def affords(self, bs: int, cols: int, *, long_rows: int | None = None, launches: int = 1,
+                grid_cols: int | None = None) -> bool:
+        """Whether a bs x cols read table (``grid_cols``: what sizes its grid, as in
+        ``cost.table_work``) is within the sequence's prices on the interpreter
+        (``cost.WorkBudget``: a dear table only where it reaches a second trip, never during
+        the tour); always where tables are not priced."""
+        if self.budget is None:
+            return True
+        work = cost.table_work(self.constants, bs, cols, long_rows=long_rows, launches=launches, grid_cols=grid_cols)
+        return self.budget.allows(work, not self.touring and cost.reaches_trip(self.constants, bs, cols))
+
+    def take(self, bs: int, cols: int, *, long_rows: int | None = None, launches: int = 1,
+             grid_cols: int | None = None) -> None:
+        """Charge the table drawn to the sequence's budget; ``dear`` says whether it was let past
+        ``op_work`` (its long rows then go past the first trip)."""
+        self.dear = False
+        if self.budget is not None:
+            work = cost.table_work(self.constants, bs, cols, long_rows=long_rows, launches=launches,
+                                   grid_cols=grid_cols)
+            self.dear = work > self.budget.op_work
+            self.budget.charge(work)
+
+    def tries(self) -> int:
+        """Draws a table gets before its fallback: more where prices turn most of them down."""
+        return 8 if self.budget is None else 32
 
     def table_shape(self, cols_cap: int) -> tuple[int, int, str, str]:
         """(bs, columns, their tags) for a read table, inside the limits."""
@@ -277,22 +325,29 @@ class ScaleGenerator:
         if rng.random() < self.big:  # the full production size: a server's largest batch and rows
             bs = lim.max_bs - rng.choice((0, 0, 1))
             cols = max(1, min(cols_cap, lim.max_read_elems // bs) - rng.choice((0, 0, 1, 2)))
-            if lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs:
+            if self.under(lim.max_programs, bs, cols) and self.affords(bs, cols):
+                self.take(bs, cols)
                 return bs, cols, "cap", "cap"
-        for _ in range(8):
+        for _ in range(self.tries()):
             bs, bs_tag = self.bounds.bs(lim.max_bs) if rng.random() < 0.7 else self.bounds.size(1, lim.max_bs)
             bs = min(bs, lim.max_step_bs)
             cols, cols_tag = self.bounds.trip_pages(bs, cols_cap)
             if rng.random() < 0.3:
                 cols, cols_tag = self.bounds.size(1, cols_cap)
-            if bs * cols <= lim.max_read_elems and (lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs):
+            if bs * cols <= lim.max_read_elems and self.under(lim.max_programs, bs, cols) and self.affords(bs, cols):
+                self.take(bs, cols)
                 return bs, cols, bs_tag, cols_tag
         bs = rng.randint(1, 8)
-        return bs, rng.randint(1, min(cols_cap, 64)), "fallback", "fallback"
+        cols = rng.randint(1, min(cols_cap, 64))
+        self.take(bs, cols)
+        return bs, cols, "fallback", "fallback"
 
     def long_pages(self, bs: int, cols: int) -> tuple[int, str]:
         rng = self.rng
         r = rng.random()
+        if self.dear:  # a table let past op_work for its second trip: its long rows take it
+            trips = [(n, t) for n, t in self.bounds.min_trip_pages(bs) if n <= cols]
+            return rng.choice([(cols, "max"), *trips]) if r < 0.75 or not trips else rng.choice(trips)
         if r < 0.45:
             return cols, "max"
         if r < 0.75:
@@ -322,15 +377,17 @@ class ScaleGenerator:
     def packed_op(self) -> tuple[PReadTablePacked, dict]:
         """A valid packed read table (rows at the boundaries, ``max_tokens`` from ``capacity``) and its tags."""
         rng, lim = self.rng, self.limits
-        for _ in range(8):
+        for _ in range(self.tries()):
             bs, bs_tag = self.bounds.bs(lim.max_bs)
             cols, cols_tag = self.bounds.trip_pages(bs, lim.max_row_tokens)
-            if bs * cols <= 4 * lim.max_packed and (lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs):
+            if (bs * cols <= 4 * lim.max_packed and self.under(lim.max_programs, bs, cols)
+                    and self.affords(bs, cols, grid_cols=bs * cols)):
                 break
         else:
             bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
+        self.take(bs, cols, grid_cols=bs * cols)  # the grid follows max_tokens: at most bs * row_cap
         self._need_rows(cols)
-        long_len, long_tag = (cols, "max") if rng.random() < 0.5 else self.bounds.size(0, cols)
+        long_len, long_tag = (cols, "max") if rng.random() < 0.5 or self.dear else self.bounds.size(0, cols)
         n_long = min(bs, rng.choice((1, 2, bs)))
         if bs * cols > lim.max_packed:  # most rows short: the total stays inside the budget
             n_long = max(1, min(n_long, lim.max_packed // max(1, cols) // 2))
@@ -359,7 +416,11 @@ class ScaleGenerator:
             v, tag = end + rng.choice((1, self.config.page_size, rng.randrange(1, 512))), "indptr[bs]+slack"
         else:
             v, tag = max(end, min(full, 2 * lim.max_packed)), "bs*row_cap"
-        if lim.max_programs is not None and v > end and self.programs(bs, v) > lim.max_programs:
+        if self.budget is not None:  # priced by ``packed_op`` at ``full`` tokens: no wider grid than that
+            over = self.programs(bs, v) > self.programs(bs, max(full, end))
+        else:
+            over = lim.max_programs is not None and self.programs(bs, v) > lim.max_programs
+        if v > end and over:
             v, tag = end, "indptr[bs] (program budget)"
         return v, tag
 
@@ -429,15 +490,18 @@ def draw_graph_op(gen) -> GReadTable:
     packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
     cols_cap = lim.max_row_tokens if packed else lim.max_row_tokens // ps
     budget = lim.graph_programs if lim.graph_programs is not None else lim.max_programs
-    for _ in range(8):
+    launches = lim.graph_steps + 1  # a capture and up to graph_steps replays
+    for _ in range(gen.tries()):
         bs, bs_tag = gen.bounds.bs(lim.max_bs) if rng.random() < 0.6 else gen.bounds.size(1, min(lim.max_bs, 64))
         cols, cols_tag = gen.bounds.trip_pages(bs, cols_cap)
         elems = bs * cols
-        if elems <= (lim.max_packed if packed else lim.max_read_elems) and (
-                budget is None or gen.programs(bs, bs * cols if packed else cols) <= budget):
+        grid_cols = bs * cols if packed else cols  # a packed capture holds bs * cols tokens
+        if elems <= (lim.max_packed if packed else lim.max_read_elems) and gen.under(budget, bs, grid_cols) and gen.affords(
+                bs, cols, launches=launches, grid_cols=grid_cols):
             break
     else:
         bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
+    gen.take(bs, cols, launches=launches, grid_cols=bs * cols if packed else cols)
     maxlen = cols if packed else cols * ps
     width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
     width = aligned_up(width) if gen.aligned else width
@@ -472,8 +536,11 @@ def scale_info(tier, knobs: dict | None = None, *, observe: bool = True) -> dict
         if key not in _OBSERVED:
             _OBSERVED[key] = observed_constants(tier.kernels, tier.device)
         seen = _OBSERVED[key]
-    return {"constants": kernel_constants(tier.kernels, seen).to_json(), "features": sorted(kernel_features(tier)),
+    info = {"constants": kernel_constants(tier.kernels, seen).to_json(), "features": sorted(kernel_features(tier)),
             "gpu": str(tier.device).startswith("cuda")}
+    if tier.backend == "interpret":  # its tables are priced (``cost``); absent: the stream of before
+        info["interpreter"] = True
+    return info
 
 
 def sequence_aligned(seed: int, gpu: bool) -> bool:
@@ -503,7 +570,8 @@ def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: 
     big = (0.1 if gpu else 0.02) if big is None else big
     c = info["constants"]
     constants = Constants(dict(c["blocks"]), dict(c["targets"]), c["source"])
-    limits = limits or (ScaleLimits.production() if gpu else ScaleLimits.interpreter())
+    limits = limits or (ScaleLimits.production() if gpu else
+                        ScaleLimits.interpreter_priced() if info.get("interpreter") else ScaleLimits.interpreter())
     rng = random.Random(seed * 1_000_003 + 11)
     palette, explore = from_info(info, constants, limits)
     config = scale_config(rng, constants, limits, palette=palette, explore=explore)
