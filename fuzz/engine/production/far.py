@@ -438,6 +438,8 @@ def draw_far_op(gen, rng: random.Random) -> PReadTableFar:
         if gen.affords(n_live, cols):
             break
         cols, tag = bounds.size(1, min(col_cap, 4 * max(gen.constants.block_values() or [1])))
+    if priced and not gen.affords(n_live, cols):
+        cols, tag = 1, "fallback"
     gen.take(n_live, cols)
     long_len = max(1, cols if packed else cols * ps - rng.randrange(ps))
     op = PReadTableFar(seed=seed, rows=rows, width=width, read=tuple(read), bs=n_live, live=tuple(range(n_live)),
