@@ -11,15 +11,14 @@ generator prices every table it draws, ``work = programs + column-block trips`` 
 set's constants (``boundary.Constants``, the same ones its sizes aim at), before it
 commits to it: a table under ``op_work`` is drawn freely, a dearer one only when it gives
 a long row a second trip (``reaches_trip``: the one thing only many programs reach) and
-the sequence's ``WorkBudget`` still holds it. The figures are estimates, conservative (the
-smallest block and the largest target of the constants: a set whose blocks differ per
-kernel is priced by its dearest), and they cost no kernel run: a generator stays a pure
-function of its seed and ``scale_info``.
+the sequence's ``Prices`` still hold it. The read table's block is the constants' column
+block where one is named so (``BLOCK_COLS``, a launch's ``COLS``), else every block; a
+second trip is one for every such block, so a table let through for one is never let
+through for a trip of an id block the read table does not have. The figures are estimates
+and cost no kernel run: a generator stays a pure function of its seed and ``scale_info``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from ..boundary import Constants, cdiv
 
@@ -27,11 +26,14 @@ SWEEP_BLOCK = 128  # a set with no constants (a power-of-two sweep): a block the
 
 
 def _pairs(constants: Constants) -> list[tuple[int, int]]:
-    """(block, target) pairs to price with; a sweep's 1-wide "blocks" would price every table
-    as one program per column, so a sweep is priced at one typical block."""
+    """(column block, target) pairs of the read table: the blocks named for columns where
+    there are any, else every block. A sweep's 1-wide "blocks" would price every table as one
+    program per column, so a sweep is priced at one typical block."""
     if constants.source == "sweep":
         return [(SWEEP_BLOCK, max(constants.targets.values(), default=SWEEP_BLOCK))]
-    return [(b, t) for _, b, _, t in constants.pairs()] or [(SWEEP_BLOCK, SWEEP_BLOCK)]
+    pairs = constants.pairs()
+    cols = [(b, t) for bn, b, _, t in pairs if "COL" in bn.upper()]
+    return cols or [(b, t) for _, b, _, t in pairs] or [(SWEEP_BLOCK, SWEEP_BLOCK)]
 
 
 def programs(constants: Constants, bs: int, cols: int) -> int:
@@ -59,25 +61,42 @@ def table_work(constants: Constants, bs: int, cols: int, *, long_rows: int | Non
                        + trips(constants, bs, cols, long_rows))
 
 
+def trip_pages(constants: Constants, bs: int) -> int:
+    """The fewest columns that give a program of a bs-sized strided grid a second trip for every
+    column block (what only a table of about TARGET programs can reach)."""
+    return max(cdiv(t, bs) * b for b, t in _pairs(constants)) + 1
+
+
 def reaches_trip(constants: Constants, bs: int, cols: int) -> bool:
-    """Whether a row ``cols`` long gives a program of a bs-sized strided grid a second trip for
-    some block/target pair: what only a table of about TARGET programs can reach."""
-    return any(cols > cdiv(t, bs) * b for b, t in _pairs(constants))
+    return cols >= trip_pages(constants, bs)
 
 
-@dataclass
-class WorkBudget:
-    """One sequence's allowance on the interpreter: every op up to ``op_work`` freely; a dearer
-    one (up to ``trip_work``) only where it reaches a second trip and while ``left`` holds it."""
+class Prices:
+    """One sequence's allowance on the interpreter (``ScaleLimits``' ``op_work``, ``trip_work``,
+    ``sequence_work``): every table up to ``op_work`` freely; a dearer one (up to ``trip_work``)
+    only where it reaches a second trip, outside the tour (``touring``), while ``left`` holds it."""
 
-    op_work: int
-    trip_work: int
-    left: int
+    tries = 32  # draws a table gets before its fallback (8 unpriced): prices turn many down
 
-    def allows(self, work: int, trip: bool) -> bool:
+    def __init__(self, constants: Constants, limits):
+        self.constants = constants
+        self.op_work, self.trip_work = limits.op_work, limits.trip_work or limits.op_work
+        self.left = limits.sequence_work or 0
+        self.touring = False  # the op being drawn is the tour's (or the far table): cheap only
+
+    def work(self, bs: int, cols: int, **kw) -> int:
+        return table_work(self.constants, bs, cols, **kw)
+
+    def affords(self, bs: int, cols: int, **kw) -> bool:
+        """Whether a bs x cols table (``kw``: as ``table_work``'s) is within the prices now."""
+        work = self.work(bs, cols, **kw)
+        trip = not self.touring and reaches_trip(self.constants, bs, cols)
         return work <= self.op_work or (trip and work <= min(self.trip_work, self.left))
 
-    def charge(self, work: int) -> None:
-        """Count an op drawn: what it takes beyond ``op_work`` comes out of ``left``."""
+    def take(self, bs: int, cols: int, **kw) -> bool:
+        """Charge a table drawn: what is past ``op_work`` comes out of ``left``; True if it is dear."""
+        work = self.work(bs, cols, **kw)
         if work > self.op_work:
             self.left -= work
+            return True
+        return False

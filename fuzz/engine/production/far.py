@@ -434,7 +434,7 @@ def draw_far_op(gen, rng: random.Random) -> PReadTableFar:
     packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
     col_cap = max(1, min(width if packed else cdiv(width, ps), lim.max_read_elems // n_live, 1 << 16))
     cols, tag = bounds.size(1, col_cap)
-    for _ in range(gen.tries() if priced else 0):  # inside op_work: no trips needed, only the far row
+    for _ in range(gen.tries if priced else 0):  # inside op_work: no trips needed, only the far row
         if gen.affords(n_live, cols):
             break
         cols, tag = bounds.size(1, min(col_cap, 4 * max(gen.constants.block_values() or [1])))

@@ -22,9 +22,9 @@ from ..boundary import Constants, kernel_constants
 from ..knobs import apply as apply_knobs
 from ..ops import Op
 from . import cost
-from .arith import INT32_LIMIT, aligned_up, unit_near
+from .arith import INT32_LIMIT, aligned_up, cdiv, unit_near
 from .far import draw_far_op, far_rng
-from .graph import GReadTable
+from .graph import draw_graph_op
 from .hostile import FAR_MAX, PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree
 from .limits import ScaleLimits
 from .observe import observed_constants
@@ -98,15 +98,15 @@ class ScaleGenerator:
             mix.pop("p_read_table_far", None)  # it takes gigabytes: only where the limits allow it
         self.mix = mix
         # The interpreter's prices (``cost``): None where tables are not priced (a GPU).
-        lim = self.limits
-        self.budget = (None if lim.op_work is None else
-                       cost.WorkBudget(lim.op_work, lim.trip_work or lim.op_work, lim.sequence_work or 0))
+        self.budget = None if self.limits.op_work is None else cost.Prices(constants, self.limits)
         self.dear = False  # the table being drawn was let past ``op_work`` to reach a second trip
         # The tour (``limits.tour``): the mix's kinds still to meet, in a seeded order; while it
-        # lasts every table is drawn at ``op_work`` or less, so a short run meets every kind.
-        self.tour = list(mix) if lim.tour else []
+        # lasts tables are drawn at ``op_work`` or less (but its p_read_table), so a short run
+        # meets every kind.
+        self.tour = list(mix) if self.limits.tour else []
         rng.shuffle(self.tour)
-        self.touring = False  # the op being drawn is the tour's
+        self.tries = 8 if self.budget is None else cost.Prices.tries
+        self.touring = False
         # One far read table (p_read_table_far) in a ``far_r2t`` share of the sequences of the default
         # mix, drawn from its own RNG ``far`` (the rest of the stream is unchanged by it).
         self.far = far or rng
@@ -190,11 +190,13 @@ class ScaleGenerator:
             return self._setup()
         if self.far_at is not None and self.emitted >= self.far_at:
             self.far_at = None
-            self.touring = True  # priced like the tour's: its news is one program's offset, not trips
+            self._touring(True)  # priced like the tour's: its news is one program's offset, not trips
             return self._p_read_table_far()
-        self.touring = bool(self.tour)
-        if self.touring:
+        if self._touring(bool(self.tour)):
             kind = self.tour.pop(0)
+            # The tour's read table alone is priced as outside it: a sequence of a few ops then
+            # still gets a table that may reach a second trip, where trip bugs are.
+            self._touring(kind != "p_read_table")
         else:
             kinds = list(self.mix)
             kind = self.rng.choices(kinds, weights=[self.mix[k] for k in kinds])[0]
@@ -287,37 +289,26 @@ class ScaleGenerator:
 
     def programs(self, bs: int, cols: int) -> int:
         """The most read-table programs any block/target pair of the constants would launch."""
-        return cost.programs(self.constants, bs, cols)
+        return max((bs * min(cdiv(t, bs), cdiv(cols, b)) for _, b, _, t in self.constants.pairs()), default=bs)
 
     def under(self, cap: int | None, bs: int, cols: int) -> bool:
-        """At most ``cap`` (the limits' programs a launch; None: no cap) programs for bs x cols."""
-        return cap is None or self.programs(bs, cols) <= cap
+        return cap is None or self.programs(bs, cols) <= cap  # the limits' programs a launch (None: none)
 
-    def affords(self, bs: int, cols: int, *, long_rows: int | None = None, launches: int = 1,
-                grid_cols: int | None = None) -> bool:
-        """Whether a bs x cols read table (``grid_cols``: what sizes its grid, as in
-        ``cost.table_work``) is within the sequence's prices on the interpreter
-        (``cost.WorkBudget``: a dear table only where it reaches a second trip, never during
-        the tour); always where tables are not priced."""
-        if self.budget is None:
-            return True
-        work = cost.table_work(self.constants, bs, cols, long_rows=long_rows, launches=launches, grid_cols=grid_cols)
-        return self.budget.allows(work, not self.touring and cost.reaches_trip(self.constants, bs, cols))
-
-    def take(self, bs: int, cols: int, *, long_rows: int | None = None, launches: int = 1,
-             grid_cols: int | None = None) -> None:
-        """Charge the table drawn to the sequence's budget; ``dear`` says whether it was let past
-        ``op_work`` (its long rows then go past the first trip)."""
-        self.dear = False
+    def _touring(self, on: bool) -> bool:
+        """Whether the op being drawn is the tour's (or the far table), told to the prices: cheap only."""
+        self.touring = on
         if self.budget is not None:
-            work = cost.table_work(self.constants, bs, cols, long_rows=long_rows, launches=launches,
-                                   grid_cols=grid_cols)
-            self.dear = work > self.budget.op_work
-            self.budget.charge(work)
+            self.budget.touring = on
+        return on
 
-    def tries(self) -> int:
-        """Draws a table gets before its fallback: more where prices turn most of them down."""
-        return 8 if self.budget is None else 32
+    def affords(self, bs: int, cols: int, **kw) -> bool:
+        """Whether a bs x cols read table is within the interpreter's prices (``cost.Prices``;
+        ``kw`` as ``cost.table_work``'s); always where tables are not priced."""
+        return self.budget is None or self.budget.affords(bs, cols, **kw)
+
+    def take(self, bs: int, cols: int, **kw) -> None:
+        """Charge the table drawn; ``dear``: let past ``op_work`` (its long rows take the trip)."""
+        self.dear = self.budget is not None and self.budget.take(bs, cols, **kw)
 
     def table_shape(self, cols_cap: int) -> tuple[int, int, str, str]:
         """(bs, columns, their tags) for a read table, inside the limits."""
@@ -328,7 +319,7 @@ class ScaleGenerator:
             if self.under(lim.max_programs, bs, cols) and self.affords(bs, cols):
                 self.take(bs, cols)
                 return bs, cols, "cap", "cap"
-        for _ in range(self.tries()):
+        for _ in range(self.tries):
             bs, bs_tag = self.bounds.bs(lim.max_bs) if rng.random() < 0.7 else self.bounds.size(1, lim.max_bs)
             bs = min(bs, lim.max_step_bs)
             cols, cols_tag = self.bounds.trip_pages(bs, cols_cap)
@@ -346,8 +337,8 @@ class ScaleGenerator:
         rng = self.rng
         r = rng.random()
         if self.dear:  # a table let past op_work for its second trip: its long rows take it
-            trips = [(n, t) for n, t in self.bounds.min_trip_pages(bs) if n <= cols]
-            return rng.choice([(cols, "max"), *trips]) if r < 0.75 or not trips else rng.choice(trips)
+            trip = cost.trip_pages(self.constants, bs)
+            return (cols, "max") if r < 0.5 or trip > cols else (trip, "second trip")
         if r < 0.45:
             return cols, "max"
         if r < 0.75:
@@ -377,7 +368,7 @@ class ScaleGenerator:
     def packed_op(self) -> tuple[PReadTablePacked, dict]:
         """A valid packed read table (rows at the boundaries, ``max_tokens`` from ``capacity``) and its tags."""
         rng, lim = self.rng, self.limits
-        for _ in range(self.tries()):
+        for _ in range(self.tries):
             bs, bs_tag = self.bounds.bs(lim.max_bs)
             cols, cols_tag = self.bounds.trip_pages(bs, lim.max_row_tokens)
             if (bs * cols <= 4 * lim.max_packed and self.under(lim.max_programs, bs, cols)
@@ -479,41 +470,6 @@ class ScaleGenerator:
 
     def _p_read_table_far(self) -> Op:
         return draw_far_op(self, self.far)
-
-
-def draw_graph_op(gen) -> GReadTable:
-    """A g_read_table for a ScaleGenerator: batch and width at the constants' boundaries,
-    capture-time seq_lens short (a server's dummy capture), a few to ``graph_steps`` replays."""
-    rng, lim, cfg = gen.rng, gen.limits, gen.config
-    ps = cfg.page_size
-    features = gen.features
-    packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
-    cols_cap = lim.max_row_tokens if packed else lim.max_row_tokens // ps
-    budget = lim.graph_programs if lim.graph_programs is not None else lim.max_programs
-    launches = lim.graph_steps + 1  # a capture and up to graph_steps replays
-    for _ in range(gen.tries()):
-        bs, bs_tag = gen.bounds.bs(lim.max_bs) if rng.random() < 0.6 else gen.bounds.size(1, min(lim.max_bs, 64))
-        cols, cols_tag = gen.bounds.trip_pages(bs, cols_cap)
-        elems = bs * cols
-        grid_cols = bs * cols if packed else cols  # a packed capture holds bs * cols tokens
-        if elems <= (lim.max_packed if packed else lim.max_read_elems) and gen.under(budget, bs, grid_cols) and gen.affords(
-                bs, cols, launches=launches, grid_cols=grid_cols):
-            break
-    else:
-        bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
-    gen.take(bs, cols, launches=launches, grid_cols=bs * cols if packed else cols)
-    maxlen = cols if packed else cols * ps
-    width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
-    width = aligned_up(width) if gen.aligned else width
-    rows = max(1, min(bs, lim.max_r2t_elems // width, rng.choice((1, 3, bs, bs + 1))))
-    src = gen.row_source(rng)
-    cap_len = min(maxlen, rng.choice((0, 1, ps, 2 * ps, 3 * ps)))
-    n_long, long_tag = gen.long_pages(bs, cols)
-    long_len = min(maxlen, n_long if packed else n_long * ps)
-    op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
-                    cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
-                    tombs=rng.choice((0, 1, 8)), packed=packed, dtype=gen.r2t_dtype, aligned=gen.aligned and not packed)
-    return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))
 
 
 # ---- what a seed decides ------------------------------------------------------------------------
