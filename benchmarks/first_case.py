@@ -107,13 +107,15 @@ def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -
            "reproduced": failures[0].get("reproduced") if failures else None,
            "ops": s.get("ops"), "stopped_by": s.get("stopped_by"), "compiles": s.get("compiles"),
            "compile_s": s.get("compile_s")}
+    rep = row["reproduced"]
+    row["confirmed"] = bool(rep and rep.get("k"))  # a case written at once and never confirmed is not the figure
     if proc.returncode not in (0, 1):
         row["stderr_tail"] = (proc.stderr or proc.stdout)[-600:]
     return row
 
 
 def _stats(rows: list[dict]) -> dict:
-    times = [math.inf if r["first_case_s"] is None else r["first_case_s"] for r in rows]
+    times = [math.inf if r["first_case_s"] is None or not r.get("confirmed") else r["first_case_s"] for r in rows]
     if not times:
         return {"n": 0}
     def json_s(t: float) -> float | None:  # None: no case within the budget
@@ -139,9 +141,11 @@ def markdown(report: dict) -> str:
              "confirmation).", "",
              "| target | scale | cache | first case (s) | found after (s) | process (s) | case ops | reproduced | "
              "signature |", "|---|---|---|---|---|---|---|---|---|"]
+    unconfirmed = " (unconfirmed: not counted)"
     for r in report["campaigns"]:
         rep = r["reproduced"]
-        lines.append(f"| {r['target']} | {r['scale']} | {r['cache']} | {_fmt(r['first_case_s'])} | "
+        lines.append(f"| {r['target']} | {r['scale']} | {r['cache']} | {_fmt(r['first_case_s'])}"
+                     f"{'' if r.get('confirmed') or r['first_case_s'] is None else unconfirmed} | "
                      f"{_fmt(r['found_after_s'])} | {_fmt(r['process_s'])} | "
                      f"{_fmt(r['original_ops'])} -> {_fmt(r['minimized_ops'])} | "
                      f"{'-' if not rep else str(rep['k']) + '/' + str(rep['n'])} | {_fmt(r['signature'])} |")
@@ -178,7 +182,16 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--note", default="", help="a line on the machine's load, for the table")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--render", type=Path, help="only rewrite OUT/first_case.md (and its summary) from this JSON")
     args = ap.parse_args(argv)
+    if args.render:
+        report = json.loads(args.render.read_text())
+        for r in report["campaigns"]:
+            r.setdefault("confirmed", bool(r.get("reproduced") and r["reproduced"].get("k")))
+        report["summary"] = {s: _stats([r for r in report["campaigns"] if r["cache"] == s]) for s in report["summary"]}
+        (args.out / "first_case.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        (args.out / "first_case.md").write_text(markdown(report))
+        return 0
     states = [s for s, on in (("cold", args.cold), ("warm", args.warm)) if on] or ["cold", "warm"]
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []

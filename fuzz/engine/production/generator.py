@@ -105,6 +105,7 @@ class ScaleGenerator:
         # meets every kind.
         self.tour = list(mix) if self.limits.tour else []
         rng.shuffle(self.tour)
+        self.tour.sort(key=lambda k: k != "p_free_unbind")  # a free first: the binds after it get a gap to fill
         self.tries = 8 if self.budget is None else cost.Prices.tries
         self.touring = False
         # One far read table (p_read_table_far) in a ``far_r2t`` share of the sequences of the default
