@@ -25,8 +25,8 @@ class ScaleLimits:
     graph_steps: int = 32
     graph_programs: int | None = None
     # The share of sequences with one read table past 2^31 elements (p_read_table_far: 8-34 GB of
-    # device memory for a moment, asked for first), early in the sequence. Off where a run may not
-    # take the memory (the interpreter's CI: its smoke test turns it on, tests/fuzz/test_far.py).
+    # device memory for a moment, asked for first), early in the sequence. Every sequence on the
+    # interpreter (on the CPU untouched pages cost nothing: ``interpreter_priced``); off on the torch tier.
     far_r2t: float = 0.75
     # The interpreter's prices (``cost``: programs + column-block trips): a read table up to
     # ``op_work`` is drawn freely, a dearer one up to ``trip_work`` only where it gives a row a
