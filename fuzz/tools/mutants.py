@@ -143,9 +143,20 @@ def _load(m: Mutant, stem: str):
 def mutant_tier(m: Mutant, backend: str) -> Tier:
     base = make_tier(backend)
     if m.file == "allocator.py":
-        return Tier(backend, f"mutant:{m.name}", base.kernels, base.device, _load(m, "alloc").DeviceAllocator)
+        return Tier(backend, f"mutant:{m.name}", base.kernels, base.device, mutant_module(m).DeviceAllocator)
     if backend == "torch":
         raise MutantError(f"mutant {m.name} lives in a Triton kernel: use --backend interpret or cuda")
+    return Tier(backend, f"mutant:{m.name}", mutant_module(m), base.device)
+
+
+def mutant_module(m: Mutant):
+    """The mutant as a module a ``kvfuzz run`` can be given: for a kernel mutant a kernel set
+    (our launchers over the mutated kernels: ``--kernels``), for an allocator mutant the
+    mutated ``allocator`` module (``--allocator MODULE:DeviceAllocator``). A module that
+    replaces itself in ``sys.modules`` by this one is how ``benchmarks/first_case.py`` hands a
+    mutant to the command line."""
+    if m.file == "allocator.py":
+        return _load(m, "alloc")
     launchers_path = SRC / "launchers.py"
     spec = importlib.util.spec_from_file_location(f"kvkernels._mutant_launchers_{m.name.replace('-', '_')}",
                                                   launchers_path)
@@ -153,7 +164,7 @@ def mutant_tier(m: Mutant, backend: str) -> Tier:
     launchers.__package__ = "kvkernels"
     spec.loader.exec_module(launchers)
     launchers._k = _load(m, "kernels")
-    return Tier(backend, f"mutant:{m.name}", launchers, base.device)
+    return launchers
 
 
 @dataclass

@@ -49,3 +49,22 @@ def test_mutants_list_names_the_whole_catalogue():
                           text=True)
     assert proc.returncode == 0
     assert [line.split()[0] for line in proc.stdout.splitlines()] == [m.name for m in MUTANTS]
+
+
+def test_a_mutant_reaches_the_command_line_as_a_module(tmp_path, monkeypatch):
+    """benchmarks/first_case.py hands a mutant to ``kvfuzz run`` as a module that replaces
+    itself by ``mutant_module``: a kernel set over the mutated kernels, or the mutated allocator."""
+    from fuzz.engine.tiers import REQUIRED, load_kernels
+    from fuzz.tools.mutants import mutant_module
+
+    kernel = next(m for m in MUTANTS if m.file == "triton_kernels.py")
+    alloc = next(m for m in MUTANTS if m.file == "allocator.py")
+    wrapper = '''import sys\nfrom fuzz.tools.mutants import MUTANTS, mutant_module\n''' \
+              '''sys.modules[__name__] = mutant_module(next(m for m in MUTANTS if m.name == {name!r}))\n'''
+    (tmp_path / "kvfuzz_test_mutant_kernels.py").write_text(wrapper.format(name=kernel.name))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = load_kernels("kvfuzz_test_mutant_kernels")
+    assert all(callable(getattr(module, fn)) for fn in REQUIRED)
+    assert Path(module._k.__file__).read_text() == mutated_source(kernel)  # the mutant, not our kernels
+    assert Path(mutant_module(alloc).__file__).read_text() == mutated_source(alloc)
+    assert hasattr(mutant_module(alloc), "DeviceAllocator")

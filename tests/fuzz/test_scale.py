@@ -245,7 +245,9 @@ def test_a_production_only_variant_is_found_shrunk_and_replayed(name, variant_di
     print(f"{name}: found at seed {seed} in {took:.1f} s: {d}")
     assert took < FIND_BUDGET_S
     kind, seen = VARIANTS[name]
-    assert d.kind == kind and (d.oracle, d.field) in seen, str(d)
+    # Every interpreter sequence also reads one far table (p_read_table_far): a read-table bug may show there first.
+    assert d.kind in ({kind, "p_read_table_far"} if kind == "p_read_table" else {kind}), str(d)
+    assert (d.oracle, d.field) in seen, str(d)
     ops2, d2 = _shrink_and_replay(tier, config, ops, d)
     print(f"{name}: minimized to {len(ops2)} ops: {[op.to_json() for op in ops2]}")
 

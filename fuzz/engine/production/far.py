@@ -396,23 +396,34 @@ def draw_far_op(gen, rng: random.Random) -> PReadTableFar:
     sequence's dtype), every choice from ``rng``. Three in four reach past 2^31 in req_to_token
     (rows just past the boundary: the first row whose offset passes it, the one before, the last,
     one near 2^29, and past 2^32 in a sixth of the int32 ones); at page size 1 one in four
-    reaches past it in out instead (a batch of thousands of rows, four of them live)."""
+    reaches past it in out instead (a batch of thousands of rows, four of them live).
+
+    Where tables are priced (the interpreter, ``cost``) the draw is a cheap one: what wraps is
+    one program's address arithmetic, which a huge row index or batch row reaches without many
+    programs or long rows. The far-out batch is then the shortest one (max_pages 2^20: about
+    2,049 programs, each row a few blocks long), the req_to_token rows at most 2^18 wide (the
+    oracle's compact rows are built on the host), the columns inside ``op_work``."""
     cfg, lim = gen.config, gen.limits
     ps = cfg.page_size
     bounds = gen.boundaries(rng)  # over the worker's palette, if it has one
     features = gen.features
     src = gen.row_source(rng)
     seed = rng.randrange(1 << 30)
+    priced = gen.budget is not None
     if ps == 1 and rng.random() < 0.25:  # far out: bs x max_pages past 2^31, a small req_to_token
-        max_pages = rng.choice((1 << 18, 1 << 19, 1 << 20))
+        max_pages = 1 << 20 if priced else rng.choice((1 << 18, 1 << 19, 1 << 20))
         first = cdiv(FAR, max_pages + OUT_SLACK_COLS)  # the first batch row whose out offset passes 2^31
         bs = first + rng.choice((1, 2, 9))
         read = tuple(rng.sample(range(4), rng.choice((1, 2))))
+        long_len = bounds.size(1, 2 * max(gen.constants.block_values() or [1]))[0] if priced else max_pages
+        live = tuple(sorted({0, first - 1, first, bs - 1}))
+        gen.take(bs, long_len, long_rows=len(live))
         op = PReadTableFar(seed=seed, rows=4, width=max_pages + rng.choice((0, 1, 7)), read=read, bs=bs,
-                           live=tuple(sorted({0, first - 1, first, bs - 1})), max_pages=max_pages, src=src,
-                           long_len=max_pages, legacy=gen.legacy and rng.random() < 0.2, dtype=gen.r2t_dtype)
+                           live=live, max_pages=max_pages, src=src,
+                           long_len=long_len, legacy=gen.legacy and rng.random() < 0.2, dtype=gen.r2t_dtype)
         return gen._tag(op, far="out", bs=str(bs), max_pages=str(max_pages))
-    width = rng.choice((1 << 17, 1 << 18, 1 << 19, 1 << 20, (1 << 18) + ps * rng.randrange(1, 64)))
+    widths = (1 << 17, 1 << 18) if priced else (1 << 17, 1 << 18, 1 << 19, 1 << 20)
+    width = rng.choice((*widths, (1 << 18) + ps * rng.randrange(1, 64)))
     first = cdiv(FAR, width)  # the first row whose offset passes 2^31
     past_2_32 = gen.r2t_dtype == "int32" and rng.random() < 1 / 6
     rows = (cdiv(2 * FAR, width) if past_2_32 else first) + rng.choice((1, 1, 2, 17))
@@ -423,6 +434,13 @@ def draw_far_op(gen, rng: random.Random) -> PReadTableFar:
     packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
     col_cap = max(1, min(width if packed else cdiv(width, ps), lim.max_read_elems // n_live, 1 << 16))
     cols, tag = bounds.size(1, col_cap)
+    for _ in range(gen.tries if priced else 0):  # inside op_work: no trips needed, only the far row
+        if gen.affords(n_live, cols):
+            break
+        cols, tag = bounds.size(1, min(col_cap, 4 * max(gen.constants.block_values() or [1])))
+    if priced and not gen.affords(n_live, cols):
+        cols, tag = 1, "fallback"
+    gen.take(n_live, cols)
     long_len = max(1, cols if packed else cols * ps - rng.randrange(ps))
     op = PReadTableFar(seed=seed, rows=rows, width=width, read=tuple(read), bs=n_live, live=tuple(range(n_live)),
                        max_pages=cols, src=src, long_len=long_len, packed=packed,

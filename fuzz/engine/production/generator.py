@@ -21,9 +21,10 @@ import kvref
 from ..boundary import Constants, kernel_constants
 from ..knobs import apply as apply_knobs
 from ..ops import Op
+from . import cost
 from .arith import INT32_LIMIT, aligned_up, cdiv, unit_near
 from .far import draw_far_op, far_rng
-from .graph import GReadTable
+from .graph import draw_graph_op
 from .hostile import FAR_MAX, PFreeUnbindAny, PReadTableOverflow, PReadTablePackedDisagree
 from .limits import ScaleLimits
 from .observe import observed_constants
@@ -96,6 +97,17 @@ class ScaleGenerator:
         if not self.limits.far_r2t:
             mix.pop("p_read_table_far", None)  # it takes gigabytes: only where the limits allow it
         self.mix = mix
+        # The interpreter's prices (``cost``): None where tables are not priced (a GPU).
+        self.budget = None if self.limits.op_work is None else cost.Prices(constants, self.limits)
+        self.dear = False  # the table being drawn was let past ``op_work`` to reach a second trip
+        # The tour (``limits.tour``): the mix's kinds still to meet, in a seeded order; while it
+        # lasts tables are drawn at ``op_work`` or less (but its p_read_table), so a short run
+        # meets every kind.
+        self.tour = list(mix) if self.limits.tour else []
+        rng.shuffle(self.tour)
+        self.tour.sort(key=lambda k: k != "p_free_unbind")  # a free first: the binds after it get a gap to fill
+        self.tries = 8 if self.budget is None else cost.Prices.tries
+        self.touring = False
         # One far read table (p_read_table_far) in a ``far_r2t`` share of the sequences of the default
         # mix, drawn from its own RNG ``far`` (the rest of the stream is unchanged by it).
         self.far = far or rng
@@ -179,9 +191,16 @@ class ScaleGenerator:
             return self._setup()
         if self.far_at is not None and self.emitted >= self.far_at:
             self.far_at = None
+            self._touring(True)  # priced like the tour's: its news is one program's offset, not trips
             return self._p_read_table_far()
-        kinds = list(self.mix)
-        kind = self.rng.choices(kinds, weights=[self.mix[k] for k in kinds])[0]
+        if self._touring(bool(self.tour)):
+            kind = self.tour.pop(0)
+            # The tour's read table alone is priced as outside it: a sequence of a few ops then
+            # still gets a table that may reach a second trip, where trip bugs are.
+            self._touring(kind != "p_read_table")
+        else:
+            kinds = list(self.mix)
+            kind = self.rng.choices(kinds, weights=[self.mix[k] for k in kinds])[0]
         op = getattr(self, "_" + kind)()
         if self.pending:  # a prerequisite came first (new rows): emit it, then this op
             self.pending.append(op)
@@ -203,6 +222,8 @@ class ScaleGenerator:
     def p_bind_like(self, alloc: bool) -> Op:
         gaps = self._gaps()
         if not gaps:
+            if self.touring:  # every page is bound: the tour meets this kind after its free
+                self.tour.append("p_alloc_bind" if alloc else "p_bind")
             return self._p_free_unbind()
         s, e = self.rng.choice(gaps)
         n, tag = self.bounds.size(1, min(e - s, self._ids_budget()))
@@ -271,28 +292,54 @@ class ScaleGenerator:
         """The most read-table programs any block/target pair of the constants would launch."""
         return max((bs * min(cdiv(t, bs), cdiv(cols, b)) for _, b, _, t in self.constants.pairs()), default=bs)
 
+    def under(self, cap: int | None, bs: int, cols: int) -> bool:
+        return cap is None or self.programs(bs, cols) <= cap  # the limits' programs a launch (None: none)
+
+    def _touring(self, on: bool) -> bool:
+        """Whether the op being drawn is the tour's (or the far table), told to the prices: cheap only."""
+        self.touring = on
+        if self.budget is not None:
+            self.budget.touring = on
+        return on
+
+    def affords(self, bs: int, cols: int, **kw) -> bool:
+        """Whether a bs x cols read table is within the interpreter's prices (``cost.Prices``;
+        ``kw`` as ``cost.table_work``'s); always where tables are not priced."""
+        return self.budget is None or self.budget.affords(bs, cols, **kw)
+
+    def take(self, bs: int, cols: int, **kw) -> None:
+        """Charge the table drawn; ``dear``: let past ``op_work`` (its long rows take the trip)."""
+        self.dear = self.budget is not None and self.budget.take(bs, cols, **kw)
+
     def table_shape(self, cols_cap: int) -> tuple[int, int, str, str]:
         """(bs, columns, their tags) for a read table, inside the limits."""
         rng, lim = self.rng, self.limits
         if rng.random() < self.big:  # the full production size: a server's largest batch and rows
             bs = lim.max_bs - rng.choice((0, 0, 1))
             cols = max(1, min(cols_cap, lim.max_read_elems // bs) - rng.choice((0, 0, 1, 2)))
-            if lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs:
+            if self.under(lim.max_programs, bs, cols) and self.affords(bs, cols):
+                self.take(bs, cols)
                 return bs, cols, "cap", "cap"
-        for _ in range(8):
+        for _ in range(self.tries):
             bs, bs_tag = self.bounds.bs(lim.max_bs) if rng.random() < 0.7 else self.bounds.size(1, lim.max_bs)
             bs = min(bs, lim.max_step_bs)
             cols, cols_tag = self.bounds.trip_pages(bs, cols_cap)
             if rng.random() < 0.3:
                 cols, cols_tag = self.bounds.size(1, cols_cap)
-            if bs * cols <= lim.max_read_elems and (lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs):
+            if bs * cols <= lim.max_read_elems and self.under(lim.max_programs, bs, cols) and self.affords(bs, cols):
+                self.take(bs, cols)
                 return bs, cols, bs_tag, cols_tag
         bs = rng.randint(1, 8)
-        return bs, rng.randint(1, min(cols_cap, 64)), "fallback", "fallback"
+        cols = rng.randint(1, min(cols_cap, 64))
+        self.take(bs, cols)
+        return bs, cols, "fallback", "fallback"
 
     def long_pages(self, bs: int, cols: int) -> tuple[int, str]:
         rng = self.rng
         r = rng.random()
+        if self.dear:  # a table let past op_work for its second trip: its long rows take it
+            trip = cost.trip_pages(self.constants, bs)
+            return (cols, "max") if r < 0.5 or trip > cols else (trip, "second trip")
         if r < 0.45:
             return cols, "max"
         if r < 0.75:
@@ -322,15 +369,17 @@ class ScaleGenerator:
     def packed_op(self) -> tuple[PReadTablePacked, dict]:
         """A valid packed read table (rows at the boundaries, ``max_tokens`` from ``capacity``) and its tags."""
         rng, lim = self.rng, self.limits
-        for _ in range(8):
+        for _ in range(self.tries):
             bs, bs_tag = self.bounds.bs(lim.max_bs)
             cols, cols_tag = self.bounds.trip_pages(bs, lim.max_row_tokens)
-            if bs * cols <= 4 * lim.max_packed and (lim.max_programs is None or self.programs(bs, cols) <= lim.max_programs):
+            if (bs * cols <= 4 * lim.max_packed and self.under(lim.max_programs, bs, cols)
+                    and self.affords(bs, cols, grid_cols=bs * cols)):
                 break
         else:
             bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
+        self.take(bs, cols, grid_cols=bs * cols)  # the grid follows max_tokens: at most bs * row_cap
         self._need_rows(cols)
-        long_len, long_tag = (cols, "max") if rng.random() < 0.5 else self.bounds.size(0, cols)
+        long_len, long_tag = (cols, "max") if rng.random() < 0.5 or self.dear else self.bounds.size(0, cols)
         n_long = min(bs, rng.choice((1, 2, bs)))
         if bs * cols > lim.max_packed:  # most rows short: the total stays inside the budget
             n_long = max(1, min(n_long, lim.max_packed // max(1, cols) // 2))
@@ -359,7 +408,11 @@ class ScaleGenerator:
             v, tag = end + rng.choice((1, self.config.page_size, rng.randrange(1, 512))), "indptr[bs]+slack"
         else:
             v, tag = max(end, min(full, 2 * lim.max_packed)), "bs*row_cap"
-        if lim.max_programs is not None and v > end and self.programs(bs, v) > lim.max_programs:
+        if self.budget is not None:  # priced by ``packed_op`` at ``full`` tokens: no wider grid than that
+            over = self.programs(bs, v) > self.programs(bs, max(full, end))
+        else:
+            over = lim.max_programs is not None and self.programs(bs, v) > lim.max_programs
+        if v > end and over:
             v, tag = end, "indptr[bs] (program budget)"
         return v, tag
 
@@ -420,38 +473,6 @@ class ScaleGenerator:
         return draw_far_op(self, self.far)
 
 
-def draw_graph_op(gen) -> GReadTable:
-    """A g_read_table for a ScaleGenerator: batch and width at the constants' boundaries,
-    capture-time seq_lens short (a server's dummy capture), a few to ``graph_steps`` replays."""
-    rng, lim, cfg = gen.rng, gen.limits, gen.config
-    ps = cfg.page_size
-    features = gen.features
-    packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
-    cols_cap = lim.max_row_tokens if packed else lim.max_row_tokens // ps
-    budget = lim.graph_programs if lim.graph_programs is not None else lim.max_programs
-    for _ in range(8):
-        bs, bs_tag = gen.bounds.bs(lim.max_bs) if rng.random() < 0.6 else gen.bounds.size(1, min(lim.max_bs, 64))
-        cols, cols_tag = gen.bounds.trip_pages(bs, cols_cap)
-        elems = bs * cols
-        if elems <= (lim.max_packed if packed else lim.max_read_elems) and (
-                budget is None or gen.programs(bs, bs * cols if packed else cols) <= budget):
-            break
-    else:
-        bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
-    maxlen = cols if packed else cols * ps
-    width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
-    width = aligned_up(width) if gen.aligned else width
-    rows = max(1, min(bs, lim.max_r2t_elems // width, rng.choice((1, 3, bs, bs + 1))))
-    src = gen.row_source(rng)
-    cap_len = min(maxlen, rng.choice((0, 1, ps, 2 * ps, 3 * ps)))
-    n_long, long_tag = gen.long_pages(bs, cols)
-    long_len = min(maxlen, n_long if packed else n_long * ps)
-    op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
-                    cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
-                    tombs=rng.choice((0, 1, 8)), packed=packed, dtype=gen.r2t_dtype, aligned=gen.aligned and not packed)
-    return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))
-
-
 # ---- what a seed decides ------------------------------------------------------------------------
 
 
@@ -472,8 +493,11 @@ def scale_info(tier, knobs: dict | None = None, *, observe: bool = True) -> dict
         if key not in _OBSERVED:
             _OBSERVED[key] = observed_constants(tier.kernels, tier.device)
         seen = _OBSERVED[key]
-    return {"constants": kernel_constants(tier.kernels, seen).to_json(), "features": sorted(kernel_features(tier)),
+    info = {"constants": kernel_constants(tier.kernels, seen).to_json(), "features": sorted(kernel_features(tier)),
             "gpu": str(tier.device).startswith("cuda")}
+    if tier.backend == "interpret":  # its tables are priced (``cost``); absent: the stream of before
+        info["interpreter"] = True
+    return info
 
 
 def sequence_aligned(seed: int, gpu: bool) -> bool:
@@ -503,7 +527,8 @@ def generator(seed: int, info: dict, *, limits: ScaleLimits | None = None, mix: 
     big = (0.1 if gpu else 0.02) if big is None else big
     c = info["constants"]
     constants = Constants(dict(c["blocks"]), dict(c["targets"]), c["source"])
-    limits = limits or (ScaleLimits.production() if gpu else ScaleLimits.interpreter())
+    limits = limits or (ScaleLimits.production() if gpu else
+                        ScaleLimits.interpreter_priced() if info.get("interpreter") else ScaleLimits.interpreter())
     rng = random.Random(seed * 1_000_003 + 11)
     palette, explore = from_info(info, constants, limits)
     config = scale_config(rng, constants, limits, palette=palette, explore=explore)

@@ -32,7 +32,7 @@ from .. import launches
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Outcome
-from .arith import LONG, cdiv, hash_int, out_cols
+from .arith import LONG, aligned_up, cdiv, hash_int, out_cols
 from .compare import Compare, packed_live, table_live
 from .ops import PRows, ScaleOp
 from .preflight import check_packed_call, check_table_call
@@ -399,3 +399,41 @@ class GReadTable(ScaleOp):
             yield dataclasses.replace(self, dtype="int32")
         if self.aligned:
             yield dataclasses.replace(self, aligned=False)
+
+
+# ---- drawing one ----------------------------------------------------------------------------------
+
+
+def draw_graph_op(gen) -> GReadTable:
+    """A g_read_table for a ScaleGenerator: batch and width at the constants' boundaries,
+    capture-time seq_lens short (a server's dummy capture), a few to ``graph_steps`` replays."""
+    rng, lim, cfg = gen.rng, gen.limits, gen.config
+    ps = cfg.page_size
+    features = gen.features
+    packed = (features is None or "build_kv_read_table_packed" in features) and rng.random() < 0.3
+    cols_cap = lim.max_row_tokens if packed else lim.max_row_tokens // ps
+    budget = lim.graph_programs if lim.graph_programs is not None else lim.max_programs
+    launches = lim.graph_steps + 1  # a capture and up to graph_steps replays
+    for _ in range(gen.tries):
+        bs, bs_tag = gen.bounds.bs(lim.max_bs) if rng.random() < 0.6 else gen.bounds.size(1, min(lim.max_bs, 64))
+        cols, cols_tag = gen.bounds.trip_pages(bs, cols_cap)
+        elems = bs * cols
+        grid_cols = bs * cols if packed else cols  # a packed capture holds bs * cols tokens
+        if elems <= (lim.max_packed if packed else lim.max_read_elems) and gen.under(budget, bs, grid_cols) and gen.affords(
+                bs, cols, launches=launches, grid_cols=grid_cols):
+            break
+    else:
+        bs, cols, bs_tag, cols_tag = rng.randint(1, 8), rng.randint(1, 64), "fallback", "fallback"
+    gen.take(bs, cols, launches=launches, grid_cols=bs * cols if packed else cols)
+    maxlen = cols if packed else cols * ps
+    width = (cols if packed else (cols - 1) * ps + 1) + rng.choice((0, 1, ps))
+    width = aligned_up(width) if gen.aligned else width
+    rows = max(1, min(bs, lim.max_r2t_elems // width, rng.choice((1, 3, bs, bs + 1))))
+    src = gen.row_source(rng)
+    cap_len = min(maxlen, rng.choice((0, 1, ps, 2 * ps, 3 * ps)))
+    n_long, long_tag = gen.long_pages(bs, cols)
+    long_len = min(maxlen, n_long if packed else n_long * ps)
+    op = GReadTable(seed=rng.randrange(1 << 30), bs=bs, max_pages=cols, rows=rows, width=width, src=src,
+                    cap_len=cap_len, long_len=long_len, steps=rng.randint(2, max(2, lim.graph_steps)),
+                    tombs=rng.choice((0, 1, 8)), packed=packed, dtype=gen.r2t_dtype, aligned=gen.aligned and not packed)
+    return gen._tag(op, bs=bs_tag, max_pages=cols_tag, long_len=long_tag, cap_len=str(cap_len))
