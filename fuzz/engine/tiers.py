@@ -72,6 +72,8 @@ def decorated_as(interpreted: bool) -> list[str]:
     def interprets(fn) -> bool | None:
         while issubclass(type(fn), KernelInterface):  # type(), not isinstance: no object's __class__ is run
             names = {c.__name__ for c in type(fn).__mro__}
+            if "GluonJITFunction" in names:  # Gluon's are compiled under TRITON_INTERPRET too (3.9 imports them)
+                return None
             if names & {"InterpretedFunction", "JITFunction"}:
                 return "InterpretedFunction" in names
             fn = getattr(fn, "fn", None)  # an Autotuner's or Heuristics' kernel
