@@ -42,7 +42,7 @@ PART=${1:-baseline}
     timeout 200 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
       --note "one H200, nothing else running" --out /tmp/fc > /tmp/fc.log 2>&1; echo "exit $?"
     tail -30 /tmp/fc/first_case.md 2>/dev/null || tail -20 /tmp/fc.log
-    cp /tmp/fc/first_case.json "$OUT/first-case-cuda.json" 2>/dev/null
+    cp /tmp/fc/first_case.json "$OUT/first-case-cuda.json" 2>/dev/null; cp /tmp/fc.log "$OUT/first-case-cuda.log"
     export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
     for w in 1 8; do
       step "small shapes, $w workers, 15 s"
