@@ -20,6 +20,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip_cuda)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)  # in an xdist worker (it sees dist "no")
+    if workers > 1:  # ci/test.sh's --dist worksteal: the long tests first (tests/scheduling.py)
+        from tests.scheduling import long_first, weight
+
+        def cost(item):  # a test skipped unconditionally (cuda on a CPU) takes no time
+            if any(m.name == "skip" for m in item.iter_markers()):
+                return 0
+            return weight(item.nodeid, item.get_closest_marker("slow") is not None)
+
+        items[:] = long_first(items, workers, cost)
 
 
 @pytest.fixture(autouse=True)

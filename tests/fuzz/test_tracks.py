@@ -76,8 +76,10 @@ def test_replay_in_process_works_at_either_scale(scale, tmp_path):
 @pytest.mark.slow
 def test_a_worker_that_met_a_cuda_fault_is_replaced(tmp_path):
     summary = tmp_path / "summary.json"
-    r = kvfuzz("run", "--backend", "torch", "--kernels", FAKE, "--scale", "production", "--max-sequences", 3,
-               "--no-minimize", "--reproduce", 1, "--out", tmp_path / "cases", "--summary", summary, timeout=240)
+    r = kvfuzz("run", "--backend", "torch", "--kernels", FAKE, "--scale", "production", "--max-sequences", 2,
+               "--ops-per-sequence", 40, "--no-minimize", "--reproduce", 1, "--out", tmp_path / "cases",
+               "--summary", summary, timeout=240)  # seed 0: the fault in each sequence's first ops; 2 sequences
+    # so that the second runs in the replaced worker
     # (each replay of a poisoned worker's case is a fresh child: rating and shrinking it, unbounded
     # by a budget, took minutes on a loaded runner; neither is what this test is about)
     assert r.returncode == 1, show(r)
@@ -105,8 +107,9 @@ def test_what_could_not_be_checked_is_in_the_summary(tmp_path):
     """On the torch tier a CUDA-graph capture launches no Triton kernel: graph replay is not
     applicable there. A run says so, with a count, instead of counting it as clean."""
     summary = tmp_path / "summary.json"
-    r = kvfuzz("run", "--backend", "torch", "--scale", "production", "--max-sequences", 3, "--out", tmp_path / "cases",
-               "--summary", summary, timeout=240)
+    r = kvfuzz("run", "--backend", "torch", "--scale", "production", "--max-sequences", 1, "--ops-per-sequence", 40,
+               "--out", tmp_path / "cases", "--summary", summary, timeout=240)  # seed 0: two g_read_table in 40 ops
+    # (3 whole production sequences on torch ran past 240 s on a loaded runner, op timeouts included)
     assert r.returncode == 0, show(r)
     data = json.loads(summary.read_text())
     reasons = data["not_applicable"]

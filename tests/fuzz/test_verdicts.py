@@ -154,7 +154,7 @@ def test_a_case_found_with_hostile_all_replays_in_that_mode(tmp_path):
     records the mode, and a replay without flags fails the same way."""
     out = tmp_path / "cases"
     r = kvfuzz("run", "--backend", "interpret", "--kernels", FOREIGN / "trusting.py", "--hostile", "all",
-               "--budget-s", 25, "--out", out, timeout=300)
+               "--max-sequences", 3, "--out", out, timeout=300)  # seed 0: a hostile case in sequence 1 (measured)
     assert r.returncode == 1, show(r)
     cases = [load_case(p) for p in sorted(out.glob("*.json"))]
     hostile = [c for c in cases if (c.divergence or {}).get("refusal") and (c.reproduced or {}).get("k")]
