@@ -87,7 +87,7 @@ class Child:
         self.proc = zygote.start(_child_entry, (entry, args, self.slots, str(self.log)), extra_env=extra,
                                  interpret=_interprets(args, {**os.environ, **extra}))
         self._seen = None
-        self._since = time.monotonic()
+        self._since = self._clock()
         self.longest = 0.0  # the longest an op ran (between two heartbeats while running ops)
 
     def alive(self) -> bool:
@@ -96,10 +96,19 @@ class Child:
     def progress(self) -> tuple:
         return tuple(self.slots[i] for i in (SEQ, OP, OPS, PHASE))
 
+    def _clock(self) -> float:
+        """Seconds of wall time the child could have used: a machine so loaded that the child
+        sat runnable, waiting for a core, does not make a slow op look like a hang."""
+        self._waited = max(getattr(self, "_waited", 0.0), waited_for_cpu(self.proc.pid))  # gone: the last seen
+        return time.monotonic() - self._waited
+
     def stalled(self, timeout: float) -> bool:
         """No op started or finished for ``timeout`` seconds while running ops (setting up:
-        importing the kernel set and its smoke test, which may compile: 4x as long)."""
-        now, seen = time.monotonic(), self.progress()
+        importing the kernel set and its smoke test, which may compile: 4x as long). The
+        seconds are the child's own clock (``_clock``): a child that sleeps or blocks (a
+        hang) is timed as before; one starved of CPU by other processes is not charged for
+        the time it waited."""
+        now, seen = self._clock(), self.progress()
         if seen != self._seen:
             if self._seen is not None and self._seen[3] == RUNNING:
                 self.longest = max(self.longest, now - self._since)
@@ -110,8 +119,8 @@ class Child:
         return limit is not None and now - self._since > limit
 
     def running_for(self) -> float:
-        """Seconds the current op has run (0 when the child is not running ops)."""
-        return time.monotonic() - self._since if self.slots[PHASE] == RUNNING and self.alive() else 0.0
+        """Seconds the current op has run (0 when the child is not running ops), on its own clock."""
+        return self._clock() - self._since if self.slots[PHASE] == RUNNING and self.alive() else 0.0
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -138,6 +147,16 @@ class Child:
             self.log.unlink()
         except OSError:
             pass
+
+
+def waited_for_cpu(pid: int | None) -> float:
+    """Seconds the process's main thread spent runnable but waiting for a CPU (Linux
+    ``/proc/PID/schedstat``, its second field); 0 where the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0.0
 
 
 def _interprets(args: tuple, environ: dict) -> bool:

@@ -275,3 +275,34 @@ def test_a_cuda_fault_has_one_name_however_it_surfaced():
     assert {crash_field(e) for e in forms} == {"cuda-illegal-address"}
     assert crash_field(RuntimeError("CUDA error: device-side assert triggered")) == "cuda-device-assert"
     assert not is_cuda_error(IndexError("index 7 is out of bounds")) and crash_field(IndexError()) == "IndexError"
+
+
+def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, monkeypatch):
+    """The op-timeout runs on the child's own clock: seconds it sat runnable while other
+    processes held the cores (a loaded CI runner) are not charged to its op."""
+    from fuzz.engine.tiers import TierSpec
+
+    ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
+    ex.prestart()
+    child = ex.child
+    try:
+        deadline = time.monotonic() + 120
+        while child.slots[supervise.PHASE] != supervise.IDLE:  # set up, waiting for a job: it writes no more
+            assert time.monotonic() < deadline and child.alive(), "the executor did not set up"
+            time.sleep(0.05)
+        assert supervise.waited_for_cpu(child.proc.pid) >= 0.0 and supervise.waited_for_cpu(None) == 0.0
+        wall = [1000.0]
+        waited = [supervise.waited_for_cpu(child.proc.pid) + 1.0]  # ahead of what it really waited so far
+        monkeypatch.setattr(supervise, "time", type("Clock", (), {"monotonic": staticmethod(lambda: wall[0])}))
+        monkeypatch.setattr(supervise, "waited_for_cpu", lambda pid: waited[0])
+        child.slots[supervise.PHASE] = supervise.RUNNING
+        assert not child.stalled(5.0)  # first look: the op starts now
+        wall[0] += 8.0
+        waited[0] += 7.0  # 8 s of wall, 7 of them waiting for a core: 1 s of its own
+        assert not child.stalled(5.0) and child.running_for() == pytest.approx(1.0)
+        wall[0] += 6.0  # 6 s more, asleep or blocked: 7 s of its own
+        assert child.stalled(5.0)
+    finally:
+        monkeypatch.setattr(supervise, "time", time)  # the real clock again, for close()
+        child.slots[supervise.PHASE] = supervise.IDLE
+        ex.close()
