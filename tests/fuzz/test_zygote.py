@@ -18,6 +18,12 @@ from fuzz.engine import supervise, zygote
 from fuzz.engine.tiers import TierSpec
 
 
+@pytest.fixture(autouse=True)
+def forked_children(monkeypatch):
+    """These tests are about the fork server, which is opt-in (``zygote.method``)."""
+    monkeypatch.setenv(zygote.START_ENV, "forkserver")
+
+
 def _run(tmp_path, entry: str, *args, env: dict | None = None) -> dict:
     out = tmp_path / f"report-{len(list(tmp_path.iterdir()))}.json"
     child = supervise.Child(f"tests.fuzz.test_zygote:{entry}", (str(out), *args), log_dir=tmp_path, env=env)

@@ -75,8 +75,11 @@ class StartMethodError(SetupError):
 
 def method() -> str:
     """``forkserver`` or ``spawn``: ``KVFUZZ_START_METHOD`` (read at each child, so it can
-    change between campaigns), forkserver by default where this platform has it."""
-    asked = os.environ.get(START_ENV, "").strip() or "forkserver"
+    change between campaigns). Spawn by default until the one unexplained failure of the
+    fork server is explained: in one full test run a campaign's worker came back as
+    ``crash/exit-255`` (255 is what ``popen_forkserver`` answers when the server cannot say
+    a child's exit status), on a fixture whose real verdict is a CUDA-error crash."""
+    asked = os.environ.get(START_ENV, "").strip() or "spawn"
     if asked not in METHODS:
         raise StartMethodError(f"{START_ENV}={asked!r}: choose one of {', '.join(METHODS)}")
     if asked == "forkserver" and not _forkserver_available():
