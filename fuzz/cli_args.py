@@ -64,6 +64,14 @@ def _version() -> str:
     return f"kvfuzz {kvfuzz_version()}"
 
 
+def _case_target(p, *, kernels_help: str) -> None:
+    """A case file and what it runs on, each defaulting to the case's own (replay, minimize)."""
+    p.add_argument("case")
+    p.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
+    p.add_argument("--kernels", help=kernels_help)
+    p.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]", help="default: the case's allocator")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvfuzz", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=_version())
@@ -145,10 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--corpus", metavar="DIR", help="the guided corpus, kept and resumed (default: OUT/corpus)")
 
     rp = command("replay", "replay one case file in a child process: exit 1 if it still fails")
-    rp.add_argument("case")
-    rp.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
-    rp.add_argument("--kernels", help="default: the case's kernel set (knobs it lacks are dropped, with a warning)")
-    rp.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]", help="default: the case's allocator")
+    _case_target(rp, kernels_help="default: the case's kernel set (knobs it lacks are dropped, with a warning)")
     rp.add_argument("--op-timeout", type=_positive(float), default=60.0)
     rp.add_argument("--hostile", choices=HOSTILE, help="default: the mode the case was found in")
     rp.add_argument("--tries", type=_positive(int), default=None,
@@ -160,10 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--pytest", action="store_true", help="print a standalone pytest test instead")
 
     mn = command("minimize", "shrink a case further (rewrites it, or writes --out)")
-    mn.add_argument("case")
-    mn.add_argument("--backend", choices=BACKENDS, help="default: the case's tier")
-    mn.add_argument("--kernels", help="default: the case's kernel set")
-    mn.add_argument("--allocator", metavar="MODULE_OR_FILE[:FACTORY]", help="default: the case's allocator")
+    _case_target(mn, kernels_help="default: the case's kernel set")
     mn.add_argument("--budget-s", type=_positive(float), default=60.0)
     mn.add_argument("--op-timeout", type=_positive(float), default=60.0)
     mn.add_argument("--hostile", choices=HOSTILE, help="default: the mode the case was found in")

@@ -87,6 +87,7 @@ class Child:
         self.proc = zygote.start(_child_entry, (entry, args, self.slots, str(self.log)), extra_env=extra,
                                  interpret=_interprets(args, {**os.environ, **extra}))
         self._seen = None
+        self._waited = 0.0  # seconds the child sat runnable without a core, as last read (_clock)
         self._since = self._clock()
         self.longest = 0.0  # the longest an op ran (between two heartbeats while running ops)
 
@@ -99,7 +100,7 @@ class Child:
     def _clock(self) -> float:
         """Seconds of wall time the child could have used: a machine so loaded that the child
         sat runnable, waiting for a core, does not make a slow op look like a hang."""
-        self._waited = max(getattr(self, "_waited", 0.0), waited_for_cpu(self.proc.pid))  # gone: the last seen
+        self._waited = max(self._waited, waited_for_cpu(self.proc.pid))  # a child gone: the last read stands
         return time.monotonic() - self._waited
 
     def stalled(self, timeout: float) -> bool:
