@@ -148,6 +148,31 @@ def test_a_forked_child_that_exits_or_is_killed_ends_alone(tmp_path):
     assert _run(tmp_path, "_at_entry")["environ"] == dict(os.environ)  # the server still forks
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver protocol is Linux's here")
+def test_two_threads_that_poll_one_child_at_once_both_get_its_exit_code(tmp_path, monkeypatch):
+    """The exit-255 of a full test run: a campaign's main loop reads a worker's ``exitcode``
+    while a confirmation thread starts an executor (``Process.start`` polls every child). Both
+    see the sentinel readable; the stdlib lets both read it, and the second meets end-of-file
+    (255). The read is slowed here so that both threads are inside it together."""
+    import threading
+    import time
+    from multiprocessing import connection, forkserver
+
+    child = supervise.Child("tests.fuzz.test_zygote:_exit_by", (str(tmp_path), "exit"), log_dir=tmp_path)
+    popen = child.proc._popen
+    assert connection.wait([popen.sentinel], 120), "the child exits at once"
+    read = forkserver.read_signed
+    monkeypatch.setattr(forkserver, "read_signed", lambda fd: (time.sleep(0.3), read(fd))[1])
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(popen.poll())) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [7, 7, 7] and child.proc.exitcode == 7
+    child.close()
+
+
 def test_the_start_method_is_chosen_per_child(monkeypatch):
     def started_by(extra=None):
         return zygote.process(print, (), extra_env=extra or {}, interpret=False)._start_method

@@ -50,7 +50,7 @@ import multiprocessing as mp
 import os
 import sys
 import threading
-from multiprocessing import context, forkserver, reduction, spawn, util
+from multiprocessing import connection, context, forkserver, reduction, spawn, util
 
 from ..verdict import SetupError
 
@@ -271,6 +271,10 @@ else:
         other end the server gave the forked child; the child's pid, then its exit code, come
         back on the sentinel."""
 
+        def __init__(self, process_obj):
+            self._read_lock = threading.Lock()
+            super().__init__(process_obj)
+
         def _launch(self, process_obj):
             payload = io.BytesIO()
             context.set_spawning_popen(self)  # fds in the arguments are queued in self._fds
@@ -285,6 +289,26 @@ else:
             with open(data_w, "wb", closefd=True) as f:
                 f.write(payload.getbuffer())
             self.pid = forkserver.read_signed(self.sentinel)
+
+        def poll(self, flag=os.WNOHANG):
+            """The stdlib's poll, made safe for threads. Its exit status is one read of the
+            sentinel, after which the server closes it: two threads that both see the sentinel
+            readable both read, and the second meets end-of-file, which the stdlib answers as
+            exit code 255 ("perhaps the forkserver itself got killed"). A campaign polls from
+            two threads at once: its main loop reads a worker's ``exitcode`` while a
+            confirmation thread starts an executor (``Process.start`` polls every child of the
+            process, ``multiprocessing.process._cleanup``). So the wait is shared, the read is
+            done once, under a lock, and every later caller gets what it read."""
+            if self.returncode is None:
+                if not connection.wait([self.sentinel], 0 if flag == os.WNOHANG else None):
+                    return None
+                with self._read_lock:
+                    if self.returncode is None:
+                        try:
+                            self.returncode = forkserver.read_signed(self.sentinel)
+                        except (OSError, EOFError):  # the server itself died (killed with its group)
+                            self.returncode = 255
+            return self.returncode
 
 
 class _ServedProcess(context.ForkServerProcess):
