@@ -1,16 +1,17 @@
 """Where a result came from: one ``environment()`` for case files, benchmarks, summaries
 and the GPU sync ground truth, so every record names its machine the same way.
 
-Imports nothing of kvfuzz and nothing heavy at import time: torch and Triton are read
-only if the caller already could import them (a case written on a torch-only box says
-``triton: None`` rather than failing).
+Imports nothing of kvfuzz and nothing heavy, at import time or when called: the versions
+come from the installed packages (a case written on a torch-only box says ``triton: None``).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -33,21 +34,63 @@ def git_sha() -> str | None:
 
 
 def environment() -> dict:
-    """kvfuzz, Python, torch (and its CUDA), Triton, the GPU, the host, the git sha."""
+    """kvfuzz, Python, torch (and its CUDA), Triton, the GPU, the host, the git sha.
+
+    Imports neither torch nor Triton: a campaign's parent writes case files and its summary,
+    and importing torch there would cost it 2-3 CPU s (``engine/lazy.py``) and, to name the
+    GPU, a CUDA context of its own on a GPU its workers share. The versions come from the
+    installed packages' metadata, torch's CUDA from its ``version.py``, the GPU from torch
+    where this process has already initialized CUDA, else from ``nvidia-smi``."""
     env = {"kvfuzz": kvfuzz_version(), "python": platform.python_version(), "platform": platform.platform(),
            "machine": platform.machine(), "cpu_count": os.cpu_count(), "git_sha": git_sha()}
-    try:
-        import torch
-
-        env["torch"] = torch.__version__
-        env["cuda"] = torch.version.cuda
-        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except ImportError:
-        env.update(torch=None, cuda=None, gpu=None)
-    try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except ImportError:
-        env["triton"] = None
+    env.update(torch=_installed("torch"), cuda=_torch_cuda(), gpu=_gpu_name(), triton=_installed("triton"))
     return env
+
+
+def _installed(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_cuda() -> str | None:
+    """``torch.version.cuda``, read from torch's ``version.py`` without importing torch."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.version.cuda
+    import ast
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("torch")
+        source = Path(spec.submodule_search_locations[0], "version.py").read_text()
+    except (ImportError, AttributeError, TypeError, IndexError, OSError):
+        return None
+    for node in ast.parse(source).body:
+        target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == "cuda" and node.value is not None:
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                return None
+    return None
+
+
+def _gpu_name() -> str | None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return torch.cuda.get_device_name(torch.cuda.current_device())
+    if not shutil.which("nvidia-smi"):
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    if visible in ("", "-1"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", visible],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None

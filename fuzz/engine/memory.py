@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import math
 
-import torch
+from . import lazy
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 MIN_GUARD = 4  # rows; a canary must land strictly inside the back zone: rows + guard // 2 < rows + guard
 

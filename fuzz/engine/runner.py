@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
-
 import kvref
 from kvref import ContractViolation, InvariantViolation
 
+from . import lazy
 from .gate import GeneratedInvalid, spec_refusal
 from .generate import HOSTILE
 from .knobs import apply as apply_knobs
@@ -36,6 +35,8 @@ from .memory import RawTables, RedZones, index_canary
 from .ops import POISON, TABLE_OPS, KernelOp, Op, PoolOp
 from .spec_side import SpecSide, unsupported
 from .verdict import Divergence, Outcome, RunStats, crash_field, is_cuda_error, surfaced
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 STATE_FIELDS = ("v2p", "p2v", "free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
 INPUT = "in:"  # red-zone names of an op's inputs (dropped after the op)
@@ -65,8 +66,8 @@ class TargetSide:
         self.v2p, self.p2v, self.alloc = v2p, p2v, alloc
         self.device = zones.device
 
-    def _guarded(self, name, values, canary, dtype=torch.int64) -> torch.Tensor:
-        t = torch.tensor(values, dtype=dtype)
+    def _guarded(self, name, values, canary, dtype=None) -> torch.Tensor:
+        t = torch.tensor(values, dtype=dtype or torch.int64)
         if self.device.type == "cuda":  # a pinned, asynchronous copy: the host does not wait for the GPU
             t = t.pin_memory()
         return self.zones.guarded(INPUT + name, t, canary)

@@ -51,9 +51,11 @@ int32 reads).
 
 from __future__ import annotations
 
-import torch
-
 from kvref import preconditions as pre
+
+from . import lazy
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 __all__ = [
     "alloc_bind",
@@ -67,12 +69,10 @@ __all__ = [
     "translate",
 ]
 
-_LONG = torch.int64
-
 
 def _ids(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Id lanes as int64 on the tables' device (a copy only when the dtype differs)."""
-    return x.to(device=device, dtype=_LONG)
+    return x.to(device=device, dtype=torch.int64)
 
 
 def _clamp_rows(idx: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,7 +120,7 @@ def alloc_bind(v2p: torch.Tensor, p2v: torch.Tensor, v: torch.Tensor, start) -> 
     ``start`` is a Python int or a 0-dim device tensor (no host read either way).
     """
     n = v.numel()
-    p = torch.arange(n, dtype=_LONG, device=v2p.device)
+    p = torch.arange(n, dtype=torch.int64, device=v2p.device)
     if n == 0:
         return p
     p += start
@@ -136,10 +136,10 @@ def free_unbind(v2p: torch.Tensor, p2v: torch.Tensor, v: torch.Tensor) -> torch.
     """
     device = v2p.device
     if v.numel() == 0:
-        return torch.empty(0, dtype=_LONG, device=device)
+        return torch.empty(0, dtype=torch.int64, device=device)
     v = _ids(v, device)
     v_safe, v_ok = _clamp_rows(v, v2p.shape[0])
-    p = torch.where(v_ok, v2p.index_select(0, v_safe).to(_LONG), -1)  # every read before any write
+    p = torch.where(v_ok, v2p.index_select(0, v_safe).to(torch.int64), -1)  # every read before any write
     tomb = torch.full_like(p, -1)
     _store(v2p, v, tomb, v_ok)
     p_ok = (p >= 0) & (p < p2v.shape[0])
@@ -269,9 +269,9 @@ def read_table_packed(
 
     # Per-row tables (bs + 2 entries, index k = row + 1), all int64 and tiny.
     req_safe, lens = _batch_rows(req_pool_indices, n_req, _ids(seq_lens, device), max(max_tokens, 0))
-    starts = indptr[:bs].to(_LONG)
-    kv_start = torch.zeros_like(starts) if kv_start_idx is None else kv_start_idx.to(device=device, dtype=_LONG)
-    pad = torch.zeros(1, dtype=_LONG, device=device)
+    starts = indptr[:bs].to(torch.int64)
+    kv_start = torch.zeros_like(starts) if kv_start_idx is None else kv_start_idx.to(device=device, dtype=torch.int64)
+    pad = torch.zeros(1, dtype=torch.int64, device=device)
     row_end = torch.cat([pad, starts + lens, pad])  # i < row_end[k] <=> live (k = 0 and bs + 1: never)
     row_shift = torch.cat([pad, kv_start - starts, pad])  # pos = i + row_shift[k]
     row_req = torch.cat([pad, req_safe, pad])
@@ -279,13 +279,13 @@ def read_table_packed(
     bounds = indptr[: bs + 1].contiguous()
     i = torch.arange(n_out, dtype=bounds.dtype, device=device)
     k = torch.searchsorted(bounds, i, right=True)  # in [0, bs + 1]
-    i = i.to(_LONG)
+    i = i.to(torch.int64)
     live = i < row_end.index_select(0, k)
     pos = i.add_(row_shift.index_select(0, k))
     tok_col = torch.div(pos, ps, rounding_mode="floor").mul_(ps)
     col_safe, col_ok = _clamp_rows(tok_col, width)
     if clauses is not None:
-        fn, ptr, lens_in = "read_table_packed", indptr.to(_LONG), _ids(seq_lens, device)
+        fn, ptr, lens_in = "read_table_packed", indptr.to(torch.int64), _ids(seq_lens, device)
         clauses += [(f"{fn}.req_idx_in_range", _out_of(req_pool_indices, n_req).any()),
                     (f"{fn}.seq_lens_nonnegative", (lens_in < 0).any()),
                     (f"{fn}.indptr_nonnegative", ptr[0] < 0),
@@ -320,7 +320,7 @@ def _entry_flags(fn: str, v2p: torch.Tensor, multiplier: int, ps: int, page: tor
     the slot of a page past the table; ``pos``: the packed positions, None for read_table)."""
     rows = v2p.shape[0]
     inside = page < rows
-    scaled = v2p.to(_LONG).mul(multiplier).clamp_(min=0).index_select(0, page.clamp(max=rows - 1).reshape(-1))
+    scaled = v2p.to(torch.int64).mul(multiplier).clamp_(min=0).index_select(0, page.clamp(max=rows - 1).reshape(-1))
     scaled = scaled.view(page.shape)
     if pos is not None:
         scaled = scaled * ps + pos.remainder(ps)
@@ -345,12 +345,12 @@ def translate(*, loc: torch.Tensor, v2p: torch.Tensor, page_size: int) -> torch.
     """SPEC §2 translate: ``max(v2p[t // ps] * ps + t % ps, 0)``; 0 for ``t < 0`` or a page past ``v2p``. int64."""
     device = v2p.device
     if loc.numel() == 0 or v2p.shape[0] == 0:
-        return torch.zeros(loc.shape, dtype=_LONG, device=device)
+        return torch.zeros(loc.shape, dtype=torch.int64, device=device)
     t = _ids(loc, device)
     ps = page_size
     page = torch.div(t, ps, rounding_mode="floor")
     page_safe, page_ok = _clamp_rows(page, v2p.shape[0])  # t < 0 gives page < 0: masked here too
-    slot = v2p.index_select(0, page_safe).to(_LONG).mul_(ps).add_(t.remainder(ps)).clamp_(min=0)
+    slot = v2p.index_select(0, page_safe).to(torch.int64).mul_(ps).add_(t.remainder(ps)).clamp_(min=0)
     return torch.where(page_ok, slot, 0)
 
 
@@ -374,7 +374,7 @@ def first_mismatch(expected: torch.Tensor, actual: torch.Tensor):
     exp_flat = expected.reshape(-1)
     act_flat = actual.reshape(-1)
     at = torch.ne(exp_flat, act_flat).to(torch.uint8).argmax().view(1)  # argmax returns the first maximum
-    wide = torch.float64 if expected.is_floating_point() else _LONG
+    wide = torch.float64 if expected.is_floating_point() else torch.int64
     flat, exp_value, act_value = torch.cat(
         [at.to(wide), exp_flat.index_select(0, at).to(wide), act_flat.index_select(0, at).to(wide)]
     ).tolist()  # the second and last host read
@@ -389,7 +389,7 @@ def first_mismatch(expected: torch.Tensor, actual: torch.Tensor):
         index = tuple(reversed(coords))
     if expected.dtype == torch.bool:
         exp_value, act_value = bool(exp_value), bool(act_value)
-    elif wide == _LONG:
+    elif wide == torch.int64:
         exp_value, act_value = int(exp_value), int(act_value)
     return index, exp_value, act_value
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import torch
-
+from .. import lazy
 from ..boundary import cdiv  # noqa: F401 - the production modules' one cdiv
 from ..ops import OUT_SLACK_COLS, Ints
 
-LONG = torch.int64
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
+
 INT32_LIMIT = 1 << 31
 HASH_P = 2_147_483_647  # 2^31 - 1, prime: every hash value stays below 2^31
 HASH_A = 2_654_435_761
@@ -56,7 +56,7 @@ def hash_tensor(x: torch.Tensor, seed: int) -> torch.Tensor:
 def affine_ids(desc: Ints, n: int, device) -> torch.Tensor:
     """``lo + (a * (i0 + i) + b) mod span`` for ``i < n``: desc = (lo, span, a, b, i0)."""
     lo, span, a, b, i0 = desc
-    i = torch.arange(i0, i0 + n, dtype=LONG, device=device)
+    i = torch.arange(i0, i0 + n, dtype=torch.int64, device=device)
     return i.mul_(a).add_(b).remainder_(span).add_(lo)
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-
+from .. import lazy
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON
 from ..verdict import Divergence
-from .arith import LONG
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 
 @dataclass
@@ -35,7 +35,7 @@ def table_live(shape, n_cols: list[int], device) -> torch.Tensor:
     """bool mask of a read-table buffer (one guard row first): the live prefix of each batch row."""
     live = torch.zeros(shape, dtype=torch.bool, device=device)
     if n_cols:
-        n = torch.tensor(n_cols, dtype=LONG, device=device)
+        n = torch.tensor(n_cols, dtype=torch.int64, device=device)
         live[1:1 + len(n_cols)] = torch.arange(shape[1], device=device).view(1, -1) < n.view(-1, 1)
     return live
 

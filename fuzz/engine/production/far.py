@@ -36,15 +36,16 @@ import random
 import time
 from dataclasses import dataclass
 
-import torch
-
+from .. import lazy
 from .. import vector_oracle as vo
 from ..ops import OUT_SLACK_COLS, PACKED_SLACK, POISON, R2T_DTYPES, Ints
 from ..verdict import Divergence, Outcome, crash
-from .arith import LONG, cdiv, hash_int, shrunk_ints
+from .arith import cdiv, hash_int, shrunk_ints
 from .compare import Compare, packed_live
 from .ops import PRows, ScaleOp
 from .preflight import check_packed_call, check_table_call
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 FAR = 1 << 31  # the element offset an int32 product cannot hold
 FAR_GUARD = 2  # red-zone rows on each side of the target's req_to_token
@@ -210,17 +211,17 @@ class PReadTableFar(ScaleOp):
         buf[:FAR_GUARD].fill_(canary)
         buf[FAR_GUARD + self.rows:].fill_(canary)
         r2t = buf[FAR_GUARD:FAR_GUARD + self.rows]
-        read_t = torch.tensor(self.read, dtype=LONG, device=dev)
+        read_t = torch.tensor(self.read, dtype=torch.int64, device=dev)
         r2t.index_copy_(0, read_t, compact)
         k, lens = len(self.read), self.lens(ps)
-        live_t = torch.tensor(self.live, dtype=LONG, device=dev)
-        req = torch.full((self.bs,), self.read[0], dtype=LONG, device=dev)
-        req.index_copy_(0, live_t, torch.tensor([self.read[j % k] for j in range(len(self.live))], dtype=LONG,
+        live_t = torch.tensor(self.live, dtype=torch.int64, device=dev)
+        req = torch.full((self.bs,), self.read[0], dtype=torch.int64, device=dev)
+        req.index_copy_(0, live_t, torch.tensor([self.read[j % k] for j in range(len(self.live))], dtype=torch.int64,
                                                 device=dev))
-        seq = torch.zeros(self.bs, dtype=LONG, device=dev).index_copy_(0, live_t, torch.tensor(lens, dtype=LONG,
+        seq = torch.zeros(self.bs, dtype=torch.int64, device=dev).index_copy_(0, live_t, torch.tensor(lens, dtype=torch.int64,
                                                                                                  device=dev))
-        oracle = dict(req_to_token=compact, seq_lens=torch.tensor(lens, dtype=LONG, device=dev), v2p=run.o_v2p,
-                      req_pool_indices=torch.tensor([j % k for j in range(len(self.live))], dtype=LONG, device=dev))
+        oracle = dict(req_to_token=compact, seq_lens=torch.tensor(lens, dtype=torch.int64, device=dev), v2p=run.o_v2p,
+                      req_pool_indices=torch.tensor([j % k for j in range(len(self.live))], dtype=torch.int64, device=dev))
         target = dict(req_to_token=r2t, req_pool_indices=req, seq_lens=seq, v2p=run.t_v2p.view)
         common = dict(multiplier=cfg.multiplier, page_size=ps)
         cmp = (self._packed if self.packed else self._table)(run, i, oracle, target, common, lens, mem)
@@ -247,7 +248,7 @@ class PReadTableFar(ScaleOp):
         vo.read_table(max_pages=self.max_pages, out=o_buf[:, :self.max_pages], clauses=run.clauses, **oracle, **common)
         # Buffer rows compared: the red-zone rows 0 and bs + 1, each live row and its neighbours.
         checked = sorted({0, self.bs + 1} | {b + d for b in self.live for d in (0, 1, 2)})
-        checked_t = torch.tensor(checked, dtype=LONG, device=dev)
+        checked_t = torch.tensor(checked, dtype=torch.int64, device=dev)
         t_buf = _empty((self.bs + 2, cols), torch.int32, dev, mem)
         t_buf.index_fill_(0, checked_t, POISON)
         fn = "build_kv_read_table_legacy" if self.legacy else "build_kv_read_table"
@@ -255,7 +256,7 @@ class PReadTableFar(ScaleOp):
                                                           max_pages=self.max_pages, **target, **common))
         at_row = {b: checked.index(b + 1) for b in self.live}
         expected = torch.full((len(checked), cols), POISON, dtype=torch.int32, device=dev)
-        expected.index_copy_(0, torch.tensor([at_row[b] for b in self.live], dtype=LONG, device=dev), o_buf)
+        expected.index_copy_(0, torch.tensor([at_row[b] for b in self.live], dtype=torch.int64, device=dev), o_buf)
         n_cols = [min(cdiv(n, ps), self.max_pages) for n in lens]
 
         def live():
@@ -275,7 +276,7 @@ class PReadTableFar(ScaleOp):
         cap = self.max_tokens()  # the buffer captured at max_tokens (SPEC §2), poisoned past the live spans
         o_buf, t_buf = (torch.full((cap + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
                         for _ in range(2))
-        ip = torch.tensor(indptr, dtype=LONG, device=dev)
+        ip = torch.tensor(indptr, dtype=torch.int64, device=dev)
         vo.read_table_packed(indptr=ip, out=o_buf[PACKED_SLACK:PACKED_SLACK + cap], kv_start_idx=None,
                              max_tokens=cap, clauses=run.clauses, **oracle, **common)
         _call(run, i, self, lambda kern: kern.build_kv_read_table_packed(

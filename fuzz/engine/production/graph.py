@@ -24,18 +24,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from dataclasses import dataclass
 
-import torch
-
-from .. import launches
+from .. import launches, lazy
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Outcome
-from .arith import LONG, aligned_up, cdiv, hash_int, out_cols
+from .arith import aligned_up, cdiv, hash_int, out_cols
 from .compare import Compare, packed_live, table_live
 from .ops import PRows, ScaleOp
 from .preflight import check_packed_call, check_table_call
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 # Ops that only allocate: a tensor they made holds no capture-time value a replay would need.
 _ALLOC_ONLY = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
@@ -56,7 +57,7 @@ class LaunchRecorder(launches.Recorder):
 
     def __enter__(self):
         super().__enter__()
-        self._mode = _AllocWatch(self)
+        self._mode = _alloc_watch_class()(self)
         self._mode.__enter__()
         return self
 
@@ -77,17 +78,20 @@ class LaunchRecorder(launches.Recorder):
         return stale
 
 
-try:
-    from torch.utils._python_dispatch import TorchDispatchMode
-except ImportError:  # pragma: no cover - very old torch: the stale check is skipped
-    TorchDispatchMode = None
+@functools.cache
+def _alloc_watch_class() -> type:
+    """The dispatch mode that notes the storages torch ops allocate during the capture call
+    (outside launches). Built on first use, so importing this module imports no torch."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:  # pragma: no cover - very old torch: the stale check is skipped
 
-
-if TorchDispatchMode is not None:
+        class _NoWatch(contextlib.nullcontext):
+            def __init__(self, recorder):
+                super().__init__()
+        return _NoWatch
 
     class _AllocWatch(TorchDispatchMode):
-        """Notes the storages that torch ops allocate during the capture call (outside launches)."""
-
         def __init__(self, recorder: LaunchRecorder):
             super().__init__()
             self.recorder = recorder
@@ -101,11 +105,8 @@ if TorchDispatchMode is not None:
                     if ptr not in seen:
                         self.recorder.made.setdefault(ptr, str(func))
             return out
-else:  # pragma: no cover
+    return _AllocWatch
 
-    class _AllocWatch(contextlib.nullcontext):
-        def __init__(self, recorder):
-            super().__init__()
 
 
 def _tensors(x):
@@ -288,13 +289,13 @@ class GReadTable(ScaleOp):
         o_r2t = rows_src.build(cfg, dev)
         t_r2t = o_r2t.clone()
         bs = self.bs
-        static = {"req": (torch.zeros(bs, dtype=LONG, device=dev), torch.zeros(bs, dtype=LONG, device=dev)),
-                  "seq": (torch.zeros(bs, dtype=LONG, device=dev), torch.zeros(bs, dtype=LONG, device=dev))}
+        static = {"req": (torch.zeros(bs, dtype=torch.int64, device=dev), torch.zeros(bs, dtype=torch.int64, device=dev)),
+                  "seq": (torch.zeros(bs, dtype=torch.int64, device=dev), torch.zeros(bs, dtype=torch.int64, device=dev))}
         if self.packed:
             total = bs * self.max_pages
             shape = (total + 2 * PACKED_SLACK,)
-            static["indptr"] = tuple(torch.zeros(bs + 1, dtype=LONG, device=dev) for _ in range(2))
-            static["start"] = tuple(torch.zeros(bs, dtype=LONG, device=dev) for _ in range(2))
+            static["indptr"] = tuple(torch.zeros(bs + 1, dtype=torch.int64, device=dev) for _ in range(2))
+            static["start"] = tuple(torch.zeros(bs, dtype=torch.int64, device=dev) for _ in range(2))
         else:
             shape = (bs + 2, out_cols(self.max_pages, self.aligned))
         o_buf, t_buf = (torch.full(shape, POISON, dtype=torch.int32, device=dev) for _ in range(2))
@@ -316,7 +317,7 @@ class GReadTable(ScaleOp):
             seq = vals["seq"]
             # One host-to-device copy for every input of the step (each copy from pageable memory
             # waits for the device), then device-side copies into both sides' static buffers.
-            flat = torch.tensor([x for v in vals.values() for x in v], dtype=LONG).to(dev)
+            flat = torch.tensor([x for v in vals.values() for x in v], dtype=torch.int64).to(dev)
             at = 0
             for name, v in vals.items():
                 src = flat[at:at + len(v)]
@@ -384,7 +385,7 @@ class GReadTable(ScaleOp):
         t_r2t[r:r + 1].copy_(row)
         if self.tombs:
             n = run.config.num_pages - 1
-            pages = torch.arange(self.tombs, dtype=LONG, device=run.device).mul_(s % 7919 + 1).add_(s).remainder_(n).add_(1)
+            pages = torch.arange(self.tombs, dtype=torch.int64, device=run.device).mul_(s % 7919 + 1).add_(s).remainder_(n).add_(1)
             run.o_v2p.index_fill_(0, pages, -1)
             run.t_v2p.view.index_fill_(0, pages, -1)
         return seq

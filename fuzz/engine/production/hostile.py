@@ -25,13 +25,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
-import torch
-
+from .. import lazy
 from ..memory import Guarded, index_canary
 from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Divergence, Outcome, crash, is_cuda_error
-from .arith import LONG, cdiv, hash_tensor, out_cols
+from .arith import cdiv, hash_tensor, out_cols
 from .ops import PReadTable, PReadTablePacked, ScaleOp, _req_idx, _seq_lens
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 FAR_MAX = 256  # rows past either end of the tables a p_free_unbind_any id may name
 
@@ -87,7 +88,7 @@ def table_copies(run, reach: int = 0) -> tuple[Guarded, Guarded]:
     guard = max(run.t_v2p.zone, reach + 1)
     copies = []
     for t in (run.t_v2p, run.t_p2v):
-        g = Guarded((rows,), LONG, run.device, guard, index_canary(rows, guard))
+        g = Guarded((rows,), torch.int64, run.device, guard, index_canary(rows, guard))
         g.view.copy_(t.view)
         copies.append(g)
     return copies[0], copies[1]
@@ -134,7 +135,7 @@ class PFreeUnbindAny(HostileOp):
 
     def ids(self, rows: int, device) -> torch.Tensor:
         lo, span, a, b, i0 = self.v
-        i = torch.arange(i0, i0 + self.n, dtype=LONG, device=device)
+        i = torch.arange(i0, i0 + self.n, dtype=torch.int64, device=device)
         v = i.mul(a).add_(b).remainder_(span).add_(lo)
         if self.bad_every > 0:
             h = hash_tensor(i, self.seed)
@@ -149,7 +150,7 @@ class PFreeUnbindAny(HostileOp):
     def probe(self, run, i):
         rows = run.config.table_rows
         v2p, p2v = table_copies(run, self.far)
-        ids = Guarded((self.n,), LONG, run.device, v2p.zone, v2p.canary)
+        ids = Guarded((self.n,), torch.int64, run.device, v2p.zone, v2p.canary)
         ids.view.copy_(self.ids(rows, run.device))
         run.tier.kernels.free_unbind_inplace(ids.view, v2p.view, p2v.view)
         return zone_flags([("raw_v2p", v2p), ("raw_p2v", p2v), ("v", ids)])
@@ -206,8 +207,8 @@ class PReadTableOverflow(HostileOp):
         out = buf[:body].view(bs + 2, cols)
         fn = "build_kv_read_table_legacy" if self.legacy else "build_kv_read_table"
         getattr(run.tier.kernels, fn)(
-            req_to_token=run.t_r2t.view, req_pool_indices=torch.tensor(_req_idx(self.req, bs), dtype=LONG, device=dev),
-            seq_lens=torch.tensor(self.seq_lens(ps), dtype=LONG, device=dev), v2p=v2p.view,
+            req_to_token=run.t_r2t.view, req_pool_indices=torch.tensor(_req_idx(self.req, bs), dtype=torch.int64, device=dev),
+            seq_lens=torch.tensor(self.seq_lens(ps), dtype=torch.int64, device=dev), v2p=v2p.view,
             multiplier=run.config.multiplier, page_size=ps, max_pages=mp, out=out[1:1 + bs, :mp])
         allowed = torch.zeros_like(buf, dtype=torch.bool)
         allowed[:body].view(bs + 2, cols)[1:1 + bs, :mp] = True
@@ -269,7 +270,7 @@ class PReadTablePackedDisagree(HostileOp):
         v2p, p2v = table_copies(run)
         buf = torch.full((cap + self.over + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
         run.tier.kernels.build_kv_read_table_packed(
-            req_to_token=run.t_r2t.view, req_pool_indices=ints["req"], seq_lens=torch.tensor(lens, dtype=LONG, device=dev),
+            req_to_token=run.t_r2t.view, req_pool_indices=ints["req"], seq_lens=torch.tensor(lens, dtype=torch.int64, device=dev),
             v2p=v2p.view, indptr=ints["indptr"], multiplier=run.config.multiplier, page_size=run.config.page_size,
             max_tokens=cap, out=buf[PACKED_SLACK:PACKED_SLACK + cap], kv_start_idx=ints.get("start"))
         allowed = torch.zeros_like(buf, dtype=torch.bool)

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 
-import torch
-
+from .. import lazy
 from ..boundary import cdiv
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 PROBE_IDS = 1000  # ids per id-kernel probe: cdiv(1000, B) programs tell B apart for B in 8 .. 1024
 PROBE_COLS = 1 << 19  # read-table columns of the one-row probe: more than cdiv(TARGET, 1) * BLOCK_COLS

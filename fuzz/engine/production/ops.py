@@ -21,17 +21,18 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
-import torch
-
 import kvref
 from kvref import preconditions as pre
 
+from .. import lazy
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
-from .arith import LONG, affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
+from .arith import affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
 from .compare import Compare, packed_live, table_live
 from .preflight import check_packed_call, check_table_call
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 BUILD_CHUNK = 1 << 22  # req_to_token elements built per pass (bounds the int64 temporaries)
 
@@ -231,13 +232,13 @@ class PRows(ScaleOp):
         ppr = cdiv(w, ps)
         lo, span, a, b, k0, m, c, d = self.src
         out = torch.empty((self.rows, w), dtype=getattr(torch, self.dtype), device=device)
-        fills = torch.tensor(self.fills(), dtype=LONG, device=device)
+        fills = torch.tensor(self.fills(), dtype=torch.int64, device=device)
         step = max(1, BUILD_CHUNK // max(1, ppr * ps))
-        offs = torch.arange(ps, dtype=LONG, device=device)
-        cols = torch.arange(w, dtype=LONG, device=device)
+        offs = torch.arange(ps, dtype=torch.int64, device=device)
+        cols = torch.arange(w, dtype=torch.int64, device=device)
         for r0 in range(0, self.rows, step):
             r1 = min(self.rows, r0 + step)
-            x = torch.arange(r0 * ppr, r1 * ppr, dtype=LONG, device=device)
+            x = torch.arange(r0 * ppr, r1 * ppr, dtype=torch.int64, device=device)
             page = x.mul(c).add_(d).remainder_(m).add_(k0).mul_(a).add_(b).remainder_(span).add_(lo)
             if self.pad_every > 0:
                 page = torch.where(hash_tensor(x, self.seed).remainder_(self.pad_every) == 0, -1, page)
@@ -341,8 +342,8 @@ class PReadTable(ScaleOp):
     def execute(self, run, i):
         ps, dev = run.config.page_size, run.device
         seq = self.seq_lens(ps)
-        req_t = torch.tensor(_req_idx(self.req, self.bs), dtype=LONG, device=dev)
-        seq_t = torch.tensor(seq, dtype=LONG, device=dev)
+        req_t = torch.tensor(_req_idx(self.req, self.bs), dtype=torch.int64, device=dev)
+        seq_t = torch.tensor(seq, dtype=torch.int64, device=dev)
         o_buf, t_buf = (torch.full((self.bs + 2, out_cols(self.max_pages, self.aligned)), POISON, dtype=torch.int32,
                                    device=dev) for _ in range(2))
         vo.read_table(req_to_token=run.o_r2t, req_pool_indices=req_t, seq_lens=seq_t, v2p=run.o_v2p,
@@ -437,7 +438,7 @@ class PReadTablePacked(ScaleOp):
     def inputs(self, run) -> tuple[list[int], list[int], dict]:
         """(seq_lens, indptr, their device tensors by name: req, seq, indptr, start)."""
         seq, indptr, starts = self.layout(run.rows_shape[1])
-        ints = {name: torch.tensor(x, dtype=LONG, device=run.device) for name, x in
+        ints = {name: torch.tensor(x, dtype=torch.int64, device=run.device) for name, x in
                 (("req", _req_idx(self.req, self.bs)), ("seq", seq), ("indptr", indptr), ("start", starts))
                 if x is not None}
         return seq, indptr, ints
@@ -501,7 +502,7 @@ class PTranslate(ScaleOp):
     def loc(self, config, device) -> torch.Tensor:
         ps, rows = config.page_size, config.table_rows
         lo, span, a, b = self.src
-        i = torch.arange(self.n, dtype=LONG, device=device)
+        i = torch.arange(self.n, dtype=torch.int64, device=device)
         tok = i.mul(a).add_(b).remainder_(span).add_(lo).mul_(ps).add_(i.remainder(ps))
         if self.bad_every > 0:
             h = hash_tensor(i, self.seed)

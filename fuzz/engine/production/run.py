@@ -22,21 +22,22 @@ the minimizer and a fresh replay.
 
 from __future__ import annotations
 
-import torch
-
 import kvref
 from kvref import ContractViolation
 
+from .. import lazy
 from .. import vector_oracle as vo
 from ..gate import GeneratedInvalid, admit
 from ..knobs import apply as apply_knobs
 from ..memory import Guarded, index_canary
 from ..ops import Op, OpError
 from ..verdict import Divergence, Outcome, RunStats, crash, surfaced
-from .arith import INT32_LIMIT, LONG
+from .arith import INT32_LIMIT
 from .compare import Compare, result_divergence
 from .hostile import HostileOp
 from .ops import ScaleOp
+
+torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 TABLE_GUARD = 64  # red-zone rows on each side of v2p/p2v
 ROW_GUARD = 2  # red-zone rows of req_to_token on each side
@@ -66,8 +67,8 @@ class ScaleRun:
         self.dropped_knobs = apply_knobs(tier.kernels, knobs, strict=strict_knobs)
         rows = config.table_rows
         self.table_canary = index_canary(rows, TABLE_GUARD)  # read as a page id: lands in the trailing red zone
-        self.t_v2p = Guarded((rows,), LONG, self.device, TABLE_GUARD, self.table_canary, -1)
-        self.t_p2v = Guarded((rows,), LONG, self.device, TABLE_GUARD, self.table_canary, -1)
+        self.t_v2p = Guarded((rows,), torch.int64, self.device, TABLE_GUARD, self.table_canary, -1)
+        self.t_p2v = Guarded((rows,), torch.int64, self.device, TABLE_GUARD, self.table_canary, -1)
         self.t_v2p.view[:1].fill_(0)
         self.t_p2v.view[:1].fill_(0)
         self.o_v2p = self.t_v2p.view.clone()
