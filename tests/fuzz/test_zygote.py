@@ -20,7 +20,8 @@ from fuzz.engine.tiers import TierSpec
 
 @pytest.fixture(autouse=True)
 def forked_children(monkeypatch):
-    """These tests are about the fork server, which is opt-in (``zygote.method``)."""
+    """These tests are about the fork server (the default, ``zygote.method``), whatever the
+    environment that runs them asks for."""
     monkeypatch.setenv(zygote.START_ENV, "forkserver")
 
 

@@ -74,12 +74,11 @@ class StartMethodError(SetupError):
 
 
 def method() -> str:
-    """``forkserver`` or ``spawn``: ``KVFUZZ_START_METHOD`` (read at each child, so it can
-    change between campaigns). Spawn by default until the one unexplained failure of the
-    fork server is explained: in one full test run a campaign's worker came back as
-    ``crash/exit-255`` (255 is what ``popen_forkserver`` answers when the server cannot say
-    a child's exit status), on a fixture whose real verdict is a CUDA-error crash."""
-    asked = os.environ.get(START_ENV, "").strip() or "spawn"
+    """``forkserver`` (the default) or ``spawn``: ``KVFUZZ_START_METHOD`` (read at each child,
+    so it can change between campaigns). The fork server was opt-in for one session because
+    of one lost exit status (``crash/exit-255`` in a full test run); that was two threads
+    polling one child at once (``_Popen.poll``), now fixed and tested."""
+    asked = os.environ.get(START_ENV, "").strip() or "forkserver"
     if asked not in METHODS:
         raise StartMethodError(f"{START_ENV}={asked!r}: choose one of {', '.join(METHODS)}")
     if asked == "forkserver" and not _forkserver_available():
