@@ -106,7 +106,10 @@ def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -
            "original_ops": failures[0].get("original_ops") if failures else None,
            "reproduced": failures[0].get("reproduced") if failures else None,
            "ops": s.get("ops"), "stopped_by": s.get("stopped_by"), "compiles": s.get("compiles"),
-           "compile_s": s.get("compile_s")}
+           "compile_s": s.get("compile_s"), "loads": s.get("loads"), "load_s": s.get("load_s"),
+           # where the seconds went (the summary's, from the campaign's start): the process, the first
+           # worker set up and its first op; the case's rate, minimization, second rate, rewrite
+           "timeline": s.get("timeline"), "confirm_timeline": failures[0].get("confirm_timeline") if failures else None}
     rep = row["reproduced"]
     row["confirmed"] = bool(rep and rep.get("k"))  # a case written at once and never confirmed is not the figure
     if proc.returncode not in (0, 1):

@@ -64,6 +64,7 @@ from .supervise import (
     Executor,
     HarnessFailed,
     SetupFailed,
+    process_age,
 )
 from .tiers import SetupError, TierSpec
 from .verdict import Finding, Signature
@@ -216,6 +217,8 @@ class Campaign:
             self.summary.compile_ahead, self._ahead = compile_ahead(opts, self.spec, self.log_dir, self.env,
                                                                     self.progress)
         self.start = time.monotonic()
+        if (age := process_age()) is not None:  # the interpreter, the command line, compile-ahead
+            self.summary.timeline["process_start"] = -age
         self.deadline = self.start + opts.budget_s
         self.deadline_wall = time.time() + opts.budget_s
         self.queue = CTX.Queue()
@@ -252,6 +255,8 @@ class Campaign:
             for slot in self.slots:
                 self._watch(slot)
             now = time.monotonic()
+            if "first_op" not in self.summary.timeline and self.ops_so_far():
+                self.summary.timeline["first_op"] = now - self.start
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now
@@ -291,6 +296,7 @@ class Campaign:
         slot = self.slots[w]
         if kind == "hello":
             slot.hello = msg[2]
+            self.summary.timeline.setdefault("ready", time.monotonic() - self.start)
             for note in slot.hello.get("notes", ()):
                 if note not in self.summary.notes:
                     self.summary.notes.append(note)
@@ -435,6 +441,8 @@ class Campaign:
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize,
                               rate_deadline=rate_by)
+        steps = self.summary.confirm_timeline.setdefault(case.signature, {})
+        confirmer.mark = lambda step: steps.__setitem__(step, time.monotonic() - self.start)
         def publish(better: Case) -> None:
             with self.lock:
                 self.cases[case.signature] = better
@@ -450,6 +458,7 @@ class Campaign:
         finally:
             executor.close()
         publish(done)
+        confirmer.mark("written")
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
     def ops_so_far(self) -> int:

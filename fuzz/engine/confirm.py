@@ -85,6 +85,7 @@ class Confirmer:
         self.others: dict[str, int] = {}  # signatures replays failed with instead of the case's -> first step
         self.minimize = minimize
         self.wait = time.sleep  # how a retry of a replay that could not run waits (tests pass their own)
+        self.mark = lambda step: None  # told each step as it ends: "rated", "minimized", "rerated"
 
     def _late(self, rating: bool = False) -> bool:
         deadline = self.rate_deadline if rating else self.deadline
@@ -185,16 +186,19 @@ class Confirmer:
                      "note": f"{self._unrun(rate)}: kept as found{self._otherwise()}"}
         k, n = rate.k, rate.n
         case = case.with_fields(reproduced=rate.to_json(), flaky=rate.flaky, **({"history": needs} if needs else {}))
+        self.mark("rated")
         publish(case)
         if k == 0 or not self.minimize or self._late():
             return case
         smaller = self.minimized(case)
+        self.mark("minimized")
         if smaller is case:
             return case
         # A shorter sequence fails less often when the bug is a race per call: rate it again,
         # and keep the longer one if the shorter never fails on its own.
         again = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries,
                           floor=min(3, tries))
+        self.mark("rerated")
         if again.k == 0 or again.k / again.n < k / n / 2:  # a shorter case that fails far less often is a worse case
             return case
         return smaller.with_fields(reproduced=again.to_json(), flaky=again.flaky)

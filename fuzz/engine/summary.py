@@ -40,6 +40,11 @@ class Summary:
     health: list = field(default_factory=list)  # why a run without failures is still not clean
     steady_ops_per_s: float | None = None  # after the workers' warm-up (GPU: no Triton compile in it)
     found_after: dict = field(default_factory=dict)  # signature -> seconds into the run
+    # Where the seconds to a case went (seconds into the run, from the campaign's start): the
+    # first worker set up ("ready": its tier, kernel set and smoke test) and its first op;
+    # per signature, its confirmation's steps ("rated", "minimized", "rerated", "written").
+    timeline: dict = field(default_factory=dict)
+    confirm_timeline: dict = field(default_factory=dict)  # signature -> {step: seconds}
     op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
     notes: list = field(default_factory=list)  # what the workers said of the run (e.g. the boundaries drawn at)
     workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts

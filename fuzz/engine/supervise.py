@@ -150,6 +150,15 @@ class Child:
             pass
 
 
+def process_age(pid: int | str = "self") -> float | None:
+    """Seconds since the process started (``/proc/PID/stat``'s start time), or None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def waited_for_cpu(pid: int | None) -> float:
     """Seconds the process's main thread spent runnable but waiting for a CPU (Linux
     ``/proc/PID/schedstat``, its second field); 0 where the kernel does not say."""

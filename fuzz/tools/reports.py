@@ -66,12 +66,15 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "workers": getattr(summary, "workers", []),
         "interrupted": summary.interrupted,
         "stopped_by": getattr(summary, "stopped_by", "budget"),
+        "timeline": {k: round(v, 3) for k, v in getattr(summary, "timeline", {}).items()},
         "health": summary.health,
         "harness_errors": summary.harness_errors,
         "failures": [{"signature": str(c.signature), "case": str(p), "seed": c.seed,
                       "original_ops": c.lengths.get("original"), "minimized_ops": c.lengths.get("minimized"),
                       "occurrences": summary.occurrences.get(c.signature, 1),
                       "found_after_s": round(summary.found_after.get(c.signature, 0.0), 3),
+                      "confirm_timeline": {k: round(v, 3) for k, v in
+                                           getattr(summary, "confirm_timeline", {}).get(c.signature, {}).items()},
                       "reproduced": c.reproduced, "flaky": bool(c.flaky), "mode": c.mode,
                       "needs_history": bool((c.history or {}).get("sequences")),
                       "history_note": (c.history or {}).get("note"),
@@ -93,9 +96,9 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
 # What a summary measured rather than decided: the only fields that differ between two runs of
 # the same seed, shard and --max-sequences / --max-ops on one worker (``without_timing``).
 TIMING = ("ops_per_s", "steady_ops_per_s", "elapsed_s", "elements_per_s", "compile_s", "load_s", "op_timeout_s",
-          "compile_ahead")
+          "compile_ahead", "timeline")
 TIMING_WORKER = ("last_op_s", "longest_op_s")
-TIMING_FAILURE = ("found_after_s",)
+TIMING_FAILURE = ("found_after_s", "confirm_timeline")
 
 
 def without_timing(data: dict) -> dict:

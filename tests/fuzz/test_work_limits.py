@@ -115,6 +115,12 @@ def test_stop_on_first_returns_once_the_first_case_is_written_and_minimized(tmp_
     assert failure["reproduced"]["k"] >= 1, failure
     written = json.loads((out / next(p.name for p in out.iterdir())).read_text())
     assert written["lengths"]["minimized"] == len(written["ops"]) == failure["minimized_ops"] and written["minimize"]
+    # where its seconds went, in order: the process, the first worker up and its first op, the
+    # finding, its rate, its minimization, the rate of the minimized case, the case rewritten
+    t, steps = data["timeline"], failure["confirm_timeline"]
+    marks = [t["process_start"], 0.0, t["ready"], t["first_op"], failure["found_after_s"], steps["rated"],
+             steps["minimized"], steps["rerated"], steps["written"], data["elapsed_s"]]
+    assert marks == sorted(marks) and t["process_start"] < 0, (t, steps)
 
 
 def test_a_work_limit_the_budget_cut_short_is_not_clean(tmp_path):
