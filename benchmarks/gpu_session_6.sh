@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU session of 2026-12-03 (one H200): each PART fits one device call; logs and JSON to $OUT.
+#   first:   seconds to the first case over the mutant catalogue, cold then warm cache, with the
+#            fork server as the default start method and a torch-free parent (benchmarks/first_case.py;
+#            each row keeps the summary's timeline); the host profile of kvkernels read-heavy
+#            (cProfile of scale_gpu.py, with nvidia-smi utilization beside it)
+#   check:   the fork server's tests and pytest -m "cuda and not slow" under this Triton; small
+#            shapes with 1 and 8 workers
+set -u
+PART=${1:-first}
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign
+util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.txt until killed
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 > "/tmp/util-$1.txt" 2>/dev/null &
+  echo $!
+}
+{
+  step environment
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
+  nproc; git log --oneline -1 2>/dev/null
+  if [ "$PART" = first ]; then
+    step "kvkernels read-heavy under cProfile (scale_gpu, compile-ahead on)"
+    cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
+    smi=$(util readheavy)
+    timeout 150 $PY -m cProfile -o "$OUT/readheavy.prof" benchmarks/scale_gpu.py --only kvkernels/throughput \
+      --compile-ahead on --ahead-sequences 96 --cache-dir "$cache" --seconds 10 --warmup 8 --no-variants \
+      --out "$OUT/scale-kvkernels-throughput.json" 2>&1 | grep -vi warn | tail -3 | cut -c1-700
+    kill "$smi" 2>/dev/null
+    echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-readheavy.txt | cut -c1-600)"
+    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py)"
+    timeout 380 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+      --note "one H200, nothing else running; fork server default, torch-free parent" --out /tmp/fc > "$OUT/first-case-cuda.log" 2>&1
+    echo "exit $?"
+    tail -40 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
+    cp /tmp/fc/first_case.json "$OUT/first-case-cuda.json" 2>/dev/null
+  fi
+  if [ "$PART" = check ]; then
+    step "fork server tests under this Triton"
+    timeout 150 $PY -m pytest -q -p no:cacheprovider -n 4 tests/fuzz/test_zygote.py tests/fuzz/test_lazy_torch.py 2>&1 | tail -3
+    step "pytest -m 'cuda and not slow'"
+    timeout 200 $PY -m pytest -q -p no:cacheprovider -n 8 -m "cuda and not slow" tests 2>&1 | grep -v Warning | tail -8
+    export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
+    timeout 60 $PY -m fuzz run --backend cuda --budget-s 10 --workers 8 --out /tmp/warm --progress-s 1000 > /dev/null 2>&1
+    for w in 1 8; do
+      step "small shapes, $w workers, 15 s"
+      smi=$(util small-$w)
+      timeout 80 $PY -m fuzz run --backend cuda --budget-s 15 --workers $w --out /tmp/small-$w --summary "$OUT/small-$w.json" --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-500
+      kill "$smi" 2>/dev/null
+      echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-small-$w.txt | cut -c1-400)"
+    done
+  fi
+} 2>&1 | tee "$OUT/session-$PART.log"
