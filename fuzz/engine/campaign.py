@@ -226,6 +226,7 @@ class Campaign:
         self.slots = [Slot(w) for w in range(opts.workers)]
         for slot in self.slots:
             self._spawn(slot, 0)
+        self.summary.timeline["workers_started"] = time.monotonic() - self.start  # (a fork server: up by now)
         if opts.backend == "cuda":  # the first confirmation's executor, loaded while the workers fuzz
             self._spare = self._executor(1, self.op_timeout())
             self._spare.prestart()
@@ -296,7 +297,9 @@ class Campaign:
         slot = self.slots[w]
         if kind == "hello":
             slot.hello = msg[2]
-            self.summary.timeline.setdefault("ready", time.monotonic() - self.start)
+            if "ready" not in self.summary.timeline:  # the first worker's, with where its set-up went
+                self.summary.timeline["ready"] = time.monotonic() - self.start
+                self.summary.timeline.update(slot.hello.get("setup_s", {}))
             for note in slot.hello.get("notes", ()):
                 if note not in self.summary.notes:
                     self.summary.notes.append(note)

@@ -160,6 +160,8 @@ class Confirmer:
         smaller case), so a campaign that ends mid-way keeps what was learnt."""
         publish = publish or (lambda c: None)
         tries = self.tries_for(case)
+        if case.fault is not None:  # each replay that reproduces it kills its child: the next one is started ahead
+            self.executor.standby()
         rate = self.rate(case, tries=tries)
         needs = None
         history = history() if callable(history) and rate.k == 0 else history
@@ -190,6 +192,7 @@ class Confirmer:
         publish(case)
         if k == 0 or not self.minimize or self._late():
             return case
+        self.executor.standby()  # the minimized case's rate begins in a fresh process: started now, it is up by then
         smaller = self.minimized(case)
         self.mark("minimized")
         if smaller is case:

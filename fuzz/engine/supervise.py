@@ -222,20 +222,43 @@ class Executor:
         self.closed = False  # for good (shutdown): a job in flight ends with Cancelled
         self.notes: dict = {}  # what the child said besides the verdict (e.g. knobs it dropped)
         self.used = False  # the current child has been sent a job (a child that ran none is fresh)
+        self._standby: tuple | None = None  # (child, conn): a fresh child started ahead of the job that needs one
+        self._keep_standby = False  # once asked (standby()), one is started again whenever one is taken
+
+    def _new_child(self) -> tuple:
+        parent_end, child_end = CTX.Pipe()
+        child = Child("fuzz.engine.worker:executor_main", (self.tier_spec, child_end), log_dir=self.log_dir,
+                      gpu=self.gpu, env=self.env)
+        child_end.close()
+        return child, parent_end
 
     def _start(self) -> None:
-        parent_end, child_end = CTX.Pipe()
-        self.child = Child("fuzz.engine.worker:executor_main", (self.tier_spec, child_end), log_dir=self.log_dir,
-                           gpu=self.gpu, env=self.env)
-        child_end.close()
-        self.conn = parent_end
+        standby, self._standby = self._standby, None
+        if standby is not None and not standby[0].alive():  # it died waiting (its set-up failed): start again
+            _close_child(*standby)
+            standby = None
+        self.child, self.conn = standby or self._new_child()
         self.used = False
+        self._replenish()
 
     def prestart(self) -> None:
         """Start the child now, to wait idle with its kernel set loaded: the first job it gets
         (a campaign's first confirmation) skips the start-up, and still runs in a fresh process."""
         if self.child is None:
             self._start()
+
+    def standby(self) -> None:
+        """From now on, keep a fresh child started beside the current one, for the next job that
+        must run in a fresh process: the first replay of a minimized case's rate, and every
+        replay after a fault (a crash case's replays each kill their child). On a GPU a child's
+        set-up (CUDA context, kernel set, smoke test) takes about a second, which the replays
+        before it then hide; the price is one idle child, closed with the executor."""
+        self._keep_standby = True
+        self._replenish()
+
+    def _replenish(self) -> None:
+        if self._keep_standby and self._standby is None and not self.closed:
+            self._standby = self._new_child()
 
     def run(self, config, ops: list[Op], knobs: dict | None = None, mode: dict | None = None,
             deadline: float | None = None, strict_knobs: bool = True, history: list | None = None,
@@ -264,7 +287,7 @@ class Executor:
         if self.closed:
             raise Cancelled("the executor was closed")
         if fresh and self.used:
-            self.close()
+            self._retire()
         if self.child is None or not self.child.alive():
             self._start()
         self.conn.send(job)
@@ -281,22 +304,22 @@ class Executor:
                         raise Cancelled("the executor was closed while it ran a job") from None
                     return self._fault(child, ops, False)
                 if kind == "setup":
-                    self.close()
+                    self._retire()
                     raise SetupFailed(payload)
                 if kind == "harness":
-                    self.close()
+                    self._retire()
                     raise HarnessFailed(payload)
                 if kind == "poisoned":
-                    self.close()
+                    self._retire()
                     raise _Poisoned(*payload)
                 if kind == "unknown":
                     why, exiting = payload
                     if exiting:  # its device faulted: it is leaving
-                        self.close()
+                        self._retire()
                     raise NotRun(why)
                 verdict, self.notes = payload
                 if self.notes.get("exiting"):  # its device faulted: it is leaving, the next job starts a fresh one
-                    self.close()
+                    self._retire()
                 return None if verdict is None else Finding.of_divergence(verdict)
             if not child.alive():
                 if self.closed:
@@ -305,7 +328,7 @@ class Executor:
             if child.stalled(self.op_timeout):
                 return self._fault(child, ops, True)
             if deadline is not None and time.monotonic() > deadline:
-                self.close()
+                self._retire()
                 raise TimeoutError("the replay outlived its deadline")
 
     def _fault(self, child: Child, ops: list[Op], timed_out: bool) -> Finding:
@@ -314,24 +337,35 @@ class Executor:
             child.kill()
         fault = child.fault(timed_out, self.op_timeout)
         if fault.exitcode == EXIT_HARNESS:
-            self.close()
+            self._retire()
             raise HarnessFailed("\n".join(fault.stderr))
-        self.close()
+        self._retire()
         return Finding.of_fault(fault, ops, step)
 
-    def close(self) -> None:
-        """Stop the current child (the next job starts a fresh one)."""
+    def _retire(self) -> None:
+        """Stop the current child (the next job starts a fresh one: the standby, if started)."""
         child, conn = self.child, self.conn
         self.child = self.conn = None
-        if child is not None:
-            child.close()
-        if conn is not None:
-            conn.close()
+        _close_child(child, conn)
+
+    def close(self) -> None:
+        """Stop the current child and the standby."""
+        self._retire()
+        standby, self._standby = self._standby, None
+        if standby is not None:
+            _close_child(*standby)
 
     def shutdown(self) -> None:
         """Close for good, from another thread too: a job in flight raises Cancelled."""
         self.closed = True
         self.close()
+
+
+def _close_child(child, conn) -> None:
+    if child is not None:
+        child.close()
+    if conn is not None:
+        conn.close()
 
 
 class Cancelled(RuntimeError):

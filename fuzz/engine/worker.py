@@ -62,9 +62,13 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     position ran). ``warm``: on a GPU, run the warm-up sequences first (a restarted worker
     does not)."""
     beat.slots[SEQ] = start_k - 1  # dead before its first sequence: the parent resumes at start_k
+    from .supervise import process_age
+
+    entered, t0 = process_age(), time.monotonic()  # seconds from this process's start to here (its imports)
     tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
     if tier is None:
         return
+    made = time.monotonic()  # the kernel set imported, the device up, the smoke test run
     from .generate import WARMUP_BASE, warmup_seed
     from .health import charged, fault_of
     from .knobs import choose as choose_knobs
@@ -85,6 +89,9 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     if loaded:
         info["notes"] = [*info.get("notes", ()), loaded]
     hello = {"kernels": tier.kernels_name, "skips": sorted(tier.allocator_skips), **info}  # skips: ops its allocator lacks
+    # Where the worker's set-up went (the summary's timeline): its start (a fork, or a fresh
+    # interpreter importing torch) to its entry; the tier (kernel set, device, smoke test); the rest.
+    hello["setup_s"] = {"setup_entry": entered, "setup_tier": made - t0, "setup_rest": time.monotonic() - made}
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
     elements = 0  # result elements diffed against the oracle

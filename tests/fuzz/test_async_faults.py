@@ -75,6 +75,9 @@ class _Replays:
     def __init__(self, answers):
         self.answers, self.calls = list(answers), 0
 
+    def standby(self):  # a fresh child started ahead: nothing to start here
+        pass
+
     def run(self, config, ops, knobs=None, mode=None, **kw):
         self.calls += 1
         answer = self.answers.pop(0) if self.answers else None

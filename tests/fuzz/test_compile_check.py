@@ -234,7 +234,7 @@ def test_a_compiler_that_hangs_or_dies_is_a_verdict(fixture_tier, monkeypatch):
         assert child.request(probe)["ok"]  # and the next request starts another
     finally:
         child.close()
-    monkeypatch.setattr(client, "TIMEOUT_S", 0.0)
+    monkeypatch.setenv("KVFUZZ_COMPILE_TIMEOUT", "0")
     monkeypatch.setitem(client._CHILDREN, client.kernels_ref(fixture_tier), client.CompileChild("x"))
     with pytest.raises(Divergence) as d:
         client.CompileRun(None, fixture_tier).step(free_op("base", target="cuda:80:32"))

@@ -265,6 +265,32 @@ def test_a_prestarted_executor_child_is_fresh_for_its_first_job_and_only_for_it(
         ex.close()
 
 
+def test_a_standby_child_runs_the_next_fresh_job_and_another_is_started_behind_it(tmp_path):
+    """A minimized case's rate, and each replay after a fault, starts in a fresh process: the
+    one started ahead (``Executor.standby``) takes the job, and one more is started for the next."""
+    from fuzz.engine.kinds import parse_ops
+    from fuzz.engine.tiers import TierSpec
+
+    ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
+    config = kvref.PoolConfig(num_pages=8, page_size=2, multiplier=3)
+    ops = parse_ops([{"op": "alloc", "n": 2}])
+    try:
+        assert ex.run(config, ops) is None
+        first = ex.child.proc.pid
+        ex.standby()
+        ahead = ex._standby[0].proc.pid
+        assert ex.run(config, ops) is None and ex.child.proc.pid == first  # not fresh: the same child
+        assert ex.run(config, ops, fresh=True) is None and ex.child.proc.pid == ahead
+        behind = ex._standby[0]
+        assert behind.proc.pid not in (first, ahead) and behind.alive()
+        ex.child.proc.kill()  # as if a replay had segfaulted it: the next job gets the one behind
+        ex.child.proc.join()
+        assert ex.run(config, ops) is None and ex.child.proc.pid == behind.proc.pid
+    finally:
+        ex.close()
+    assert ex._standby is None and not behind.alive()
+
+
 def test_a_cuda_fault_has_one_name_however_it_surfaced():
     from fuzz.engine.runner import crash_field, is_cuda_error
 

@@ -191,6 +191,9 @@ def test_replays_that_fail_as_another_signature_are_named_in_the_case_never_coun
     found.step = 2
 
     class Replays:  # an executor whose fresh replays hang at step 1, in a free
+        def standby(self):
+            pass
+
         def run(self, config, ops, knobs=None, mode=None, **kw):
             f = _finding(other, None)
             f.step = 1

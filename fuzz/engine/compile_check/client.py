@@ -34,7 +34,11 @@ from ..tiers import SetupError
 from ..verdict import Divergence, RunStats
 from .ops import CompileOp
 
-TIMEOUT_S = float(os.environ.get("KVFUZZ_COMPILE_TIMEOUT", "100"))  # under the 120 s a setting-up child gets
+
+def timeout_s() -> float:
+    """``KVFUZZ_COMPILE_TIMEOUT`` (default 100 s, under the 120 s a setting-up child gets), read
+    when used: this module may be imported by a fork server long before the child that uses it."""
+    return float(os.environ.get("KVFUZZ_COMPILE_TIMEOUT", "100"))
 _ROOT = Path(__file__).resolve().parents[3]  # the folder holding the fuzz package
 
 
@@ -85,8 +89,8 @@ class CompileChild:
 
     def request(self, payload: dict, timeout: float | None = None) -> dict:
         """The child's answer to ``payload``; ``Died`` when it dies or outlives ``timeout``
-        (default ``TIMEOUT_S``), after which the next request starts a fresh child."""
-        timeout = TIMEOUT_S if timeout is None else timeout
+        (default ``timeout_s()``), after which the next request starts a fresh child."""
+        timeout = timeout_s() if timeout is None else timeout
         if not self.alive():
             self.close()
             self.start()
