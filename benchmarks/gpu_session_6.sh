@@ -4,6 +4,8 @@
 #            fork server as the default start method and a torch-free parent (benchmarks/first_case.py;
 #            each row keeps the summary's timeline); the host profile of kvkernels read-heavy
 #            (cProfile of scale_gpu.py, with nvidia-smi utilization beside it)
+#   again:   the first-case catalogue again (after the standby executor and the engine preload),
+#            then the fork server's and the CUDA tests
 #   check:   the fork server's tests and pytest -m "cuda and not slow" under this Triton; small
 #            shapes with 1 and 8 workers
 set -u
@@ -18,6 +20,19 @@ util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.tx
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
   nproc; git log --oneline -1 2>/dev/null
+  if [ "$PART" = again ]; then
+    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py)"
+    timeout 330 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+      --note "one H200, nothing else running; fork server default, torch-free parent, standby executor, engine preloaded" \
+      --out /tmp/fc > "$OUT/first-case-cuda-2.log" 2>&1
+    echo "exit $?"
+    tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda-2.log"
+    cp /tmp/fc/first_case.json "$OUT/first-case-cuda-2.json" 2>/dev/null
+    step "fork server tests under this Triton"
+    timeout 100 $PY -m pytest -q -p no:cacheprovider -n 4 tests/fuzz/test_zygote.py tests/fuzz/test_lazy_torch.py 2>&1 | tail -3
+    step "pytest -m 'cuda and not slow'"
+    timeout 150 $PY -m pytest -q -p no:cacheprovider -n 8 -m "cuda and not slow" tests 2>&1 | grep -v Warning | tail -8
+  fi
   if [ "$PART" = first ]; then
     step "kvkernels read-heavy under cProfile (scale_gpu, compile-ahead on)"
     cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
