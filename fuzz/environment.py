@@ -38,40 +38,34 @@ def environment() -> dict:
 
     Imports neither torch nor Triton: a campaign's parent writes case files and its summary,
     and importing torch there would cost it 2-3 CPU s (``engine/lazy.py``) and, to name the
-    GPU, a CUDA context of its own on a GPU its workers share. The versions come from the
-    installed packages' metadata, torch's CUDA from its ``version.py``, the GPU from torch
-    where this process has already initialized CUDA, else from ``nvidia-smi``."""
+    GPU, a CUDA context of its own on a GPU its workers share. The versions are read from the
+    packages' own files (``torch/version.py``, ``triton/__init__.py``: what ``__version__``
+    would say, whichever distribution installed them), the GPU from torch where this process
+    has already initialized CUDA, else from ``nvidia-smi``."""
     env = {"kvfuzz": kvfuzz_version(), "python": platform.python_version(), "platform": platform.platform(),
            "machine": platform.machine(), "cpu_count": os.cpu_count(), "git_sha": git_sha()}
-    env.update(torch=_installed("torch"), cuda=_torch_cuda(), gpu=_gpu_name(), triton=_installed("triton"))
+    env.update(torch=_declared("torch", "version.py", "__version__"), cuda=_declared("torch", "version.py", "cuda"),
+               gpu=_gpu_name(), triton=_declared("triton", "__init__.py", "__version__"))
     return env
 
 
-def _installed(dist: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _torch_cuda() -> str | None:
-    """``torch.version.cuda``, read from torch's ``version.py`` without importing torch."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        return torch.version.cuda
+def _declared(package: str, filename: str, name: str) -> str | None:
+    """``package.name`` as the package's ``filename`` assigns it (a literal), without importing
+    the package; from the module itself where this process has imported it already."""
+    module = sys.modules.get(package if filename == "__init__.py" else f"{package}.{filename[:-3]}")
+    if module is not None and hasattr(module, name):
+        return getattr(module, name)
     import ast
     from importlib.util import find_spec
 
     try:
-        spec = find_spec("torch")
-        source = Path(spec.submodule_search_locations[0], "version.py").read_text()
-    except (ImportError, AttributeError, TypeError, IndexError, OSError):
+        spec = find_spec(package)
+        source = Path(spec.submodule_search_locations[0], filename).read_text()
+    except (ImportError, AttributeError, TypeError, IndexError, OSError, ValueError):
         return None
     for node in ast.parse(source).body:
         target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
-        if isinstance(target, ast.Name) and target.id == "cuda" and node.value is not None:
+        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
             try:
                 return ast.literal_eval(node.value)
             except ValueError:

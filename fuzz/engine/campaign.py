@@ -227,9 +227,10 @@ class Campaign:
         for slot in self.slots:
             self._spawn(slot, 0)
         self.summary.timeline["workers_started"] = time.monotonic() - self.start  # (a fork server: up by now)
-        if opts.backend == "cuda":  # the first confirmation's executor, loaded while the workers fuzz
-            self._spare = self._executor(1, self.op_timeout())
+        if opts.backend == "cuda":  # the first confirmation's executor, loaded while the workers fuzz, with the
+            self._spare = self._executor(1, self.op_timeout())  # fresh child its minimized case's rate starts in
             self._spare.prestart()
+            self._spare.standby()
         previous = self._install_signals()
         try:
             self._loop()
