@@ -229,8 +229,7 @@ class Campaign:
         self.summary.timeline["workers_started"] = time.monotonic() - self.start  # (a fork server: up by now)
         if opts.backend == "cuda":  # the first confirmation's executor, loaded while the workers fuzz, with the
             self._spare = self._executor(1, self.op_timeout())  # fresh child its minimized case's rate starts in
-            self._spare.prestart()
-            self._spare.standby()
+            self._spare.prestart(), self._spare.standby()
         previous = self._install_signals()
         try:
             self._loop()
@@ -257,8 +256,8 @@ class Campaign:
             for slot in self.slots:
                 self._watch(slot)
             now = time.monotonic()
-            if "first_op" not in self.summary.timeline and self.ops_so_far():
-                self.summary.timeline["first_op"] = now - self.start
+            if self.ops_so_far():  # (or a finding, _record: seen first in the same poll)
+                self.summary.timeline.setdefault("first_op", now - self.start)
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now
@@ -298,9 +297,7 @@ class Campaign:
         slot = self.slots[w]
         if kind == "hello":
             slot.hello = msg[2]
-            if "ready" not in self.summary.timeline:  # the first worker's, with where its set-up went
-                self.summary.timeline["ready"] = time.monotonic() - self.start
-                self.summary.timeline.update(slot.hello.get("setup_s", {}))
+            self.summary.worker_ready(time.monotonic() - self.start, slot.hello)
             for note in slot.hello.get("notes", ()):
                 if note not in self.summary.notes:
                     self.summary.notes.append(note)
@@ -412,6 +409,7 @@ class Campaign:
             self.cases[sig] = case
             self.paths[sig] = write_case(case, Path(self.opts.out), keep_shorter=True)
             self.summary.found_after[sig] = time.monotonic() - self.start
+            self.summary.timeline.setdefault("first_op", self.summary.found_after[sig])
         message = next(iter((finding.divergence.get("message") or "").splitlines()), "")  # a CUDA error runs on
         print(f"FAIL {sig}: {message} (seed {seed}, {len(ops)} ops) "
               f"-> {self.paths[sig]}", file=self.out, flush=True)
@@ -445,8 +443,7 @@ class Campaign:
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize,
                               rate_deadline=rate_by)
-        steps = self.summary.confirm_timeline.setdefault(case.signature, {})
-        confirmer.mark = lambda step: steps.__setitem__(step, time.monotonic() - self.start)
+        confirmer.mark = self.summary.marker(case.signature, self.start)
         def publish(better: Case) -> None:
             with self.lock:
                 self.cases[case.signature] = better

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 FAR_KIND = "p_read_table_far"  # the op that needs gigabytes of device memory, and may not get them
@@ -48,6 +49,17 @@ class Summary:
     op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
     notes: list = field(default_factory=list)  # what the workers said of the run (e.g. the boundaries drawn at)
     workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts
+
+    def worker_ready(self, at: float, hello: dict) -> None:
+        """A worker said hello ``at`` seconds into the run: the first one's, with where its set-up went."""
+        if "ready" not in self.timeline:
+            self.timeline["ready"] = at
+            self.timeline.update(hello.get("setup_s", {}))
+
+    def marker(self, signature, start: float):
+        """A confirmation's ``mark``: the end of each of its steps, in seconds since ``start``."""
+        steps = self.confirm_timeline.setdefault(signature, {})
+        return lambda step: steps.__setitem__(step, time.monotonic() - start)
 
     @property
     def ops_per_s(self) -> float:

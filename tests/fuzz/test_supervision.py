@@ -119,10 +119,11 @@ def test_progress_and_fail_lines_reach_a_ci_log_before_the_end(tmp_path):
     """stderr is a pipe here, as in CI: plain progress lines every --progress-s, and the
     FAIL line on stdout when the failure is found, not at the end."""
     proc = subprocess.Popen([sys.executable, "-m", "fuzz", "run", "--kernels", str(FAKES / "past_prefix.py"),
-                             "--max-sequences", "4", "--out", str(tmp_path / "cases"), "--progress-s", "1"],
+                             "--max-sequences", "200", "--out", str(tmp_path / "cases"), "--progress-s", "1"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
     # (bounded by work: a 12 s budget ended before a worker was up on a loaded runner, exit 2; seed 0
-    # fails in sequence 0, and the other three sequences and the case's minimizing follow it)
+    # fails in sequence 0, and 199 more sequences (about 5 s on an idle core; 4 took less than a
+    # second once children were forked, too short for a line a second) follow it)
     seen: dict[str, float] = {}
 
     def read(stream, key, needle):
