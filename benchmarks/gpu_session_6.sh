@@ -6,6 +6,8 @@
 #            (cProfile of scale_gpu.py, with nvidia-smi utilization beside it)
 #   again:   the first-case catalogue again (after the standby executor and the engine preload),
 #            then the fork server's and the CUDA tests
+#   final:   the first-case catalogue with the campaign's standby child (cold, warm), and the
+#            torch-free parent's and the fork server's tests under this Triton
 #   check:   the fork server's tests and pytest -m "cuda and not slow" under this Triton; small
 #            shapes with 1 and 8 workers
 set -u
@@ -32,6 +34,18 @@ util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.tx
     timeout 100 $PY -m pytest -q -p no:cacheprovider -n 4 tests/fuzz/test_zygote.py tests/fuzz/test_lazy_torch.py 2>&1 | tail -3
     step "pytest -m 'cuda and not slow'"
     timeout 150 $PY -m pytest -q -p no:cacheprovider -n 8 -m "cuda and not slow" tests 2>&1 | grep -v Warning | tail -8
+  fi
+  if [ "$PART" = final ]; then
+    step "torch-free parent and fork server tests under this Triton"
+    timeout 100 $PY -m pytest -q -p no:cacheprovider -n 4 -rf tests/fuzz/test_lazy_torch.py tests/fuzz/test_zygote.py \
+      tests/fuzz/test_supervision.py -k "lazy or zygote or standby or prestarted" 2>&1 | grep -E "passed|failed|FAILED|Error" | head -8
+    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py)"
+    timeout 420 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+      --note "one H200, nothing else running; fork server default, torch-free parent, standby children" \
+      --out /tmp/fc > "$OUT/first-case-cuda-3.log" 2>&1
+    echo "exit $?"
+    tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda-3.log"
+    cp /tmp/fc/first_case.json "$OUT/first-case-cuda-3.json" 2>/dev/null; cp /tmp/fc/first_case.md "$OUT/first-case-cuda-3.md" 2>/dev/null
   fi
   if [ "$PART" = first ]; then
     step "kvkernels read-heavy under cProfile (scale_gpu, compile-ahead on)"
