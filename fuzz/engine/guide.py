@@ -32,7 +32,7 @@ from .streams import ChoiceRandom, data_flow, mutate, params_of
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "merge", "mutate", "params_of", "track_for"]
-FORMAT = "kvfuzz-corpus/2"  # /2: one draw per integer, with its range (streams.ChoiceRandom); /1 streams decode otherwise
+FORMAT = "kvfuzz-corpus/3"  # /3: replayed op-aligned at the marks; /2: read sequentially; /1: integers not one draw
 SEED_ENTRIES = 8  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
@@ -173,10 +173,11 @@ class GuidedTrack(SmallTrack):
                     "how": ["fresh"]}
         else:
             entry, why = corpus.pick(rng)
-            stream, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
+            stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
                                         focus=(entry.get("where") or {}).get(why), shadow=self._shadow(tier, seed, entry),
                                         rare_knobs=self.rare_knobs(tier.kernels, rng))
-            plan = {"stream": stream, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed), "how": how}
+            plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
+                    "how": how}
         self._plans = {seed: plan}
         return plan
 
@@ -212,12 +213,12 @@ class GuidedTrack(SmallTrack):
         will draw it (its fresh draws included), so a mutation can check what it made."""
         has, skips = super().worker_info(tier)["has"], sorted(getattr(tier, "allocator_skips", ()))
 
-        def run(stream):
-            config, scenario, rng = params_of(stream, seed)
+        def run(stream, marks_in):
+            config, scenario, rng = params_of(stream, seed, marks_in)
             marks: list[int] = []
             _, _, ops = regenerate(seed, entry.get("ops", 0), has=has, skips=skips, hostile=entry.get("hostile", "spec"),
                                    params=(config, scenario, rng), r2t_dtype=entry.get("r2t"),
-                                   on_op=lambda: marks.append(rng.pos))
+                                   on_op=lambda: _begin(rng, marks))
             return ops, config, {"stream": rng.log, "ranges": rng.ranges, "marks": marks}
         return run
 
@@ -228,11 +229,11 @@ class GuidedTrack(SmallTrack):
         plan = self.plan(tier, seed)
         seq_dir = self.root / ".seq"
         seq_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(seq_dir / f"{seed}.json", {"stream": plan["stream"], "r2t": plan["r2t"]})
+        _write_json(seq_dir / f"{seed}.json", {"stream": plan["stream"], "marks": plan.get("marks"), "r2t": plan["r2t"]})
         old = seq_dir / f"{self._kept_seeds_pop(seed)}.json"
         if old.name != f"{seed}.json":
             old.unlink(missing_ok=True)
-        params = params_of(plan["stream"], seed)
+        params = params_of(plan["stream"], seed, plan.get("marks"))
         rng, marks = params[2], []
         code = None
         if self.sequences % CODE_EVERY == 0:
@@ -244,7 +245,7 @@ class GuidedTrack(SmallTrack):
         t0 = time.perf_counter()
         with (col := Collector(code)):
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
-                                       params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, rng.pos), **kw)
+                                       params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)), **kw)
         col.add_run(seq.run)
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:
@@ -270,8 +271,17 @@ class GuidedTrack(SmallTrack):
         if not path.is_file():
             return super().regenerate(seed, n_ops, info, hostile=hostile)
         saved = json.loads(path.read_text())
+        params = params_of(saved["stream"], seed, saved.get("marks"))
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
-                          params=params_of(saved["stream"], seed), r2t_dtype=saved["r2t"])
+                          params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op)
+
+
+def _begin(rng: ChoiceRandom, marks: list | None = None) -> int:
+    """An op begins: the stream moves to its segment (op-aligned replay); where its draws begin."""
+    rng.begin_op()
+    if marks is not None:
+        marks.append(rng.pos)
+    return rng.pos
 
 
 _TRACKS: dict[str, GuidedTrack] = {}

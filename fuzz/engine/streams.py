@@ -6,7 +6,9 @@ begin. The generator still reads the spec to build every op, so a mutated stream
 valid sequence (contract violations only at the generator's own rate), and mutations at op
 marks are op-level edits: **delete** an op's draws, **insert** fresh ones, **splice** two
 entries at op marks, **swap** an op's kind (its second draw is the kind's), **nudge** one
-draw a small step, re-draw a **knob** or a **config** draw. Draws past the stream's end are
+draw a small step, re-draw a **knob** or a **config** draw. The stream is replayed
+**op-aligned** (each op reads its own segment, its surplus fresh: ``ChoiceRandom``), so an
+edit to one op leaves the later ops' draws where they were. Draws past the stream's end are
 fresh, so every sequence runs its full length.
 
 Every integer is one draw (``ChoiceRandom._randbelow``: ``floor(u * n)``, no rejection loop)
@@ -39,20 +41,43 @@ RESIZE_TRIES = 4  # shadow runs per resize: a branch taken, its range read back,
 
 
 class ChoiceRandom(random.Random):
-    """``random.Random`` reading its draws from ``given`` (floats in [0, 1)), then from a fresh
-    ``Random(fresh_seed)``; ``log`` is every draw made, ``ranges`` each draw's integer range
-    (0 for a float), ``pos`` how many."""
+    """``random.Random`` reading its draws from ``given`` (floats in [0, 1)), **op-aligned**:
+    ``marks`` cut ``given`` into the config's draws and one segment per op (``segments``), and
+    ``begin_op()`` (called before each op is drawn) moves to the next op's segment, whatever
+    the op before consumed. An op that draws more than its segment holds gets its surplus from
+    a fresh ``Random`` of its own (keyed by ``fresh_seed`` and the op's index), one that draws
+    fewer leaves the rest unread. So an edit to one op's draws (a resize lengthens an alloc, a
+    later free then permutes more pages) leaves every later op reading the draws it read
+    before; read sequentially, a resize shifted them all (benchmarks/results/guided-vs-blind-
+    2026-12-02.md: 11 of 18 resizes kept the read table on the resized row). Without marks,
+    all of ``given`` is the config's and every op draws fresh (a fresh sequence). ``log`` is
+    every draw made, ``ranges`` each draw's integer range (0 for a float), ``pos`` how many."""
 
-    def __init__(self, given=(), fresh_seed: int | str = 0):
+    def __init__(self, given=(), fresh_seed: int | str = 0, marks=None):
         self.given, self.pos, self.log, self.ranges = list(given), 0, [], []
+        self._cuts = [*(marks or ()), len(self.given)]
+        self._seed, self.op = fresh_seed, -1
+        self._at, self._end = 0, self._cuts[0]
         self._fresh = random.Random(fresh_seed)
         super().__init__(0)
 
     def seed(self, *args, **kwargs):  # the stream is the state: nothing to seed
         pass
 
+    def begin_op(self) -> None:
+        """The next op's draws begin: its own segment of ``given``, then its own fresh draws."""
+        self.op += 1
+        k = self.op
+        self._at = self._cuts[k] if k < len(self._cuts) - 1 else len(self.given)
+        self._end = self._cuts[k + 1] if k < len(self._cuts) - 1 else len(self.given)
+        self._fresh = random.Random(f"{self._seed}:op{k}")
+
     def random(self) -> float:
-        u = self.given[self.pos] if self.pos < len(self.given) else self._fresh.random()
+        if self._at < self._end:
+            u = self.given[self._at]
+            self._at += 1
+        else:
+            u = self._fresh.random()
         self.pos += 1
         self.log.append(u)
         self.ranges.append(0)
@@ -73,9 +98,11 @@ class ChoiceRandom(random.Random):
         return sum(self.getrandbits(min(53, k - i)) << i for i in range(0, k, 53))
 
 
-def params_of(stream, fresh_seed: int):
-    """(config, scenario, rng) of a stream, as ``generate.sequence_params`` draws them from a seed."""
-    rng = ChoiceRandom(stream, fresh_seed)
+def params_of(stream, fresh_seed: int, marks=None):
+    """(config, scenario, rng) of a stream cut at ``marks`` (None: ops all fresh), as
+    ``generate.sequence_params`` draws them from a seed; the caller's ``on_op`` calls
+    ``rng.begin_op()``."""
+    rng = ChoiceRandom(stream, fresh_seed, marks)
     config = random_config(rng)
     return config, rng.choice(sorted(SCENARIOS)), rng
 
@@ -109,6 +136,15 @@ def segments(entry: dict) -> list[list[list]]:
 
 def flat(segs) -> list[float]:
     return [d[0] for s in segs for d in s]
+
+
+def marks_of(segs) -> list[int]:
+    """Where each op's segment begins in ``flat(segs)`` (the marks ``segments`` cut at)."""
+    out, at = [], 0
+    for seg in segs[:-1]:
+        at += len(seg)
+        out.append(at)
+    return out
 
 
 def _set(draw: list, value: int) -> None:
@@ -147,7 +183,7 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
     set to ``boundary_target`` pages, or None where it cannot be. The alloc's size is its
     widest integer draw; a size outside that draw's range needs another branch of the op's
     chances (``alloc_op``'s "usually what fits"), so the floats before it are re-drawn and the
-    shadow run says the new range. ``shadow(stream)``: (ops, config, the stream as drawn)."""
+    shadow run says the new range. ``shadow(stream, marks)``: (ops, config, the stream as drawn)."""
     pages = {int(k): v for k, v in (entry.get("pages") or {}).items()}
     fed = (entry.get("feeds") or {}).get(str(focus)) if focus is not None else None
     if not pages or shadow is None:
@@ -171,7 +207,7 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
                     seg[j][0] = rng.random()
         if 0 <= want < seg[i][1]:
             _set(seg[i], want)
-        ops, config, drawn = shadow(flat(segs))
+        ops, config, drawn = shadow(flat(segs), marks_of(segs))
         segs = segments(drawn)
         if a >= len(ops) or not isinstance(ops[a], Alloc):
             return None
@@ -182,8 +218,8 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
 
 
 def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | None = None,
-           shadow=None, rare_knobs: dict | None = None) -> tuple[list[float], dict | None, list[str]]:
-    """(stream, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
+           shadow=None, rare_knobs: dict | None = None) -> tuple[list[float], list[int], dict | None, list[str]]:
+    """(stream, its op marks, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
     that first reached the feature the entry was picked for (its ``where``): most edits then
     land on that op or the few before it, since an edit anywhere in a 200-op stream rarely
     touches it; ``repeat`` inserts nudged copies of it right after it, each another try at a
@@ -242,4 +278,4 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
         else:
             continue
         done.append(kind)
-    return flat(segs), knobs, done
+    return flat(segs), marks_of(segs), knobs, done

@@ -197,11 +197,29 @@ def test_an_integer_is_one_draw_with_its_range_so_a_nudge_moves_it_by_units():
     assert moved in (-3, -2, -1, 1, 2, 3), seg
 
 
+def test_each_op_reads_its_own_segment_so_an_edit_leaves_later_ops_draws_in_place():
+    """Config draw 0.1, op 0 given [0.2, 0.3], op 1 given [0.4]: op 0 drawing three (its surplus
+    fresh) or one (the rest unread) leaves op 1 reading 0.4; past the marks, ops draw fresh,
+    each from its own key (the same draws whatever the ops before consumed)."""
+    def run(op0_draws):
+        rng = streams.ChoiceRandom([0.1, 0.2, 0.3, 0.4], fresh_seed=7, marks=[1, 3])
+        out = [rng.random()]
+        for n in (op0_draws, 1, 2):
+            rng.begin_op()
+            out.append([rng.random() for _ in range(n)])
+        return out, rng
+    (cfg, op0, op1, op2), rng = run(3)
+    assert cfg == 0.1 and op0[:2] == [0.2, 0.3] and op1 == [0.4] and rng.pos == 7
+    (_, short0, short1, short2), _ = run(1)
+    assert short0 == [0.2] and short1 == [0.4] and short2 == op2 and op0[2] not in op2
+
+
 def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_path):
     """data_flow names the allocs whose tokens a table op's rows hold; resize sets one of them
     to a block-boundary size (checked on the shadow run), and the same read table, rebuilt from
-    the mutated stream, reads a row of that alloc's new length (often: a resized alloc can also
-    shift the draws of the ops after it, a later free's permutation of its pages)."""
+    the mutated stream, reads a row of that alloc's new length: nearly always, since each op
+    replays its own segment of the stream (read sequentially, a later free's permutation of
+    the resized alloc's pages shifted every later draw: 19 of these 40 resizes kept the row)."""
     tier = make_tier("torch")
     track = guide.GuidedTrack(tmp_path)
     for seed in range(12):
@@ -210,9 +228,9 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
     fed = [(e, int(t)) for e in track.corpus.entries for t, v in e["feeds"].items() if v]
     assert fed, "no kept entry has a read table fed by an alloc"
     tried = changed = 0
-    for n, (entry, table) in enumerate(fed[:6]):
+    for n, (entry, table) in enumerate(fed[:12]):
         shadow = track._shadow(tier, 10**6 + n, entry)
-        ops, config, _ = shadow(entry["stream"])
+        ops, config, _ = shadow(entry["stream"], entry["marks"])
         before = streams.data_flow(config, ops)
         assert type(ops[table]).__name__ in ("ReadTable", "ReadTablePacked")
         assert before["feeds"][str(table)] == entry["feeds"][str(table)]
@@ -221,14 +239,14 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
             if segs is None:
                 continue
             tried += 1
-            new_ops, new_config, _ = shadow(streams.flat(segs))
+            new_ops, new_config, _ = shadow(streams.flat(segs), streams.marks_of(segs))
             flow = streams.data_flow(new_config, new_ops)
             resized = [a for a, p in flow["pages"].items() if p != before["pages"].get(a)]
             assert resized, "resize reported a change the shadow run does not show"
             rows = {len(r) for r in getattr(new_ops[table], "rows", ())}
             changed += any(flow["pages"][a] * new_config.page_size in rows and int(a) in flow["feeds"].get(str(table), ())
                            for a in resized)
-    assert tried >= 6 and changed >= 2, (tried, changed)
+    assert tried >= 24 and changed >= 0.9 * tried, (tried, changed)  # op-aligned: 40 of 40
 
 
 def test_a_stepping_stone_is_emitted_two_trips_in_and_nearer_is_another_feature():
