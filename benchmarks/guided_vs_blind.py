@@ -49,7 +49,8 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
                 cpu += time.process_time() - t0
                 ops += len(seq.ops)
                 if name == "blind":  # its features, off the clock: the same sequence again, collected
-                    col = features.Collector(code if seed % guide.CODE_EVERY == 0 else None)
+                    traced, code.trace_kernels = guide.code_schedule(seed)  # guided's schedule, kernels too
+                    col = features.Collector(code if traced else None)
                     with col:
                         again = blind.run_sequence(tier, seed, ops_per_seq)
                     col.add_run(again.run)
@@ -66,9 +67,8 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
 def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
     """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
     and under the guided track's collection schedule (value features on every launch, code
-    coverage one sequence in ``guide.CODE_EVERY``, the interpreted kernel bodies traced one in
-    ``guide.KERNEL_CODE_EVERY``), alternating, CPU seconds; what a guided run pays on top of
-    the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
+    coverage and the interpreted kernel bodies as ``guide.code_schedule`` says), alternating,
+    CPU seconds; what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
@@ -86,8 +86,8 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
                 if mode == "bare":
                     seq = track.run_sequence(tier, seed, ops_per_seq)
                 else:
-                    code.trace_kernels = seed % guide.KERNEL_CODE_EVERY == 0
-                    col = features.Collector(code if seed % guide.CODE_EVERY == 0 else None)
+                    traced, code.trace_kernels = guide.code_schedule(seed)
+                    col = features.Collector(code if traced else None)
                     with col:
                         seq = track.run_sequence(tier, seed, ops_per_seq)
                     col.add_run(seq.run)

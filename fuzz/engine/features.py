@@ -18,7 +18,10 @@ Two sources, both collected per sequence (``Collector``):
   and the **stepping stones** to the next bucket (``progress``, libFuzzer's value profile:
   a comparison's distance as a feature): how many pages short of one more trip a program
   is (1, 2, 3-4, 5-8, ...) and its row's length in half strides, so a row one page short of
-  a third trip is kept before the third trip is reached, and its mutations try from there.
+  a third trip is kept before the third trip is reached, and its mutations try from there;
+  only **within reach** (at most one block and ``REACH`` pages short): a row hundreds of
+  pages short of a 512-page block's second trip is no stone, and such buckets flooded the
+  progress domain (benchmarks/results/guided-vs-blind-2026-12-02.md).
   Trips are computed from the sizes the launch was given (``seq_lens``, ``max_pages`` /
   ``max_tokens``, ``col_stride``), the way the kernel's while loop counts them, so they are
   the same on every tier; ``seq_lens`` is read only where it lives on the CPU (reading a
@@ -48,6 +51,7 @@ TRIP_BUCKETS = ("0", "1", "2", "3+")  # what the report expects every read-table
 MASKS = ("full", "partial", "empty")
 INT32 = 1 << 31
 SIZES = ("N", "n", "n_elements", "max_pages", "max_tokens")  # int arguments a block's mask is measured against
+REACH = 16  # a stepping stone counts only this many pages (and one block) short of one more trip
 
 
 def feature_id(name: str) -> int:
@@ -153,8 +157,8 @@ def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out
                 last = start + (trips - 1) * step if trips else None
                 edge = "none" if last is None else "partial" if last + block > n else "full"
                 out.add(f"trips|{kernel}|{trip_bucket(trips)}|{edge}")
-                if trips < 8:  # the stepping stones: how far from one more trip
-                    short = start + trips * step + 1 - n
+                short = start + trips * step + 1 - n  # pages short of one more trip
+                if trips < 8 and short <= min(block, REACH):  # a stepping stone, only within reach
                     out.add(f"progress|{kernel}|trips {trips}|short {log_bucket(short)}")
                     out.add(f"progress|{kernel}|row {min(2 * n // step, 16)}/2 strides|{edge}")
 

@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .features import CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
+from .features import DOMAINS, CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
 from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .streams import ChoiceRandom, data_flow, mutate, params_of
@@ -39,6 +39,8 @@ CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
+DOMAIN_WEIGHT = {"trips": 2.0, "progress": 2.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
+YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -56,7 +58,6 @@ class Corpus:
         self.entries: list[dict] = []
         self.counts: Counter = Counter()
         self._files: set[str] = set()
-        self._median: float | None = None  # the entries' median cost per op (``energy``), None: to compute
         self.reload()
 
     @property
@@ -82,60 +83,80 @@ class Corpus:
 
     def _index(self, entry: dict) -> None:
         entry["ids"] = {feature_id(n) for n in entry["features"]}
+        entry.setdefault("yielded", entry.get("new", len(entry["ids"])))
+        entry.setdefault("picks", 0)
         self.entries.append(entry)
         self.counts.update(entry["ids"])
-        self._median = None
 
     def novel(self, names) -> bool:
         """Whether features ``names`` hold one no entry has (what ``add`` keeps)."""
         return any(feature_id(n) not in self.counts for n in names)
 
-    def add(self, entry: dict) -> bool:
+    def add(self, entry: dict, parent: dict | None = None) -> bool:
         """Keep ``entry`` (stream, marks, knobs, r2t, features as names, ops, cost_s) if it reached
-        a feature no entry has; written at once."""
-        if not self.novel(entry["features"]):
+        a feature no entry has; written at once, with ``new``, how many. ``parent``: the entry it
+        was mutated from, credited with them (``energy``)."""
+        new = sum(feature_id(n) not in self.counts for n in set(entry["features"]))
+        if not new:
             return False
-        body = {k: v for k, v in entry.items() if k != "ids"}
-        body["format"] = FORMAT
+        body = {k: v for k, v in entry.items() if k not in ("ids", "yielded", "picks")}
+        body["format"], body["new"] = FORMAT, new
         name = hashlib.sha1(json.dumps(body["stream"]).encode()).hexdigest()[:16] + ".json"
         _write_json(self.root / name, body)
         self._files.add(name)
         self._index(body)
+        if parent is not None:
+            parent["yielded"] = parent.get("yielded", 0) + new
         return True
 
     def pick(self, rng: random.Random) -> tuple[dict, str | None]:
         """(an entry, the feature it was picked for), by rarity, domain first as Centipede
         partitions them: a domain weighted by its rarest feature's 1/count (so a few hundred
         code arcs do not drown a dozen trip buckets, and a domain every entry saturates, op
-        kinds, is seldom picked), a feature in it by 1/count² (the rarest first), then one of the
-        entries holding it by its energy (``energy``)."""
+        kinds, is seldom picked), times ``DOMAIN_WEIGHT`` (the read tables' trips and their
+        stepping stones: the combinations blind draws seldom); a feature in it by 1/count²
+        (the rarest first), then one of the entries holding it by its energy (``energy``)."""
         by_domain: dict[int, list[int]] = {}
         for f in self.counts:
             by_domain.setdefault(f >> 40, []).append(f)
         domains = sorted(by_domain)
-        feats = by_domain[rng.choices(domains, [max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains])[0]]
+        weights = [DOMAIN_WEIGHT.get(DOMAINS[d], 1.0) * max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains]
+        feats = by_domain[rng.choices(domains, weights)[0]]
         fid = rng.choices(feats, [1.0 / self.counts[f] ** 2 for f in feats])[0]
         holders = [e for e in self.entries if fid in e["ids"]]
-        entry = rng.choices(holders, [self.energy(e) for e in holders])[0] if len(holders) > 1 else holders[0]
+        if len(holders) > 1:
+            mid = self.median_yield()
+            entry = rng.choices(holders, [self.energy(e, mid) for e in holders])[0]
+        else:
+            entry = holders[0]
+        entry["picks"] = entry.get("picks", 0) + 1
         return entry, next((n for n in entry["features"] if feature_id(n) == fid), None)
 
+    def median_yield(self) -> float:
+        ys = sorted(_yield(e) for e in self.entries)
+        return ys[len(ys) // 2] if ys else 0.0
 
-    def energy(self, entry: dict) -> float:
+    def energy(self, entry: dict, median: float | None = None) -> float:
         """AFL++'s "rare" schedule: the sum of 1/count over the entry's value features (an entry
-        holding several rare ones is worth more tries), times a cost factor that only ever
-        halves: cost per op over twice the corpus's median lowers it, below never raises it.
-        1/cost alone drifted the corpus to cheap sequences, large blocks and one trip, which
+        holding several rare ones is worth more tries), times its **yield** against the corpus's
+        median, bounded to [1/4, 2] (at least 1 until it is first picked): the new features it and
+        the mutants kept from it found per CPU second spent on it (its own run and one per pick,
+        each costed as its own run). So an entry that keeps paying is
+        tried more, and one picked often for nothing fades, whatever its cost; a cost factor
+        alone (1/cost) drifted the corpus to cheap sequences, large blocks and one trip, which
         starved the rows that reach three trips (benchmarks/results/guided-vs-blind-2026-12-01.md)."""
         rare = sum(1.0 / self.counts[f] for f in entry["ids"] if f >> 40)  # domain 0 is code: hundreds of arcs
-        if self._median is None:
-            costs = sorted(_cost(e) for e in self.entries)
-            self._median = costs[len(costs) // 2] if costs else 0.0
-        cost = _cost(entry)
-        return max(rare, 1e-3) * (0.5 if self._median and cost > 2 * self._median else 1.0)
+        median = self.median_yield() if median is None else median
+        ratio = _yield(entry) / median if median > 0 else 1.0
+        if not entry.get("picks"):  # untried: no less than the median (AFL++ favours new entries)
+            ratio = max(ratio, 1.0)
+        return max(rare, 1e-3) * min(max(ratio, YIELD_BOUNDS[0]), YIELD_BOUNDS[1])
 
 
-def _cost(entry: dict) -> float:
-    return entry.get("cost_s", 0.0) / max(1, entry.get("ops", 1))
+def _yield(entry: dict) -> float:
+    """New features found (its own and its kept mutants') per CPU second spent on it."""
+    spent = max(entry.get("cost_s", 0.0), 1e-3) * (1 + entry.get("picks", 0))
+    return entry.get("yielded", 0) / spent
 
 
 class GuidedTrack(SmallTrack):
@@ -177,7 +198,7 @@ class GuidedTrack(SmallTrack):
                                         focus=(entry.get("where") or {}).get(why), shadow=self._shadow(tier, seed, entry),
                                         rare_knobs=self.rare_knobs(tier.kernels, rng))
             plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
-                    "how": how}
+                    "how": how, "parent": entry}
         self._plans = {seed: plan}
         return plan
 
@@ -236,13 +257,14 @@ class GuidedTrack(SmallTrack):
         params = params_of(plan["stream"], seed, plan.get("marks"))
         rng, marks = params[2], []
         code = None
-        if self.sequences % CODE_EVERY == 0:
+        traced, kernels = code_schedule(self.sequences)
+        if traced:
             if self._code is None:
                 self._code = CodeCoverage(files_under_test(tier))
-            self._code.trace_kernels = self.sequences % KERNEL_CODE_EVERY == 0
+            self._code.trace_kernels = kernels
             code = self._code
         self.sequences += 1
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # CPU: the machine may be shared
         with (col := Collector(code)):
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
                                        params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)), **kw)
@@ -250,13 +272,13 @@ class GuidedTrack(SmallTrack):
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()
-        cost = round(time.perf_counter() - t0, 4)
+        cost = round(time.process_time() - t0, 4)
         if self.corpus.novel(col.names):  # kept: which allocs made the rows each table op read, for resize
             flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()))
             self.kept += self.corpus.add({
                 "stream": rng.log, "ranges": rng.ranges, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
                 "features": sorted(col.names), "where": col.where, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
-                "hostile": kw.get("hostile", "spec"), "cost_s": cost, "found": time.time(), **flow})
+                "hostile": kw.get("hostile", "spec"), "cost_s": cost, "found": time.time(), **flow}, parent=plan.get("parent"))
         seq.extra = {**seq.extra, "guided": plan["how"]}
         return seq
 
@@ -274,6 +296,14 @@ class GuidedTrack(SmallTrack):
         params = params_of(saved["stream"], seed, saved.get("marks"))
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
                           params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op)
+
+
+def code_schedule(i: int) -> tuple[bool, bool]:
+    """(code coverage on, the interpreted kernel bodies traced too) for a worker's sequence ``i``:
+    one in ``CODE_EVERY``, one in ``KERNEL_CODE_EVERY``, from the second sequence on. The first
+    is left untraced: most catalogue mutants die in it, and its coverage starting and tracing
+    the kernel bodies cost 4-5 CPU s for under 20 ops (guided-vs-blind-2026-12-02.md)."""
+    return i % CODE_EVERY == min(1, CODE_EVERY - 1), i % KERNEL_CODE_EVERY == min(1, KERNEL_CODE_EVERY - 1)
 
 
 def _begin(rng: ChoiceRandom, marks: list | None = None) -> int:

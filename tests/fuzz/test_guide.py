@@ -251,7 +251,8 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
 
 def test_a_stepping_stone_is_emitted_two_trips_in_and_nearer_is_another_feature():
     """Two trips of BLOCK 4 (col_stride 4) over 8 pages: one page short of a third trip; over 6
-    pages: three short. Distinct progress features, and neither is a third trip."""
+    pages: three short. Distinct progress features, and neither is a third trip. A row far
+    from its next trip makes none."""
     import torch
 
     from kvkernels import triton_kernels
@@ -272,18 +273,45 @@ def test_a_stepping_stone_is_emitted_two_trips_in_and_nearer_is_another_feature(
     assert "progress|read_table_kernel|trips 2|short 1" in seen[8], seen
     assert "progress|read_table_kernel|trips 2|short 2" in seen[6], seen
     assert seen[6] != seen[8]
+    far = FakeLaunch(20)  # 20 pages under one 512-page block: 493 short of a second trip, no stone
+    far.constexprs = {"BLOCK": 512, "PAGE_SIZE": 1}
+    far.kwargs = {**far.kwargs, "col_stride": 512}
+    out = set()
+    features.launch_features(far, out)
+    assert "trips|read_table_kernel|1|partial" in out and not any(f.startswith("progress|") for f in out), out
 
 
-def test_energy_favours_rare_features_and_cost_only_halves_it(tmp_path):
+def test_energy_favours_rare_features_and_entries_that_keep_paying_per_cpu_second(tmp_path):
+    """Energy is rarity times yield (new features per CPU s spent, the mutants kept from it
+    included) against the median, bounded to [1/4, 2]: a dear entry or one picked often for
+    nothing fades to a quarter, one whose mutants keep finding rises, to at most double; an
+    untried one is not lowered."""
     c = guide.Corpus(tmp_path)
     c.add(_entry({"trips|k|2|partial", "op|alloc"}))
     c.add(_entry({"trips|k|2|partial", "progress|k|trips 2|short 1"}))
     c.add(_entry({"op|free", "op|alloc", "op|flush"}))
-    plain, rare, _ = c.entries
+    for i in range(4):  # the median: two new features per 0.1 CPU s
+        c.add(_entry({f"op|k{i}", f"mask|k{i}|n/BLOCK|full"}))
+    plain, rare, other = c.entries[:3]
+    assert [e["new"] for e in c.entries[:3]] == [2, 1, 2]
     assert c.energy(rare) > c.energy(plain)
-    rare["cost_s"] = 100.0  # far over twice the median cost per op
-    c._median = None
-    assert c.energy(rare) == pytest.approx(0.5 * sum(1.0 / c.counts[f] for f in rare["ids"]))
+    rarity = sum(1.0 / c.counts[f] for f in rare["ids"])
+    rare["cost_s"] = 100.0  # a thousand times the others' CPU for its one new feature: untried, not less
+    assert c.energy(rare) == pytest.approx(rarity)
+    rare["picks"] = 1  # tried once for nothing
+    assert c.energy(rare) == pytest.approx(0.25 * rarity)
+    before = c.energy(plain)
+    plain["picks"] = 50  # picked fifty times, nothing kept from it
+    assert c.energy(plain) == pytest.approx(0.25 * sum(1.0 / c.counts[f] for f in plain["ids"] if f >> 40))
+    assert c.energy(plain) < before
+    other["picks"] = 1
+    assert c.add(_entry({"op|alloc", *(f"trips|k{i}|3+|partial" for i in range(9))}), parent=other)
+    assert other["yielded"] == 11 and "yielded" not in json.loads(max(tmp_path.glob("*.json"),
+                                                                     key=os.path.getmtime).read_text())
+    assert c.energy(other) == pytest.approx(2.0 * sum(1.0 / c.counts[f] for f in other["ids"] if f >> 40))
+    picks = sum(e["picks"] for e in c.entries)
+    c.pick(random.Random(0))
+    assert sum(e["picks"] for e in c.entries) == picks + 1
 
 
 def test_rare_knobs_is_a_launch_knob_combination_the_corpus_holds_fewest_of(tmp_path):
