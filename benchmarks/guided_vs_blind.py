@@ -118,7 +118,8 @@ def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
     return rows
 
 
-def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: int = 200) -> list[dict]:
+def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: int = 200,
+                modes=("blind", "guided")) -> list[dict]:
     """Work to kill, in one process and without a campaign (no start-up, no minimizing, no op
     timeouts a loaded machine trips): the sequences a one-worker campaign of seed ``s`` runs
     (sequence seeds ``s * 1_000_003 + k``, 200 ops each, the same knobs), blind and guided (a
@@ -130,7 +131,7 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
     for name in names:
         tier = mutant_tier_named(name, "interpret")
         for seed in seeds:
-            for mode in ("blind", "guided"):
+            for mode in modes:
                 with tempfile.TemporaryDirectory() as root:
                     track = guide.GuidedTrack(root) if mode == "guided" else tracks.get("small")
                     ops, k, seq, t0 = 0, 0, None, time.process_time()
@@ -150,6 +151,17 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
                              "sequences": k, "seconds": round(time.process_time() - t0, 1), "signature": found})
                 print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def _reused_blind(path: str, names: list[str], seeds: list[int]) -> list[dict]:
+    """Blind's kill-ops rows of ``names`` x ``seeds`` from an earlier JSON, marked ``reused``; every
+    one must be there (a partial reuse would compare different seeds)."""
+    with open(path) as f:
+        old = {(r["mutant"], r["seed"]): r for r in json.load(f).get("kill_ops", []) if r["mode"] == "blind"}
+    missing = [(n, s) for n in names for s in seeds if (n, s) not in old]
+    if missing:
+        raise SystemExit(f"--reuse-blind {path}: no blind row for {missing[:3]}")
+    return [{**old[(n, s)], "reused": path} for n in names for s in seeds]
 
 
 def medians(rows: list[dict]) -> list[dict]:
@@ -186,6 +198,10 @@ def main() -> int:
     p.add_argument("--fixtures", default="read-table-third-trip-partial-edge,read-table-third-trip-full-edge",
                    help="comma list of mutants.FIXTURES")
     p.add_argument("--note", default="", help="what else ran on the machine (a shared CPU: say so)")
+    p.add_argument("--modes", default="blind,guided", help="kill-ops: the modes run (comma list)")
+    p.add_argument("--reuse-blind", metavar="JSON",
+                   help="kill-ops: blind's rows taken from an earlier run's JSON (same mutants, seeds, --max-ops) "
+                        "instead of run again: the blind generator's streams are unchanged, so its ops are too")
     p.add_argument("--out")
     args = p.parse_args()
     select_backend("interpret")
@@ -205,7 +221,10 @@ def main() -> int:
     if "fixture" in parts:
         result["fixture"] = kills(args.fixtures.split(","), seeds, args.budget_s)
     if "kill-ops" in parts:
-        result["kill_ops"] = ops_to_kill(args.fixtures.split(","), seeds, args.max_ops)
+        names, modes = args.fixtures.split(","), args.modes.split(",")
+        reused = _reused_blind(args.reuse_blind, names, seeds) if args.reuse_blind else []
+        result["kill_ops"] = reused + ops_to_kill(names, seeds, args.max_ops,
+                                                  modes=[m for m in modes if not (reused and m == "blind")])
         result["kill_ops_medians"] = medians(result["kill_ops"])
         for row in result["kill_ops_medians"]:
             print(json.dumps(row), flush=True)

@@ -39,6 +39,7 @@ CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
+TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
 DOMAIN_WEIGHT = {"trips": 2.0, "progress": 2.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 
@@ -194,11 +195,12 @@ class GuidedTrack(SmallTrack):
                     "how": ["fresh"]}
         else:
             entry, why = corpus.pick(rng)
+            focus = (entry.get("where") or {}).get(why)
             stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
-                                        focus=(entry.get("where") or {}).get(why), shadow=self._shadow(tier, seed, entry),
-                                        rare_knobs=self.rare_knobs(tier.kernels, rng))
+                                               focus=focus, shadow=self._shadow(tier, seed, entry),
+                                               rare_knobs=self.rare_knobs(tier.kernels, rng))
             plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
-                    "how": how, "parent": entry}
+                    "how": how, "parent": entry, "why": why, "length": None if focus is None else focus + 1 + TAIL}
         self._plans = {seed: plan}
         return plan
 
@@ -247,7 +249,10 @@ class GuidedTrack(SmallTrack):
         return worker_knobs if worker_knobs is not None else self.plan(tier, seed)["knobs"]
 
     def run_sequence(self, tier, seed, n_ops, *, knobs=None, **kw):
+        """Run the plan, ``n_ops`` at most (a mutation aimed at an op stops ``TAIL`` ops past it:
+        what comes later is the entry's own ops again, whose features it already holds)."""
         plan = self.plan(tier, seed)
+        n_ops = min(n_ops, plan.get("length") or n_ops)
         seq_dir = self.root / ".seq"
         seq_dir.mkdir(parents=True, exist_ok=True)
         _write_json(seq_dir / f"{seed}.json", {"stream": plan["stream"], "marks": plan.get("marks"), "r2t": plan["r2t"]})

@@ -20,7 +20,8 @@ for a kept entry, which alloc made each row every table op read (the ops replaye
 spec, ~5 ms per 100 ops, only for entries kept); ``resize`` grows or shrinks one of those
 allocs to a size next to a block boundary (the launch knobs' blocks and their multiples),
 checked on a **shadow run** (the generator against the spec alone, no kernel: the same
-~5 ms) that it got that size; ``clone`` repeats it, so the read table has two such rows.
+~5 ms) that it got that size; ``clone`` repeats it, so the read table has two such rows;
+``room`` gives the pool its most pages (a third trip needs a longer row than most pools hold).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from .ops import Alloc
 from .shapes import TABLE_OPS
 from .spec_side import Capabilities, SpecSide, unsupported
 
-MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone")
+MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone", "room")
 # a config draw changes every op after it: seldom; a knob changes launches, not ops (the state is kept);
 # resize/clone only where data flow is known
-WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1)
+WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1, 1.5)
+ROOM_DRAWS = ((1, 5), (2, 9))  # random_config's num_pages: a choice of five, plus randint(0, 8)
 RESIZE_TRIES = 4  # shadow runs per resize: a branch taken, its range read back, the size set
 
 
@@ -166,14 +168,34 @@ def nudge(seg: list[list], rng: random.Random) -> None:
         draw[0] = min(max(u + rng.choice((-1, 1)) * rng.choice((1 / 1024, 1 / 256, 1 / 64, 1 / 16)), 0.0), 0.999999)
 
 
+def room(segs) -> bool:
+    """Give the pool the most pages its config draws allow (``ROOM_DRAWS`` set to their largest):
+    a row long enough for a third trip of a small block needs more pages than most pools have,
+    and an alloc's size is drawn relative to the room it has, so the op-aligned draws after it
+    keep their ops, longer. False where there is nothing to raise."""
+    cfg = segs[0] if segs else []
+    if len(cfg) <= max(i for i, _ in ROOM_DRAWS) or any(cfg[i][1] != n for i, n in ROOM_DRAWS):
+        return False
+    if all(int(cfg[i][0] * n) == n - 1 for i, n in ROOM_DRAWS):
+        return False
+    for i, n in ROOM_DRAWS:
+        _set(cfg[i], n - 1)
+    return True
+
+
 def boundary_target(pages: int, knobs: dict | None, rng: random.Random) -> int:
-    """A size next to ``pages`` at a block boundary: k x each small knob value (the blocks a
-    launch strides by, at fuzzing scale) minus one, exactly, plus one; or a page or two over.
-    Mostly larger (rows long enough for another trip are what blind draws seldom make)."""
-    blocks = sorted({v for v in (knobs or {}).values() if isinstance(v, int) and 1 < v <= 64}) or [4, 8, 16]
+    """A size next to ``pages`` at a block boundary: k x each small knob value or product of two
+    (the blocks a launch strides by at fuzzing scale, and a column stride: a block times the
+    programs per row) minus one, exactly, plus one; or a page or two over. Mostly larger (rows
+    long enough for another trip are what blind draws seldom make): one of the three nearest
+    above, or (a third of the time) one further up, to three times the size: the next trip of a
+    strided loop is a whole stride away, more than the nearest boundaries reach."""
+    small = sorted({v for v in (knobs or {}).values() if isinstance(v, int) and 1 < v <= 64})
+    blocks = sorted({*small, *(a * b for a in small for b in small if a * b <= 64)}) or [4, 8, 16]
     near = {k * b + d for b in blocks for k in range(1, 6) for d in (-1, 0, 1)} | {pages + d for d in (-2, -1, 1, 2)}
     near = {m for m in near if m >= 1 and m != pages}
-    ups = sorted(m for m in near if m > pages)[:6]
+    above = sorted(m for m in near if m > pages)
+    ups = above[:3] if rng.random() < 2 / 3 else [m for m in above[3:] if m <= 3 * pages + 8] or above[:3]
     downs = sorted((m for m in near if m < pages), reverse=True)[:3]
     return rng.choice(ups if ups and (not downs or rng.random() < 0.75) else downs)
 
@@ -207,6 +229,8 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
                     seg[j][0] = rng.random()
         if 0 <= want < seg[i][1]:
             _set(seg[i], want)
+        if attempt == 1 and cur < target:  # not reached by the draw alone: more room, then the same draws
+            room(segs)
         ops, config, drawn = shadow(flat(segs), marks_of(segs))
         segs = segments(drawn)
         if a >= len(ops) or not isinstance(ops[a], Alloc):
@@ -267,6 +291,8 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
             knobs = {**(knobs or {}), name: rng.choice(tuple(mod.FUZZ_KNOBS[name]))}
         elif kind == "config" and segs[0]:
             segs[0][rng.randrange(len(segs[0]))] = [rng.random(), 0]
+        elif kind == "room" and room(segs):
+            pass
         elif kind == "resize" and not done and (resized := resize(segs, entry, rng, shadow, focus)) is not None:
             segs = resized  # first of a round: the entry's op indices still hold
         elif kind == "clone" and not done and (fed := (entry.get("feeds") or {}).get(str(focus))):
@@ -278,4 +304,7 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
         else:
             continue
         done.append(kind)
+    if not done and len(segs) > 1:  # every draw above fell through: a plan is never its entry again
+        nudge(segs[op_index()], rng)
+        done.append("nudge")
     return flat(segs), marks_of(segs), knobs, done

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fuzz.engine import features, guide, streams
+from fuzz.engine import features, generate, guide, streams
 from fuzz.engine.tiers import make_tier
 from fuzz.tools import coverage_report
 from tests.fuzz.test_engine import REPO, cli_env, kvfuzz
@@ -212,6 +212,43 @@ def test_each_op_reads_its_own_segment_so_an_edit_leaves_later_ops_draws_in_plac
     assert cfg == 0.1 and op0[:2] == [0.2, 0.3] and op1 == [0.4] and rng.pos == 7
     (_, short0, short1, short2), _ = run(1)
     assert short0 == [0.2] and short1 == [0.4] and short2 == op2 and op0[2] not in op2
+
+
+def test_a_mutation_aimed_at_an_op_stops_a_tail_past_it_and_always_changes_something(tmp_path, monkeypatch):
+    """A mutated plan aimed at the op that first reached a feature (its ``where``: op 3) runs
+    ``TAIL`` ops past it, not the whole sequence; every mutated plan names a mutation applied;
+    the parent rebuilds what ran."""
+    monkeypatch.setattr(guide, "SEED_ENTRIES", 1)
+    monkeypatch.setattr(guide, "FRESH", 0.0)
+    tier = make_tier("torch")
+    track = guide.GuidedTrack(tmp_path)
+    for i in range(3):
+        track.corpus.add({**_entry({f"trips|k|{i}|partial"}, ops=20), "where": {f"trips|k|{i}|partial": 3}})
+    aimed = 0
+    for seed in range(6):
+        plan = track.plan(tier, seed)
+        assert plan["how"] and plan["how"] != ["fresh"], plan
+        seq = track.run_sequence(tier, seed, 150)
+        if (plan["why"] or "").startswith("trips|k|"):  # picked for a feature op 3 reached (not one the runs since added)
+            aimed += 1
+            assert plan["length"] == 4 + guide.TAIL and len(seq.ops) == plan["length"], (plan["length"], len(seq.ops))
+        _, _, again = track.regenerate(seed, len(seq.ops), {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
+        assert [op.to_json() for op in again] == [op.to_json() for op in seq.ops]
+    assert aimed >= 2, aimed
+
+
+def test_room_gives_the_pool_its_most_pages_and_leaves_the_other_config_draws():
+    """``room`` sets random_config's page-count draws (``ROOM_DRAWS``) to their largest: 64 + 8
+    pages (24 at page size 16); the other config draws, and so page size, growth, are kept."""
+    for seed in range(6):
+        draws = streams.ChoiceRandom((), seed)
+        before = generate.random_config(draws)
+        segs = [[[u, n] for u, n in zip(draws.log, draws.ranges)]]
+        assert streams.room(segs)
+        after, _, _ = streams.params_of(streams.flat(segs), seed)
+        assert after.num_pages == (24 if after.page_size == 16 else 72), (before, after)
+        assert (after.page_size, after.grow, after.max_moves) == (before.page_size, before.grow, before.max_moves)
+        assert not streams.room(segs)  # nothing left to raise
 
 
 def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_path):
