@@ -40,7 +40,7 @@ KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
 TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
-DOMAIN_WEIGHT = {"trips": 2.0, "progress": 2.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
+DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 
 
@@ -198,7 +198,8 @@ class GuidedTrack(SmallTrack):
             focus = (entry.get("where") or {}).get(why)
             stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
                                                focus=focus, shadow=self._shadow(tier, seed, entry),
-                                               rare_knobs=self.rare_knobs(tier.kernels, rng))
+                                               rare_knobs=self.rare_knobs(tier.kernels, rng),
+                                               goal=frontier(entry, why, rng))
             plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
                     "how": how, "parent": entry, "why": why, "length": None if focus is None else focus + 1 + TAIL}
         self._plans = {seed: plan}
@@ -282,7 +283,7 @@ class GuidedTrack(SmallTrack):
             flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()))
             self.kept += self.corpus.add({
                 "stream": rng.log, "ranges": rng.ranges, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
-                "features": sorted(col.names), "where": col.where, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
+                "features": sorted(col.names), "where": col.where, "goals": col.goals, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
                 "hostile": kw.get("hostile", "spec"), "cost_s": cost, "found": time.time(), **flow}, parent=plan.get("parent"))
         seq.extra = {**seq.extra, "guided": plan["how"]}
         return seq
@@ -301,6 +302,16 @@ class GuidedTrack(SmallTrack):
         params = params_of(saved["stream"], seed, saved.get("marks"))
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
                           params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op)
+
+
+def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
+    """The goal a resize aims at (``streams.resize``) when ``entry`` was picked for trip feature
+    ``why``: half the time ``why``'s own row, half the time the row of the entry's most trips (one
+    more trip from there is what no entry has reached: a stone's own row may be a trip behind)."""
+    goals = entry.get("goals") or {}
+    if why not in goals:
+        return None
+    return goals[why] if rng.random() < 0.5 else max(goals.values(), key=lambda g: (g[3], -g[1]))
 
 
 def code_schedule(i: int) -> tuple[bool, bool]:

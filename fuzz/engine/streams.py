@@ -38,8 +38,9 @@ MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "c
 # a config draw changes every op after it: seldom; a knob changes launches, not ops (the state is kept);
 # resize/clone only where data flow is known
 WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1, 1.5)
+FED_RESIZE = 3  # resize's weight times this where the focus is a table op whose rows' allocs are known
 ROOM_DRAWS = ((1, 5), (2, 9))  # random_config's num_pages: a choice of five, plus randint(0, 8)
-RESIZE_TRIES = 4  # shadow runs per resize: a branch taken, its range read back, the size set
+RESIZE_TRIES = 8  # shadow runs per resize (~5 ms each): a branch taken, its range read back, the size set
 
 
 class ChoiceRandom(random.Random):
@@ -188,21 +189,24 @@ def boundary_target(pages: int, knobs: dict | None, rng: random.Random) -> int:
     (the blocks a launch strides by at fuzzing scale, and a column stride: a block times the
     programs per row) minus one, exactly, plus one; or a page or two over. Mostly larger (rows
     long enough for another trip are what blind draws seldom make): one of the three nearest
-    above, or (a third of the time) one further up, to three times the size: the next trip of a
-    strided loop is a whole stride away, more than the nearest boundaries reach."""
+    above, or (half the time) any up to three times the size: the next trip of a strided loop
+    is a whole stride away, more than the nearest boundaries reach."""
     small = sorted({v for v in (knobs or {}).values() if isinstance(v, int) and 1 < v <= 64})
     blocks = sorted({*small, *(a * b for a in small for b in small if a * b <= 64)}) or [4, 8, 16]
     near = {k * b + d for b in blocks for k in range(1, 6) for d in (-1, 0, 1)} | {pages + d for d in (-2, -1, 1, 2)}
     near = {m for m in near if m >= 1 and m != pages}
     above = sorted(m for m in near if m > pages)
-    ups = above[:3] if rng.random() < 2 / 3 else [m for m in above[3:] if m <= 3 * pages + 8] or above[:3]
+    ups = above[:3] if rng.random() < 0.5 else [m for m in above if m <= 3 * pages + 8] or above[:3]
     downs = sorted((m for m in near if m < pages), reverse=True)[:3]
     return rng.choice(ups if ups and (not downs or rng.random() < 0.75) else downs)
 
 
-def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
+def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None, goal=None):
     """Segments with one alloc that fed the op at ``focus`` (any alloc of the entry without one)
-    set to ``boundary_target`` pages, or None where it cannot be. The alloc's size is its
+    set to ``boundary_target`` pages, or None where it cannot be. ``goal`` ([row length, short
+    of one more trip, BLOCK]: ``features._trip_features``): three times in four, an alloc of
+    that row's length is set to the length of one more trip, 0 to BLOCK - 1 pages into it
+    (its last block partial, or full at the end). The alloc's size is its
     widest integer draw; a size outside that draw's range needs another branch of the op's
     chances (``alloc_op``'s "usually what fits"), so the floats before it are re-drawn and the
     shadow run says the new range. ``shadow(stream, marks)``: (ops, config, the stream as drawn)."""
@@ -210,12 +214,14 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
     fed = (entry.get("feeds") or {}).get(str(focus)) if focus is not None else None
     if not pages or shadow is None:
         return None
-    a = rng.choice(fed or sorted(pages))
-    cur, target = pages.get(a), None
+    rows = [a for a in fed or () if goal and pages.get(a) == goal[0]]
+    aimed = bool(rows) and rng.random() < 0.75
+    a = rng.choice(rows if aimed else fed or sorted(pages))
+    cur = pages.get(a)
     if cur is None or a + 1 >= len(segs):
         return None
     start = cur
-    target = boundary_target(cur, entry.get("knobs"), rng)
+    target = cur + goal[1] + rng.randrange(max(1, goal[2])) if aimed else boundary_target(cur, entry.get("knobs"), rng)
     for attempt in range(RESIZE_TRIES):
         seg = segs[a + 1]
         ints = [i for i in range(2, len(seg)) if seg[i][1] > 1]  # past the contract and kind draws
@@ -225,8 +231,8 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
         want = target - (cur - int(seg[i][0] * seg[i][1]))
         if attempt and cur == start or not 0 <= want < seg[i][1]:
             for j in range(2, len(seg)):  # another branch: a pick among sizes, "usually what fits"
-                if j != i:
-                    seg[j][0] = rng.random()
+                if j != i:  # near either end: a chance's threshold (0.85, 0.3) is then crossed either way
+                    seg[j][0] = rng.choice((0.0, 0.9)) + 0.1 * rng.random()
         if 0 <= want < seg[i][1]:
             _set(seg[i], want)
         if attempt == 1 and cur < target:  # not reached by the draw alone: more room, then the same draws
@@ -242,7 +248,7 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
 
 
 def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | None = None,
-           shadow=None, rare_knobs: dict | None = None) -> tuple[list[float], list[int], dict | None, list[str]]:
+           shadow=None, rare_knobs: dict | None = None, goal=None) -> tuple[list[float], list[int], dict | None, list[str]]:
     """(stream, its op marks, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
     that first reached the feature the entry was picked for (its ``where``): most edits then
     land on that op or the few before it, since an edit anywhere in a 200-op stream rarely
@@ -250,7 +256,8 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
     neighbouring shape from nearly the same state; ``resize`` and ``clone`` edit the allocs
     that made the rows it read (``data_flow``), which is what changes the state it saw.
     ``knob`` changes one launch knob, or (half the time) takes ``rare_knobs``, the combination
-    the corpus holds fewest of: the same ops under the launch shapes least tried."""
+    the corpus holds fewest of: the same ops under the launch shapes least tried. ``goal``: the
+    row that reached the picked trip feature and how far it was from one more (``resize``)."""
     segs = segments(entry)
     knobs = dict(entry.get("knobs") or {}) or None
     done = []
@@ -260,8 +267,11 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
             return max(1, focus + 1 - rng.choice((0, 0, 0, 1, 2, 4)))
         return rng.randrange(1, len(segs))
 
+    weights = list(WEIGHTS)
+    if (entry.get("feeds") or {}).get(str(focus)):  # the focus read rows whose allocs are known: edit them
+        weights[MUTATIONS.index("resize")] *= FED_RESIZE
     for _ in range(rng.choice((1, 1, 2, 3))):
-        kind = rng.choices(MUTATIONS, WEIGHTS)[0]
+        kind = rng.choices(MUTATIONS, weights)[0]
         ops = len(segs) - 1
         if kind == "delete" and ops > 1:
             del segs[op_index()]
@@ -293,7 +303,7 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
             segs[0][rng.randrange(len(segs[0]))] = [rng.random(), 0]
         elif kind == "room" and room(segs):
             pass
-        elif kind == "resize" and not done and (resized := resize(segs, entry, rng, shadow, focus)) is not None:
+        elif kind == "resize" and not done and (resized := resize(segs, entry, rng, shadow, focus, goal)) is not None:
             segs = resized  # first of a round: the entry's op indices still hold
         elif kind == "clone" and not done and (fed := (entry.get("feeds") or {}).get(str(focus))):
             a = rng.choice(fed) + 1

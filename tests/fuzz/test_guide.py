@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -284,6 +285,21 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
             changed += any(flow["pages"][a] * new_config.page_size in rows and int(a) in flow["feeds"].get(str(table), ())
                            for a in resized)
     assert tried >= 24 and changed >= 0.9 * tried, (tried, changed)  # op-aligned: 40 of 40
+    aimed = hit = 0  # with a goal (the row's length, 3 pages short of one more trip, BLOCK 4): 3 to 6 pages more
+    for n, (entry, table) in enumerate(fed[:12]):
+        shadow = track._shadow(tier, 10**6 + n, entry)
+        for a, i in itertools.product(entry["feeds"][str(table)], range(3)):
+            p = entry["pages"][str(a)]
+            segs = streams.resize(streams.segments(entry), entry, random.Random(10 * a + i), shadow, table,
+                                  goal=[p, 3, 4, 1])
+            if segs is None:
+                continue
+            new_ops, new_config, _ = shadow(streams.flat(segs), streams.marks_of(segs))
+            now = streams.data_flow(new_config, new_ops)["pages"]
+            rows = [b for b in entry["feeds"][str(table)] if entry["pages"][str(b)] == p]  # what it may aim at
+            aimed += 1
+            hit += any(p + 3 <= now.get(str(b), 0) <= p + 6 for b in rows)
+    assert aimed >= 12 and hit >= 0.6 * aimed, (aimed, hit)
 
 
 def test_a_stepping_stone_is_emitted_two_trips_in_and_nearer_is_another_feature():
@@ -301,12 +317,15 @@ def test_a_stepping_stone_is_emitted_two_trips_in_and_nearer_is_another_feature(
         def __init__(self, n):
             self.kwargs = {"seq_lens_ptr": torch.tensor([n]), "max_pages": 64, "col_stride": 4}
 
-    seen = {}
+    seen, goals = {}, {}
     for n in (6, 8):
         out: set[str] = set()
-        features.launch_features(FakeLaunch(n), out)
+        features.launch_features(FakeLaunch(n), out, goals)
         assert not any("|3+|" in f for f in out), out
         seen[n] = {f for f in out if f.startswith("progress|")}
+    # the row that reached each stone and its distance: [pages, short of a third trip, BLOCK, trips]
+    assert goals["progress|read_table_kernel|trips 2|short 1"] == [8, 1, 4, 2]
+    assert goals["trips|read_table_kernel|2|partial"] == [6, 3, 4, 2]
     assert "progress|read_table_kernel|trips 2|short 1" in seen[8], seen
     assert "progress|read_table_kernel|trips 2|short 2" in seen[6], seen
     assert seen[6] != seen[8]
@@ -364,3 +383,10 @@ def test_rare_knobs_is_a_launch_knob_combination_the_corpus_holds_fewest_of(tmp_
     assert all(track.rare_knobs(launchers, random.Random(i)) == combos[0] for i in range(5))
     track.corpus.add(_entry({features.knobs_feature(combos[0]), "op|alloc"}))
     assert len({str(track.rare_knobs(launchers, random.Random(i))) for i in range(40)}) > 1
+
+
+def test_a_trip_feature_aims_at_its_own_row_or_the_entrys_most_trips():
+    entry = {"goals": {"trips|k|2|partial": [6, 3, 4, 2], "progress|k|trips 1|short 1": [3, 1, 4, 1]}}
+    seen = {str(guide.frontier(entry, "progress|k|trips 1|short 1", random.Random(i))) for i in range(20)}
+    assert seen == {"[3, 1, 4, 1]", "[6, 3, 4, 2]"}, seen
+    assert guide.frontier(entry, "op|alloc", random.Random(0)) is None
