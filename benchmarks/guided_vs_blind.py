@@ -13,7 +13,10 @@ Four parts, each printed as a table row and written as JSON (``--out``):
   page), blind and guided, per seed;
 * ``kill-ops``: the fixtures' work to kill (ops, CPU seconds), in one process, no campaign,
   up to ``--max-ops`` per run: what the wall-clock ``fixture`` part measures, without its noise;
-* ``mutants``: the same for a subset of the catalogue (``--mutants``).
+* ``mutants``: the same for a subset of the catalogue (``--mutants``);
+* ``stones``: what the mutations make of a stepping stone, offline (the shadow runs alone, no
+  kernel): after a seed's fresh phase, the entry whose read table reached the most trips, and
+  of ``--plans`` mutations aimed at that feature, how many make a row long enough for one more.
 
     TRITON_INTERPRET=1 .venv/bin/python -m benchmarks.guided_vs_blind --out benchmarks/results/FILE.json
 """
@@ -67,8 +70,8 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
 def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
     """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
     and under the guided track's collection schedule (value features on every launch, code
-    coverage and the interpreted kernel bodies as ``guide.code_schedule`` says), alternating,
-    CPU seconds; what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
+    coverage and the interpreted kernel bodies as ``guide.code_schedule`` says of the sequences
+    run so far), alternating, CPU seconds; what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
@@ -77,8 +80,8 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
     track.run_sequence(tier, 10**6, 20)
     code = features.CodeCoverage(features.files_under_test(tier))
     cpu = {"bare": 0.0, "collected": 0.0}
-    ops = 0
-    for _ in range(rounds):
+    ops = i = 0  # i: the sequences run, which the schedule counts (as the track does), so the second
+    for _ in range(rounds):  # round traces other seeds than the first: one dear seed traced twice weighed double
         seed = 0
         while ops < n_ops * (_ + 1):
             for mode in ("bare", "collected"):
@@ -86,14 +89,14 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
                 if mode == "bare":
                     seq = track.run_sequence(tier, seed, ops_per_seq)
                 else:
-                    traced, code.trace_kernels = guide.code_schedule(seed)
+                    traced, code.trace_kernels = guide.code_schedule(i)
                     col = features.Collector(code if traced else None)
                     with col:
                         seq = track.run_sequence(tier, seed, ops_per_seq)
                     col.add_run(seq.run)
                 cpu[mode] += time.process_time() - t0
             ops += len(seq.ops)
-            seed += 1
+            seed, i = seed + 1, i + 1
     return [{"mode": m, "ops": ops, "cpu_s": round(c, 2), "ops_per_cpu_s": round(ops / c, 1)} for m, c in cpu.items()] + [
         {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3)}]
 
@@ -164,6 +167,52 @@ def _reused_blind(path: str, names: list[str], seeds: list[int]) -> list[dict]:
     return [{**old[(n, s)], "reused": path} for n in names for s in seeds]
 
 
+def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
+    """Per seed (a one-worker campaign's sequence seeds, as ``ops_to_kill``): run the fresh phase
+    (``guide.SEED_ENTRIES`` sequences of 200 ops), take the entry holding the highest
+    ``trips|read_table_kernel|N|...`` feature, and mutate it ``n_plans`` times aimed at that feature
+    (its focus, goal and shadow run as ``GuidedTrack.plan`` gives them); a plan counts when its
+    shadow run has a table op, within its run length, reading a row at least one trip longer
+    than the stone's (its goal: the row's pages plus the pages short of one more trip)."""
+    import random
+
+    from fuzz.engine import guide, streams
+    from fuzz.engine.shapes import TABLE_OPS
+    from fuzz.tools.mutants import mutant_tier_named
+
+    tier = mutant_tier_named(name, "interpret")
+    rows = []
+    for seed in seeds:
+        with tempfile.TemporaryDirectory() as root:
+            track = guide.GuidedTrack(root)
+            for k in range(guide.SEED_ENTRIES):
+                track.plan(tier, seed * 1_000_003 + k)
+                track.run_sequence(tier, seed * 1_000_003 + k, 200)
+            stones_ = [(g[3], e, f) for e in track.corpus.entries for f, g in (e.get("goals") or {}).items()
+                       if f.startswith("trips|read_table_kernel|")]
+            if not stones_:
+                rows.append({"seed": seed, "stone": None})
+                continue
+            trips, entry, why = max(stones_, key=lambda t: (t[0], -t[1]["goals"][t[2]][1]))
+            focus, goal = entry["where"][why], entry["goals"][why]
+            shadow = track._shadow(tier, 10**9 + seed, entry)
+            hits, how = 0, {}
+            for i in range(n_plans):
+                stream, marks, _, done = streams.mutate(entry, entry, random.Random(i), tier.kernels, focus=focus,
+                                                        shadow=shadow, goal=guide.frontier(entry, why, random.Random(-i)))
+                ops, config, _ = shadow(stream, marks)
+                longest = max((-(-len(r) // config.page_size) for op in ops[: focus + 1 + guide.TAIL]
+                               if isinstance(op, TABLE_OPS) for r in op.rows), default=0)
+                hit = longest >= goal[0] + goal[1]
+                hits += hit
+                for d in done:
+                    how.setdefault(d, [0, 0])[hit] += 1
+            rows.append({"seed": seed, "stone": why, "goal": goal, "knobs": entry.get("knobs"), "plans": n_plans,
+                         "one_more_trip": hits, "by_mutation (misses, hits)": how})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def medians(rows: list[dict]) -> list[dict]:
     """Per mutant and mode: kills, and the median ops and seconds to kill over the seeds (a miss
     counts as more than anything seen: its ops and seconds, so a median over misses is a
@@ -195,6 +244,7 @@ def main() -> int:
     p.add_argument("--mutants", default="read-table-stride-skips-blocks,grow-down-start-off-by-one",
                    help="comma list of catalogue mutants (empty: none)")
     p.add_argument("--parts", default="throughput,fixture,mutants")
+    p.add_argument("--plans", type=int, default=100, help="stones: mutations per stone")
     p.add_argument("--fixtures", default="read-table-third-trip-partial-edge,read-table-third-trip-full-edge",
                    help="comma list of mutants.FIXTURES")
     p.add_argument("--note", default="", help="what else ran on the machine (a shared CPU: say so)")
@@ -228,6 +278,8 @@ def main() -> int:
         result["kill_ops_medians"] = medians(result["kill_ops"])
         for row in result["kill_ops_medians"]:
             print(json.dumps(row), flush=True)
+    if "stones" in parts:
+        result["stones"] = stones(args.fixtures.split(",")[0], seeds, args.plans)
     if "mutants" in parts and args.mutants:
         result["mutants"] = kills(args.mutants.split(","), seeds, args.budget_s)
     result["medians"] = medians(result.get("fixture", []) + result.get("mutants", []))
