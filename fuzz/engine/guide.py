@@ -33,12 +33,13 @@ from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "merge", "mutate", "params_of", "track_for"]
 FORMAT = "kvfuzz-corpus/3"  # /3: replayed op-aligned at the marks; /2: read sequentially; /1: integers not one draw
-SEED_ENTRIES = 8  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
+SEED_ENTRIES = 4  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
+FRONTIER = 0.5  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
 TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
@@ -133,6 +134,21 @@ class Corpus:
         entry["picks"] = entry.get("picks", 0) + 1
         return entry, next((n for n in entry["features"] if feature_id(n) == fid), None)
 
+    def frontier(self, rng: random.Random) -> tuple[dict, str] | None:
+        """(an entry, its trip feature) among those whose read table made the most trips (AFL's
+        "favoured" entries: the few that hold the furthest progress get tries of their own,
+        where rarity spreads them over every domain's singletons); None while no entry has one."""
+        best, top = [], -1
+        for e in self.entries:
+            for name, goal in (e.get("goals") or {}).items():
+                if name.startswith("trips|") and goal[3] >= top:
+                    best, top = ([] if goal[3] > top else best) + [(e, name)], goal[3]
+        if not best:
+            return None
+        entry, name = rng.choice(best)
+        entry["picks"] = entry.get("picks", 0) + 1
+        return entry, name
+
     def median_yield(self) -> float:
         ys = sorted(_yield(e) for e in self.entries)
         return ys[len(ys) // 2] if ys else 0.0
@@ -194,7 +210,7 @@ class GuidedTrack(SmallTrack):
             plan = {"stream": self._fresh_stream(seed, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
                     "how": ["fresh"]}
         else:
-            entry, why = corpus.pick(rng)
+            entry, why = (rng.random() < FRONTIER and corpus.frontier(rng)) or corpus.pick(rng)
             focus = (entry.get("where") or {}).get(why)
             stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
                                                focus=focus, shadow=self._shadow(tier, seed, entry),

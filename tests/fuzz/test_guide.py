@@ -390,3 +390,13 @@ def test_a_trip_feature_aims_at_its_own_row_or_the_entrys_most_trips():
     seen = {str(guide.frontier(entry, "progress|k|trips 1|short 1", random.Random(i))) for i in range(20)}
     assert seen == {"[3, 1, 4, 1]", "[6, 3, 4, 2]"}, seen
     assert guide.frontier(entry, "op|alloc", random.Random(0)) is None
+
+
+def test_the_frontier_is_the_entries_whose_read_table_made_the_most_trips(tmp_path):
+    c = guide.Corpus(tmp_path)
+    assert c.frontier(random.Random(0)) is None  # no trip feature yet
+    for trips, name in ((1, "trips|k|1|partial"), (2, "trips|k|2|partial"), (2, "trips|j|2|full")):
+        c.add({**_entry({name}), "goals": {name: [4 * trips, 1, 4, trips], f"progress|k|row {trips}": [9, 1, 4, 9]}})
+    picked = {c.frontier(random.Random(i))[1] for i in range(20)}
+    assert picked == {"trips|k|2|partial", "trips|j|2|full"}, picked  # a progress goal's trips do not count
+    assert sum(e["picks"] for e in c.entries) == 20
