@@ -284,7 +284,7 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
             rows = {len(r) for r in getattr(new_ops[table], "rows", ())}
             changed += any(flow["pages"][a] * new_config.page_size in rows and int(a) in flow["feeds"].get(str(table), ())
                            for a in resized)
-    assert tried >= 24 and changed >= 0.9 * tried, (tried, changed)  # op-aligned: 40 of 40
+    assert tried >= 24 and changed >= 0.9 * tried, (tried, changed)  # op-aligned: 44 of 44 (40 of 40 with 4 shadow tries)
     aimed = hit = 0  # with a goal (the row's length, 3 pages short of one more trip, BLOCK 4): 3 to 6 pages more
     for n, (entry, table) in enumerate(fed[:12]):
         shadow = track._shadow(tier, 10**6 + n, entry)
