@@ -13,7 +13,10 @@ Four parts, each printed as a table row and written as JSON (``--out``):
   page), blind and guided, per seed;
 * ``kill-ops``: the fixtures' work to kill (ops, CPU seconds), in one process, no campaign,
   up to ``--max-ops`` per run: what the wall-clock ``fixture`` part measures, without its noise;
-* ``mutants``: the same for a subset of the catalogue (``--mutants``).
+* ``mutants``: the same for a subset of the catalogue (``--mutants``);
+* ``stones``: what the mutations make of a stepping stone, offline (the shadow runs alone, no
+  kernel): after a seed's fresh phase, the entry whose read table reached the most trips, and
+  of ``--plans`` mutations aimed at that feature, how many make a row long enough for one more.
 
     TRITON_INTERPRET=1 .venv/bin/python -m benchmarks.guided_vs_blind --out benchmarks/results/FILE.json
 """
@@ -49,7 +52,8 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
                 cpu += time.process_time() - t0
                 ops += len(seq.ops)
                 if name == "blind":  # its features, off the clock: the same sequence again, collected
-                    col = features.Collector(code if seed % guide.CODE_EVERY == 0 else None)
+                    traced, code.trace_kernels = guide.code_schedule(seed)  # guided's schedule, kernels too
+                    col = features.Collector(code if traced else None)
                     with col:
                         again = blind.run_sequence(tier, seed, ops_per_seq)
                     col.add_run(again.run)
@@ -66,9 +70,8 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
 def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
     """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
     and under the guided track's collection schedule (value features on every launch, code
-    coverage one sequence in ``guide.CODE_EVERY``, the interpreted kernel bodies traced one in
-    ``guide.KERNEL_CODE_EVERY``), alternating, CPU seconds; what a guided run pays on top of
-    the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
+    coverage and the interpreted kernel bodies as ``guide.code_schedule`` says of the sequences
+    run so far), alternating, CPU seconds; what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
@@ -77,8 +80,8 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
     track.run_sequence(tier, 10**6, 20)
     code = features.CodeCoverage(features.files_under_test(tier))
     cpu = {"bare": 0.0, "collected": 0.0}
-    ops = 0
-    for _ in range(rounds):
+    ops = i = 0  # i: the sequences run, which the schedule counts (as the track does), so the second
+    for _ in range(rounds):  # round traces other seeds than the first: one dear seed traced twice weighed double
         seed = 0
         while ops < n_ops * (_ + 1):
             for mode in ("bare", "collected"):
@@ -86,14 +89,14 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
                 if mode == "bare":
                     seq = track.run_sequence(tier, seed, ops_per_seq)
                 else:
-                    code.trace_kernels = seed % guide.KERNEL_CODE_EVERY == 0
-                    col = features.Collector(code if seed % guide.CODE_EVERY == 0 else None)
+                    traced, code.trace_kernels = guide.code_schedule(i)
+                    col = features.Collector(code if traced else None)
                     with col:
                         seq = track.run_sequence(tier, seed, ops_per_seq)
                     col.add_run(seq.run)
                 cpu[mode] += time.process_time() - t0
             ops += len(seq.ops)
-            seed += 1
+            seed, i = seed + 1, i + 1
     return [{"mode": m, "ops": ops, "cpu_s": round(c, 2), "ops_per_cpu_s": round(ops / c, 1)} for m, c in cpu.items()] + [
         {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3)}]
 
@@ -118,7 +121,8 @@ def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
     return rows
 
 
-def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: int = 200) -> list[dict]:
+def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: int = 200,
+                modes=("blind", "guided")) -> list[dict]:
     """Work to kill, in one process and without a campaign (no start-up, no minimizing, no op
     timeouts a loaded machine trips): the sequences a one-worker campaign of seed ``s`` runs
     (sequence seeds ``s * 1_000_003 + k``, 200 ops each, the same knobs), blind and guided (a
@@ -130,7 +134,7 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
     for name in names:
         tier = mutant_tier_named(name, "interpret")
         for seed in seeds:
-            for mode in ("blind", "guided"):
+            for mode in modes:
                 with tempfile.TemporaryDirectory() as root:
                     track = guide.GuidedTrack(root) if mode == "guided" else tracks.get("small")
                     ops, k, seq, t0 = 0, 0, None, time.process_time()
@@ -149,6 +153,63 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
                 rows.append({"mutant": name, "seed": seed, "mode": mode, "killed": found is not None, "ops": ops,
                              "sequences": k, "seconds": round(time.process_time() - t0, 1), "signature": found})
                 print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def _reused_blind(path: str, names: list[str], seeds: list[int]) -> list[dict]:
+    """Blind's kill-ops rows of ``names`` x ``seeds`` from an earlier JSON, marked ``reused``; every
+    one must be there (a partial reuse would compare different seeds)."""
+    with open(path) as f:
+        old = {(r["mutant"], r["seed"]): r for r in json.load(f).get("kill_ops", []) if r["mode"] == "blind"}
+    missing = [(n, s) for n in names for s in seeds if (n, s) not in old]
+    if missing:
+        raise SystemExit(f"--reuse-blind {path}: no blind row for {missing[:3]}")
+    return [{**old[(n, s)], "reused": path} for n in names for s in seeds]
+
+
+def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
+    """Per seed (a one-worker campaign's sequence seeds, as ``ops_to_kill``): run the fresh phase
+    (``guide.SEED_ENTRIES`` sequences of 200 ops), take the entry holding the highest
+    ``trips|read_table_kernel|N|...`` feature, and mutate it ``n_plans`` times aimed at that feature
+    (its focus, goal and shadow run as ``GuidedTrack.plan`` gives them); a plan counts when its
+    shadow run has a table op, within its run length, reading a row at least one trip longer
+    than the stone's (its goal: the row's pages plus the pages short of one more trip)."""
+    import random
+
+    from fuzz.engine import guide, streams
+    from fuzz.engine.shapes import TABLE_OPS
+    from fuzz.tools.mutants import mutant_tier_named
+
+    tier = mutant_tier_named(name, "interpret")
+    rows = []
+    for seed in seeds:
+        with tempfile.TemporaryDirectory() as root:
+            track = guide.GuidedTrack(root)
+            for k in range(guide.SEED_ENTRIES):
+                track.plan(tier, seed * 1_000_003 + k)
+                track.run_sequence(tier, seed * 1_000_003 + k, 200)
+            stones_ = [(g[3], e, f) for e in track.corpus.entries for f, g in (e.get("goals") or {}).items()
+                       if f.startswith("trips|read_table_kernel|")]
+            if not stones_:
+                rows.append({"seed": seed, "stone": None})
+                continue
+            trips, entry, why = max(stones_, key=lambda t: (t[0], -t[1]["goals"][t[2]][1]))
+            focus, goal = entry["where"][why], entry["goals"][why]
+            shadow = track._shadow(tier, 10**9 + seed, entry)
+            hits, how = 0, {}
+            for i in range(n_plans):
+                stream, marks, _, done = streams.mutate(entry, entry, random.Random(i), tier.kernels, focus=focus,
+                                                        shadow=shadow, goal=guide.frontier(entry, why, random.Random(-i)))
+                ops, config, _ = shadow(stream, marks)
+                longest = max((-(-len(r) // config.page_size) for op in ops[: focus + 1 + guide.TAIL]
+                               if isinstance(op, TABLE_OPS) for r in op.rows), default=0)
+                hit = longest >= goal[0] + goal[1]
+                hits += hit
+                for d in done:
+                    how.setdefault(d, [0, 0])[hit] += 1
+            rows.append({"seed": seed, "stone": why, "goal": goal, "knobs": entry.get("knobs"), "plans": n_plans,
+                         "one_more_trip": hits, "by_mutation (misses, hits)": how})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -183,9 +244,14 @@ def main() -> int:
     p.add_argument("--mutants", default="read-table-stride-skips-blocks,grow-down-start-off-by-one",
                    help="comma list of catalogue mutants (empty: none)")
     p.add_argument("--parts", default="throughput,fixture,mutants")
+    p.add_argument("--plans", type=int, default=100, help="stones: mutations per stone")
     p.add_argument("--fixtures", default="read-table-third-trip-partial-edge,read-table-third-trip-full-edge",
                    help="comma list of mutants.FIXTURES")
     p.add_argument("--note", default="", help="what else ran on the machine (a shared CPU: say so)")
+    p.add_argument("--modes", default="blind,guided", help="kill-ops: the modes run (comma list)")
+    p.add_argument("--reuse-blind", metavar="JSON",
+                   help="kill-ops: blind's rows taken from an earlier run's JSON (same mutants, seeds, --max-ops) "
+                        "instead of run again: the blind generator's streams are unchanged, so its ops are too")
     p.add_argument("--out")
     args = p.parse_args()
     select_backend("interpret")
@@ -205,10 +271,15 @@ def main() -> int:
     if "fixture" in parts:
         result["fixture"] = kills(args.fixtures.split(","), seeds, args.budget_s)
     if "kill-ops" in parts:
-        result["kill_ops"] = ops_to_kill(args.fixtures.split(","), seeds, args.max_ops)
+        names, modes = args.fixtures.split(","), args.modes.split(",")
+        reused = _reused_blind(args.reuse_blind, names, seeds) if args.reuse_blind else []
+        result["kill_ops"] = reused + ops_to_kill(names, seeds, args.max_ops,
+                                                  modes=[m for m in modes if not (reused and m == "blind")])
         result["kill_ops_medians"] = medians(result["kill_ops"])
         for row in result["kill_ops_medians"]:
             print(json.dumps(row), flush=True)
+    if "stones" in parts:
+        result["stones"] = stones(args.fixtures.split(",")[0], seeds, args.plans)
     if "mutants" in parts and args.mutants:
         result["mutants"] = kills(args.mutants.split(","), seeds, args.budget_s)
     result["medians"] = medians(result.get("fixture", []) + result.get("mutants", []))

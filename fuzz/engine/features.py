@@ -18,7 +18,10 @@ Two sources, both collected per sequence (``Collector``):
   and the **stepping stones** to the next bucket (``progress``, libFuzzer's value profile:
   a comparison's distance as a feature): how many pages short of one more trip a program
   is (1, 2, 3-4, 5-8, ...) and its row's length in half strides, so a row one page short of
-  a third trip is kept before the third trip is reached, and its mutations try from there.
+  a third trip is kept before the third trip is reached, and its mutations try from there;
+  only **within reach** (at most one block and ``REACH`` pages short): a row hundreds of
+  pages short of a 512-page block's second trip is no stone, and such buckets flooded the
+  progress domain (benchmarks/results/guided-vs-blind-2026-12-02.md).
   Trips are computed from the sizes the launch was given (``seq_lens``, ``max_pages`` /
   ``max_tokens``, ``col_stride``), the way the kernel's while loop counts them, so they are
   the same on every tier; ``seq_lens`` is read only where it lives on the CPU (reading a
@@ -48,6 +51,7 @@ TRIP_BUCKETS = ("0", "1", "2", "3+")  # what the report expects every read-table
 MASKS = ("full", "partial", "empty")
 INT32 = 1 << 31
 SIZES = ("N", "n", "n_elements", "max_pages", "max_tokens")  # int arguments a block's mask is measured against
+REACH = 16  # a stepping stone counts only this many pages (and one block) short of one more trip
 
 
 def feature_id(name: str) -> int:
@@ -96,8 +100,9 @@ def _is_tensor(v) -> bool:
     return hasattr(v, "data_ptr") and hasattr(v, "numel")
 
 
-def launch_features(launch, out: set[str]) -> None:
-    """Add the value features of one launch (``launches.Launch``) to ``out`` (names)."""
+def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
+    """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
+    (``_trip_features``): for its trip features, the row that reached them."""
     from .launches import _params
 
     kernel = launch.name
@@ -126,14 +131,17 @@ def launch_features(launch, out: set[str]) -> None:
         if _is_tensor(v) and INT32 - v.numel() < (1 << 20):
             out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
     if "seq_lens_ptr" in values and "BLOCK" in blocks and "col_stride" in values and len(grid) >= 2:
-        _trip_features(kernel, values, launch.constexprs, grid, out)
+        _trip_features(kernel, values, launch.constexprs, grid, out, {} if goals is None else goals)
 
 
-def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out: set[str]) -> None:
+def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out: set[str], goals: dict) -> None:
     """Trips of each program (b, j) of a read table's strided loop: ``start = j * BLOCK``, then
     ``start += col_stride`` while ``start < n`` (a kernel without ``col_stride``, the legacy
     grid, makes one trip by construction: its masks say the rest), where n is the row's live
-    pages (``max_pages``: cdiv(seq_len, PAGE_SIZE), capped) or tokens (``max_tokens``)."""
+    pages (``max_pages``: cdiv(seq_len, PAGE_SIZE), capped) or tokens (``max_tokens``).
+    ``goals[name] = [n, short, BLOCK, trips]`` for each trips and progress feature (its first row):
+    the comparison's operands (libFuzzer's CMP tracing), so a mutation can set the row that
+    reached a stone to the length of one more trip instead of stepping towards it blind."""
     lens = values["seq_lens_ptr"]
     if getattr(getattr(lens, "device", None), "type", "cpu") != "cpu":
         return
@@ -152,11 +160,14 @@ def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out
                 trips = 0 if start >= n else math.ceil((n - start) / step)
                 last = start + (trips - 1) * step if trips else None
                 edge = "none" if last is None else "partial" if last + block > n else "full"
-                out.add(f"trips|{kernel}|{trip_bucket(trips)}|{edge}")
-                if trips < 8:  # the stepping stones: how far from one more trip
-                    short = start + trips * step + 1 - n
-                    out.add(f"progress|{kernel}|trips {trips}|short {log_bucket(short)}")
-                    out.add(f"progress|{kernel}|row {min(2 * n // step, 16)}/2 strides|{edge}")
+                short = start + trips * step + 1 - n  # pages short of one more trip
+                names = [f"trips|{kernel}|{trip_bucket(trips)}|{edge}"]
+                if trips < 8 and short <= min(block, REACH):  # a stepping stone, only within reach
+                    names += [f"progress|{kernel}|trips {trips}|short {log_bucket(short)}",
+                              f"progress|{kernel}|row {min(2 * n // step, 16)}/2 strides|{edge}"]
+                for name in names:
+                    out.add(name)
+                    goals.setdefault(name, [n, short, block, trips])
 
 
 class CodeCoverage:
@@ -227,6 +238,7 @@ class Collector:
         self.names: set[str] = set()
         self.op = -1  # the op running now (``at``), -1 before the first
         self.where: dict[str, int] = {}  # a value feature -> the op that first reached it
+        self.goals: dict[str, list] = {}  # a trip feature -> [row length, short of one more trip, BLOCK, trips]
 
     def at(self, marks: list, pos: int) -> None:
         """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""
@@ -235,10 +247,13 @@ class Collector:
 
     def __call__(self, launch) -> None:
         new: set[str] = set()
+        goals: dict[str, list] = {}
         with contextlib.suppress(Exception):  # a launch shape we cannot read adds nothing, never fails a run
-            launch_features(launch, new)
+            launch_features(launch, new, goals)
         for name in new - self.names:
             self.where[name] = self.op
+            if name in goals:
+                self.goals[name] = goals[name]
         self.names |= new
 
     def __enter__(self):

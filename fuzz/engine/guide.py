@@ -25,20 +25,24 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .features import CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
+from .features import DOMAINS, CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
 from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .streams import ChoiceRandom, data_flow, mutate, params_of
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "merge", "mutate", "params_of", "track_for"]
-FORMAT = "kvfuzz-corpus/2"  # /2: one draw per integer, with its range (streams.ChoiceRandom); /1 streams decode otherwise
-SEED_ENTRIES = 8  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
+FORMAT = "kvfuzz-corpus/3"  # /3: replayed op-aligned at the marks; /2: read sequentially; /1: integers not one draw
+SEED_ENTRIES = 4  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
+FRONTIER = 0.5  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
+TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
+DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
+YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -56,7 +60,6 @@ class Corpus:
         self.entries: list[dict] = []
         self.counts: Counter = Counter()
         self._files: set[str] = set()
-        self._median: float | None = None  # the entries' median cost per op (``energy``), None: to compute
         self.reload()
 
     @property
@@ -82,60 +85,95 @@ class Corpus:
 
     def _index(self, entry: dict) -> None:
         entry["ids"] = {feature_id(n) for n in entry["features"]}
+        entry.setdefault("yielded", entry.get("new", len(entry["ids"])))
+        entry.setdefault("picks", 0)
         self.entries.append(entry)
         self.counts.update(entry["ids"])
-        self._median = None
 
     def novel(self, names) -> bool:
         """Whether features ``names`` hold one no entry has (what ``add`` keeps)."""
         return any(feature_id(n) not in self.counts for n in names)
 
-    def add(self, entry: dict) -> bool:
+    def add(self, entry: dict, parent: dict | None = None) -> bool:
         """Keep ``entry`` (stream, marks, knobs, r2t, features as names, ops, cost_s) if it reached
-        a feature no entry has; written at once."""
-        if not self.novel(entry["features"]):
+        a feature no entry has; written at once, with ``new``, how many. ``parent``: the entry it
+        was mutated from, credited with them (``energy``)."""
+        new = sum(feature_id(n) not in self.counts for n in set(entry["features"]))
+        if not new:
             return False
-        body = {k: v for k, v in entry.items() if k != "ids"}
-        body["format"] = FORMAT
+        body = {k: v for k, v in entry.items() if k not in ("ids", "yielded", "picks")}
+        body["format"], body["new"] = FORMAT, new
         name = hashlib.sha1(json.dumps(body["stream"]).encode()).hexdigest()[:16] + ".json"
         _write_json(self.root / name, body)
         self._files.add(name)
         self._index(body)
+        if parent is not None:
+            parent["yielded"] = parent.get("yielded", 0) + new
         return True
 
     def pick(self, rng: random.Random) -> tuple[dict, str | None]:
         """(an entry, the feature it was picked for), by rarity, domain first as Centipede
         partitions them: a domain weighted by its rarest feature's 1/count (so a few hundred
         code arcs do not drown a dozen trip buckets, and a domain every entry saturates, op
-        kinds, is seldom picked), a feature in it by 1/count² (the rarest first), then one of the
-        entries holding it by its energy (``energy``)."""
+        kinds, is seldom picked), times ``DOMAIN_WEIGHT`` (the read tables' trips and their
+        stepping stones: the combinations blind draws seldom); a feature in it by 1/count²
+        (the rarest first), then one of the entries holding it by its energy (``energy``)."""
         by_domain: dict[int, list[int]] = {}
         for f in self.counts:
             by_domain.setdefault(f >> 40, []).append(f)
         domains = sorted(by_domain)
-        feats = by_domain[rng.choices(domains, [max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains])[0]]
+        weights = [DOMAIN_WEIGHT.get(DOMAINS[d], 1.0) * max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains]
+        feats = by_domain[rng.choices(domains, weights)[0]]
         fid = rng.choices(feats, [1.0 / self.counts[f] ** 2 for f in feats])[0]
         holders = [e for e in self.entries if fid in e["ids"]]
-        entry = rng.choices(holders, [self.energy(e) for e in holders])[0] if len(holders) > 1 else holders[0]
+        if len(holders) > 1:
+            mid = self.median_yield()
+            entry = rng.choices(holders, [self.energy(e, mid) for e in holders])[0]
+        else:
+            entry = holders[0]
+        entry["picks"] = entry.get("picks", 0) + 1
         return entry, next((n for n in entry["features"] if feature_id(n) == fid), None)
 
+    def frontier(self, rng: random.Random) -> tuple[dict, str] | None:
+        """(an entry, its trip feature) among those whose read table made the most trips (AFL's
+        "favoured" entries: the few that hold the furthest progress get tries of their own,
+        where rarity spreads them over every domain's singletons); None while no entry has one."""
+        best, top = [], -1
+        for e in self.entries:
+            for name, goal in (e.get("goals") or {}).items():
+                if name.startswith("trips|") and goal[3] >= top:
+                    best, top = ([] if goal[3] > top else best) + [(e, name)], goal[3]
+        if not best:
+            return None
+        entry, name = rng.choice(best)
+        entry["picks"] = entry.get("picks", 0) + 1
+        return entry, name
 
-    def energy(self, entry: dict) -> float:
+    def median_yield(self) -> float:
+        ys = sorted(_yield(e) for e in self.entries)
+        return ys[len(ys) // 2] if ys else 0.0
+
+    def energy(self, entry: dict, median: float | None = None) -> float:
         """AFL++'s "rare" schedule: the sum of 1/count over the entry's value features (an entry
-        holding several rare ones is worth more tries), times a cost factor that only ever
-        halves: cost per op over twice the corpus's median lowers it, below never raises it.
-        1/cost alone drifted the corpus to cheap sequences, large blocks and one trip, which
+        holding several rare ones is worth more tries), times its **yield** against the corpus's
+        median, bounded to [1/4, 2] (at least 1 until it is first picked): the new features it and
+        the mutants kept from it found per CPU second spent on it (its own run and one per pick,
+        each costed as its own run). So an entry that keeps paying is
+        tried more, and one picked often for nothing fades, whatever its cost; a cost factor
+        alone (1/cost) drifted the corpus to cheap sequences, large blocks and one trip, which
         starved the rows that reach three trips (benchmarks/results/guided-vs-blind-2026-12-01.md)."""
         rare = sum(1.0 / self.counts[f] for f in entry["ids"] if f >> 40)  # domain 0 is code: hundreds of arcs
-        if self._median is None:
-            costs = sorted(_cost(e) for e in self.entries)
-            self._median = costs[len(costs) // 2] if costs else 0.0
-        cost = _cost(entry)
-        return max(rare, 1e-3) * (0.5 if self._median and cost > 2 * self._median else 1.0)
+        median = self.median_yield() if median is None else median
+        ratio = _yield(entry) / median if median > 0 else 1.0
+        if not entry.get("picks"):  # untried: no less than the median (AFL++ favours new entries)
+            ratio = max(ratio, 1.0)
+        return max(rare, 1e-3) * min(max(ratio, YIELD_BOUNDS[0]), YIELD_BOUNDS[1])
 
 
-def _cost(entry: dict) -> float:
-    return entry.get("cost_s", 0.0) / max(1, entry.get("ops", 1))
+def _yield(entry: dict) -> float:
+    """New features found (its own and its kept mutants') per CPU second spent on it."""
+    spent = max(entry.get("cost_s", 0.0), 1e-3) * (1 + entry.get("picks", 0))
+    return entry.get("yielded", 0) / spent
 
 
 class GuidedTrack(SmallTrack):
@@ -172,11 +210,14 @@ class GuidedTrack(SmallTrack):
             plan = {"stream": self._fresh_stream(seed, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
                     "how": ["fresh"]}
         else:
-            entry, why = corpus.pick(rng)
-            stream, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
-                                        focus=(entry.get("where") or {}).get(why), shadow=self._shadow(tier, seed, entry),
-                                        rare_knobs=self.rare_knobs(tier.kernels, rng))
-            plan = {"stream": stream, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed), "how": how}
+            entry, why = (rng.random() < FRONTIER and corpus.frontier(rng)) or corpus.pick(rng)
+            focus = (entry.get("where") or {}).get(why)
+            stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
+                                               focus=focus, shadow=self._shadow(tier, seed, entry),
+                                               rare_knobs=self.rare_knobs(tier.kernels, rng),
+                                               goal=frontier(entry, why, rng))
+            plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
+                    "how": how, "parent": entry, "why": why, "length": None if focus is None else focus + 1 + TAIL}
         self._plans = {seed: plan}
         return plan
 
@@ -212,12 +253,12 @@ class GuidedTrack(SmallTrack):
         will draw it (its fresh draws included), so a mutation can check what it made."""
         has, skips = super().worker_info(tier)["has"], sorted(getattr(tier, "allocator_skips", ()))
 
-        def run(stream):
-            config, scenario, rng = params_of(stream, seed)
+        def run(stream, marks_in):
+            config, scenario, rng = params_of(stream, seed, marks_in)
             marks: list[int] = []
             _, _, ops = regenerate(seed, entry.get("ops", 0), has=has, skips=skips, hostile=entry.get("hostile", "spec"),
                                    params=(config, scenario, rng), r2t_dtype=entry.get("r2t"),
-                                   on_op=lambda: marks.append(rng.pos))
+                                   on_op=lambda: _begin(rng, marks))
             return ops, config, {"stream": rng.log, "ranges": rng.ranges, "marks": marks}
         return run
 
@@ -225,37 +266,41 @@ class GuidedTrack(SmallTrack):
         return worker_knobs if worker_knobs is not None else self.plan(tier, seed)["knobs"]
 
     def run_sequence(self, tier, seed, n_ops, *, knobs=None, **kw):
+        """Run the plan, ``n_ops`` at most (a mutation aimed at an op stops ``TAIL`` ops past it:
+        what comes later is the entry's own ops again, whose features it already holds)."""
         plan = self.plan(tier, seed)
+        n_ops = min(n_ops, plan.get("length") or n_ops)
         seq_dir = self.root / ".seq"
         seq_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(seq_dir / f"{seed}.json", {"stream": plan["stream"], "r2t": plan["r2t"]})
+        _write_json(seq_dir / f"{seed}.json", {"stream": plan["stream"], "marks": plan.get("marks"), "r2t": plan["r2t"]})
         old = seq_dir / f"{self._kept_seeds_pop(seed)}.json"
         if old.name != f"{seed}.json":
             old.unlink(missing_ok=True)
-        params = params_of(plan["stream"], seed)
+        params = params_of(plan["stream"], seed, plan.get("marks"))
         rng, marks = params[2], []
         code = None
-        if self.sequences % CODE_EVERY == 0:
+        traced, kernels = code_schedule(self.sequences)
+        if traced:
             if self._code is None:
                 self._code = CodeCoverage(files_under_test(tier))
-            self._code.trace_kernels = self.sequences % KERNEL_CODE_EVERY == 0
+            self._code.trace_kernels = kernels
             code = self._code
         self.sequences += 1
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # CPU: the machine may be shared
         with (col := Collector(code)):
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
-                                       params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, rng.pos), **kw)
+                                       params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)), **kw)
         col.add_run(seq.run)
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()
-        cost = round(time.perf_counter() - t0, 4)
+        cost = round(time.process_time() - t0, 4)
         if self.corpus.novel(col.names):  # kept: which allocs made the rows each table op read, for resize
             flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()))
             self.kept += self.corpus.add({
                 "stream": rng.log, "ranges": rng.ranges, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
-                "features": sorted(col.names), "where": col.where, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
-                "hostile": kw.get("hostile", "spec"), "cost_s": cost, "found": time.time(), **flow})
+                "features": sorted(col.names), "where": col.where, "goals": col.goals, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
+                "hostile": kw.get("hostile", "spec"), "cost_s": cost, "found": time.time(), **flow}, parent=plan.get("parent"))
         seq.extra = {**seq.extra, "guided": plan["how"]}
         return seq
 
@@ -270,8 +315,35 @@ class GuidedTrack(SmallTrack):
         if not path.is_file():
             return super().regenerate(seed, n_ops, info, hostile=hostile)
         saved = json.loads(path.read_text())
+        params = params_of(saved["stream"], seed, saved.get("marks"))
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
-                          params=params_of(saved["stream"], seed), r2t_dtype=saved["r2t"])
+                          params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op)
+
+
+def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
+    """The goal a resize aims at (``streams.resize``) when ``entry`` was picked for trip feature
+    ``why``: half the time ``why``'s own row, half the time the row of the entry's most trips (one
+    more trip from there is what no entry has reached: a stone's own row may be a trip behind)."""
+    goals = entry.get("goals") or {}
+    if why not in goals:
+        return None
+    return goals[why] if rng.random() < 0.5 else max(goals.values(), key=lambda g: (g[3], -g[1]))
+
+
+def code_schedule(i: int) -> tuple[bool, bool]:
+    """(code coverage on, the interpreted kernel bodies traced too) for a worker's sequence ``i``:
+    one in ``CODE_EVERY``, one in ``KERNEL_CODE_EVERY``, from the second sequence on. The first
+    is left untraced: most catalogue mutants die in it, and its coverage starting and tracing
+    the kernel bodies cost 4-5 CPU s for under 20 ops (guided-vs-blind-2026-12-02.md)."""
+    return i % CODE_EVERY == min(1, CODE_EVERY - 1), i % KERNEL_CODE_EVERY == min(1, KERNEL_CODE_EVERY - 1)
+
+
+def _begin(rng: ChoiceRandom, marks: list | None = None) -> int:
+    """An op begins: the stream moves to its segment (op-aligned replay); where its draws begin."""
+    rng.begin_op()
+    if marks is not None:
+        marks.append(rng.pos)
+    return rng.pos
 
 
 _TRACKS: dict[str, GuidedTrack] = {}

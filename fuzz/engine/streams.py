@@ -6,7 +6,9 @@ begin. The generator still reads the spec to build every op, so a mutated stream
 valid sequence (contract violations only at the generator's own rate), and mutations at op
 marks are op-level edits: **delete** an op's draws, **insert** fresh ones, **splice** two
 entries at op marks, **swap** an op's kind (its second draw is the kind's), **nudge** one
-draw a small step, re-draw a **knob** or a **config** draw. Draws past the stream's end are
+draw a small step, re-draw a **knob** or a **config** draw. The stream is replayed
+**op-aligned** (each op reads its own segment, its surplus fresh: ``ChoiceRandom``), so an
+edit to one op leaves the later ops' draws where they were. Draws past the stream's end are
 fresh, so every sequence runs its full length.
 
 Every integer is one draw (``ChoiceRandom._randbelow``: ``floor(u * n)``, no rejection loop)
@@ -18,7 +20,8 @@ for a kept entry, which alloc made each row every table op read (the ops replaye
 spec, ~5 ms per 100 ops, only for entries kept); ``resize`` grows or shrinks one of those
 allocs to a size next to a block boundary (the launch knobs' blocks and their multiples),
 checked on a **shadow run** (the generator against the spec alone, no kernel: the same
-~5 ms) that it got that size; ``clone`` repeats it, so the read table has two such rows.
+~5 ms) that it got that size; ``clone`` repeats it, so the read table has two such rows;
+``room`` gives the pool its most pages (a third trip needs a longer row than most pools hold).
 """
 
 from __future__ import annotations
@@ -31,28 +34,53 @@ from .ops import Alloc
 from .shapes import TABLE_OPS
 from .spec_side import Capabilities, SpecSide, unsupported
 
-MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone")
+MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone", "room")
 # a config draw changes every op after it: seldom; a knob changes launches, not ops (the state is kept);
 # resize/clone only where data flow is known
-WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1)
-RESIZE_TRIES = 4  # shadow runs per resize: a branch taken, its range read back, the size set
+WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1, 1.5)
+FED_RESIZE = 3  # resize's weight times this where the focus is a table op whose rows' allocs are known
+ROOM_DRAWS = ((1, 5), (2, 9))  # random_config's num_pages: a choice of five, plus randint(0, 8)
+RESIZE_TRIES = 8  # shadow runs per resize (~5 ms each): a branch taken, its range read back, the size set
 
 
 class ChoiceRandom(random.Random):
-    """``random.Random`` reading its draws from ``given`` (floats in [0, 1)), then from a fresh
-    ``Random(fresh_seed)``; ``log`` is every draw made, ``ranges`` each draw's integer range
-    (0 for a float), ``pos`` how many."""
+    """``random.Random`` reading its draws from ``given`` (floats in [0, 1)), **op-aligned**:
+    ``marks`` cut ``given`` into the config's draws and one segment per op (``segments``), and
+    ``begin_op()`` (called before each op is drawn) moves to the next op's segment, whatever
+    the op before consumed. An op that draws more than its segment holds gets its surplus from
+    a fresh ``Random`` of its own (keyed by ``fresh_seed`` and the op's index), one that draws
+    fewer leaves the rest unread. So an edit to one op's draws (a resize lengthens an alloc, a
+    later free then permutes more pages) leaves every later op reading the draws it read
+    before; read sequentially, a resize shifted them all (benchmarks/results/guided-vs-blind-
+    2026-12-02.md: 11 of 18 resizes kept the read table on the resized row). Without marks,
+    all of ``given`` is the config's and every op draws fresh (a fresh sequence). ``log`` is
+    every draw made, ``ranges`` each draw's integer range (0 for a float), ``pos`` how many."""
 
-    def __init__(self, given=(), fresh_seed: int | str = 0):
+    def __init__(self, given=(), fresh_seed: int | str = 0, marks=None):
         self.given, self.pos, self.log, self.ranges = list(given), 0, [], []
+        self._cuts = [*(marks or ()), len(self.given)]
+        self._seed, self.op = fresh_seed, -1
+        self._at, self._end = 0, self._cuts[0]
         self._fresh = random.Random(fresh_seed)
         super().__init__(0)
 
     def seed(self, *args, **kwargs):  # the stream is the state: nothing to seed
         pass
 
+    def begin_op(self) -> None:
+        """The next op's draws begin: its own segment of ``given``, then its own fresh draws."""
+        self.op += 1
+        k = self.op
+        self._at = self._cuts[k] if k < len(self._cuts) - 1 else len(self.given)
+        self._end = self._cuts[k + 1] if k < len(self._cuts) - 1 else len(self.given)
+        self._fresh = random.Random(f"{self._seed}:op{k}")
+
     def random(self) -> float:
-        u = self.given[self.pos] if self.pos < len(self.given) else self._fresh.random()
+        if self._at < self._end:
+            u = self.given[self._at]
+            self._at += 1
+        else:
+            u = self._fresh.random()
         self.pos += 1
         self.log.append(u)
         self.ranges.append(0)
@@ -73,9 +101,11 @@ class ChoiceRandom(random.Random):
         return sum(self.getrandbits(min(53, k - i)) << i for i in range(0, k, 53))
 
 
-def params_of(stream, fresh_seed: int):
-    """(config, scenario, rng) of a stream, as ``generate.sequence_params`` draws them from a seed."""
-    rng = ChoiceRandom(stream, fresh_seed)
+def params_of(stream, fresh_seed: int, marks=None):
+    """(config, scenario, rng) of a stream cut at ``marks`` (None: ops all fresh), as
+    ``generate.sequence_params`` draws them from a seed; the caller's ``on_op`` calls
+    ``rng.begin_op()``."""
+    rng = ChoiceRandom(stream, fresh_seed, marks)
     config = random_config(rng)
     return config, rng.choice(sorted(SCENARIOS)), rng
 
@@ -111,6 +141,15 @@ def flat(segs) -> list[float]:
     return [d[0] for s in segs for d in s]
 
 
+def marks_of(segs) -> list[int]:
+    """Where each op's segment begins in ``flat(segs)`` (the marks ``segments`` cut at)."""
+    out, at = [], 0
+    for seg in segs[:-1]:
+        at += len(seg)
+        out.append(at)
+    return out
+
+
 def _set(draw: list, value: int) -> None:
     n = draw[1]
     draw[0] = (min(max(value, 0), n - 1) + 0.5) / n
@@ -130,34 +169,59 @@ def nudge(seg: list[list], rng: random.Random) -> None:
         draw[0] = min(max(u + rng.choice((-1, 1)) * rng.choice((1 / 1024, 1 / 256, 1 / 64, 1 / 16)), 0.0), 0.999999)
 
 
+def room(segs) -> bool:
+    """Give the pool the most pages its config draws allow (``ROOM_DRAWS`` set to their largest):
+    a row long enough for a third trip of a small block needs more pages than most pools have,
+    and an alloc's size is drawn relative to the room it has, so the op-aligned draws after it
+    keep their ops, longer. False where there is nothing to raise."""
+    cfg = segs[0] if segs else []
+    if len(cfg) <= max(i for i, _ in ROOM_DRAWS) or any(cfg[i][1] != n for i, n in ROOM_DRAWS):
+        return False
+    if all(int(cfg[i][0] * n) == n - 1 for i, n in ROOM_DRAWS):
+        return False
+    for i, n in ROOM_DRAWS:
+        _set(cfg[i], n - 1)
+    return True
+
+
 def boundary_target(pages: int, knobs: dict | None, rng: random.Random) -> int:
-    """A size next to ``pages`` at a block boundary: k x each small knob value (the blocks a
-    launch strides by, at fuzzing scale) minus one, exactly, plus one; or a page or two over.
-    Mostly larger (rows long enough for another trip are what blind draws seldom make)."""
-    blocks = sorted({v for v in (knobs or {}).values() if isinstance(v, int) and 1 < v <= 64}) or [4, 8, 16]
+    """A size next to ``pages`` at a block boundary: k x each small knob value or product of two
+    (the blocks a launch strides by at fuzzing scale, and a column stride: a block times the
+    programs per row) minus one, exactly, plus one; or a page or two over. Mostly larger (rows
+    long enough for another trip are what blind draws seldom make): one of the three nearest
+    above, or (half the time) any up to three times the size: the next trip of a strided loop
+    is a whole stride away, more than the nearest boundaries reach."""
+    small = sorted({v for v in (knobs or {}).values() if isinstance(v, int) and 1 < v <= 64})
+    blocks = sorted({*small, *(a * b for a in small for b in small if a * b <= 64)}) or [4, 8, 16]
     near = {k * b + d for b in blocks for k in range(1, 6) for d in (-1, 0, 1)} | {pages + d for d in (-2, -1, 1, 2)}
     near = {m for m in near if m >= 1 and m != pages}
-    ups = sorted(m for m in near if m > pages)[:6]
+    above = sorted(m for m in near if m > pages)
+    ups = above[:3] if rng.random() < 0.5 else [m for m in above if m <= 3 * pages + 8] or above[:3]
     downs = sorted((m for m in near if m < pages), reverse=True)[:3]
     return rng.choice(ups if ups and (not downs or rng.random() < 0.75) else downs)
 
 
-def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
+def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None, goal=None):
     """Segments with one alloc that fed the op at ``focus`` (any alloc of the entry without one)
-    set to ``boundary_target`` pages, or None where it cannot be. The alloc's size is its
+    set to ``boundary_target`` pages, or None where it cannot be. ``goal`` ([row length, short
+    of one more trip, BLOCK]: ``features._trip_features``): three times in four, an alloc of
+    that row's length is set to the length of one more trip, 0 to BLOCK - 1 pages into it
+    (its last block partial, or full at the end). The alloc's size is its
     widest integer draw; a size outside that draw's range needs another branch of the op's
     chances (``alloc_op``'s "usually what fits"), so the floats before it are re-drawn and the
-    shadow run says the new range. ``shadow(stream)``: (ops, config, the stream as drawn)."""
+    shadow run says the new range. ``shadow(stream, marks)``: (ops, config, the stream as drawn)."""
     pages = {int(k): v for k, v in (entry.get("pages") or {}).items()}
     fed = (entry.get("feeds") or {}).get(str(focus)) if focus is not None else None
     if not pages or shadow is None:
         return None
-    a = rng.choice(fed or sorted(pages))
-    cur, target = pages.get(a), None
+    rows = [a for a in fed or () if goal and pages.get(a) == goal[0]]
+    aimed = bool(rows) and rng.random() < 0.75
+    a = rng.choice(rows if aimed else fed or sorted(pages))
+    cur = pages.get(a)
     if cur is None or a + 1 >= len(segs):
         return None
     start = cur
-    target = boundary_target(cur, entry.get("knobs"), rng)
+    target = cur + goal[1] + rng.randrange(max(1, goal[2])) if aimed else boundary_target(cur, entry.get("knobs"), rng)
     for attempt in range(RESIZE_TRIES):
         seg = segs[a + 1]
         ints = [i for i in range(2, len(seg)) if seg[i][1] > 1]  # past the contract and kind draws
@@ -167,11 +231,13 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
         want = target - (cur - int(seg[i][0] * seg[i][1]))
         if attempt and cur == start or not 0 <= want < seg[i][1]:
             for j in range(2, len(seg)):  # another branch: a pick among sizes, "usually what fits"
-                if j != i:
-                    seg[j][0] = rng.random()
+                if j != i:  # near either end: a chance's threshold (0.85, 0.3) is then crossed either way
+                    seg[j][0] = rng.choice((0.0, 0.9)) + 0.1 * rng.random()
         if 0 <= want < seg[i][1]:
             _set(seg[i], want)
-        ops, config, drawn = shadow(flat(segs))
+        if attempt == 1 and cur < target:  # not reached by the draw alone: more room, then the same draws
+            room(segs)
+        ops, config, drawn = shadow(flat(segs), marks_of(segs))
         segs = segments(drawn)
         if a >= len(ops) or not isinstance(ops[a], Alloc):
             return None
@@ -182,15 +248,16 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None):
 
 
 def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | None = None,
-           shadow=None, rare_knobs: dict | None = None) -> tuple[list[float], dict | None, list[str]]:
-    """(stream, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
+           shadow=None, rare_knobs: dict | None = None, goal=None) -> tuple[list[float], list[int], dict | None, list[str]]:
+    """(stream, its op marks, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
     that first reached the feature the entry was picked for (its ``where``): most edits then
     land on that op or the few before it, since an edit anywhere in a 200-op stream rarely
     touches it; ``repeat`` inserts nudged copies of it right after it, each another try at a
     neighbouring shape from nearly the same state; ``resize`` and ``clone`` edit the allocs
     that made the rows it read (``data_flow``), which is what changes the state it saw.
     ``knob`` changes one launch knob, or (half the time) takes ``rare_knobs``, the combination
-    the corpus holds fewest of: the same ops under the launch shapes least tried."""
+    the corpus holds fewest of: the same ops under the launch shapes least tried. ``goal``: the
+    row that reached the picked trip feature and how far it was from one more (``resize``)."""
     segs = segments(entry)
     knobs = dict(entry.get("knobs") or {}) or None
     done = []
@@ -200,8 +267,11 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
             return max(1, focus + 1 - rng.choice((0, 0, 0, 1, 2, 4)))
         return rng.randrange(1, len(segs))
 
+    weights = list(WEIGHTS)
+    if (entry.get("feeds") or {}).get(str(focus)):  # the focus read rows whose allocs are known: edit them
+        weights[MUTATIONS.index("resize")] *= FED_RESIZE
     for _ in range(rng.choice((1, 1, 2, 3))):
-        kind = rng.choices(MUTATIONS, WEIGHTS)[0]
+        kind = rng.choices(MUTATIONS, weights)[0]
         ops = len(segs) - 1
         if kind == "delete" and ops > 1:
             del segs[op_index()]
@@ -231,7 +301,9 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
             knobs = {**(knobs or {}), name: rng.choice(tuple(mod.FUZZ_KNOBS[name]))}
         elif kind == "config" and segs[0]:
             segs[0][rng.randrange(len(segs[0]))] = [rng.random(), 0]
-        elif kind == "resize" and not done and (resized := resize(segs, entry, rng, shadow, focus)) is not None:
+        elif kind == "room" and room(segs):
+            pass
+        elif kind == "resize" and not done and (resized := resize(segs, entry, rng, shadow, focus, goal)) is not None:
             segs = resized  # first of a round: the entry's op indices still hold
         elif kind == "clone" and not done and (fed := (entry.get("feeds") or {}).get(str(focus))):
             a = rng.choice(fed) + 1
@@ -242,4 +314,7 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
         else:
             continue
         done.append(kind)
-    return flat(segs), knobs, done
+    if not done and len(segs) > 1:  # every draw above fell through: a plan is never its entry again
+        nudge(segs[op_index()], rng)
+        done.append("nudge")
+    return flat(segs), marks_of(segs), knobs, done
