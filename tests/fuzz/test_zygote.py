@@ -63,34 +63,6 @@ def test_a_child_sees_the_environment_cwd_and_sys_path_as_they_are_when_it_is_cr
     assert (got["cwd"], got["sys_path"]) == (str(elsewhere), sys.path)
 
 
-def test_the_engine_a_server_preloads_reads_no_environment_when_imported():
-    """A server imports ``zygote.ENGINE`` once, with the environment it started with; a child
-    then sees the environment of its own start only if nothing there read it at import."""
-    import ast
-    import importlib.util
-
-    read, names = [], sorted(_imported_with(zygote.ENGINE))
-    assert "fuzz.engine.worker" in names and "fuzz.engine.compile_check.client" in names, names
-    for name in names:
-        path = importlib.util.find_spec(name).origin
-        for node in ast.parse(Path(path).read_text()).body:
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Expr)):
-                text = ast.unparse(node)
-                if "environ" in text or "getenv" in text:
-                    read.append(f"{name}:{node.lineno}: {text[:80]}")
-    assert not read, read
-
-
-def _imported_with(names) -> set:
-    """The fuzz modules importing ``names`` brings in (in a fresh interpreter, to see them all)."""
-    import subprocess
-
-    code = f"import importlib, sys\nfor n in {list(names)!r}: importlib.import_module(n)\n" \
-           "print('\\n'.join(m for m in sys.modules if m.startswith('fuzz.')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    return set(out.stdout.split())
-
-
 def test_a_server_holds_no_kernel_set_no_jit_function_of_ours_and_no_cuda(tmp_path):
     got = _run(tmp_path, "_at_entry")
     assert not [m for m in got["modules"] if m.startswith(("kvkernels", "kvfuzz_kernels"))], got["modules"]

@@ -62,11 +62,9 @@ METHODS = ("forkserver", "spawn")
 LOADED_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTHON", "TRITON_")
 READ_WHEN_USED = ("TRITON_CACHE_DIR", "TRITON_INTERPRET")
 PRELOAD = ("numpy", "torch", "triton", "triton.language")
-# kvfuzz's own modules every worker and executor imports (about 0.4 s a child): no kernel set, no
-# ``@triton.jit`` of ours, and none reads the environment when it is imported (tests/fuzz/test_zygote.py).
-ENGINE = ("fuzz.engine.worker", "fuzz.engine.tracks", "fuzz.engine.runner", "fuzz.engine.production.run",
-          "fuzz.engine.kinds", "fuzz.engine.health", "fuzz.engine.production.ahead")
-
+# Not kvfuzz's own engine: preloading it here (tried) made the first worker later by 0.5-1 s
+# (the server imports it all before it can fork; a worker imports only what its track needs),
+# and the first worker is what the time to a first case waits for.
 SPAWN = mp.get_context("spawn")  # shared objects (Array, Pipe, Queue) work with either kind of child
 _SERVERS: dict[tuple, forkserver.ForkServer] = {}
 _LOCK = threading.Lock()
@@ -238,7 +236,7 @@ def preload(interpret: bool) -> None:
         os.environ.pop("TRITON_INTERPRET", None)
     import importlib
 
-    for name in PRELOAD + (("triton.runtime.interpreter",) if interpret else ()) + ENGINE:
+    for name in PRELOAD + (("triton.runtime.interpreter",) if interpret else ()):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001, S112 - a cache only; the child meets the error itself
