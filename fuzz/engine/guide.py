@@ -60,11 +60,20 @@ class Corpus:
         self.entries: list[dict] = []
         self.counts: Counter = Counter()
         self._files: set[str] = set()
+        self.other_formats: Counter = Counter()  # entries of another format (an older kvfuzz's), not read
         self.reload()
 
     @property
     def features(self) -> set[int]:
         return set(self.counts)
+
+    def note(self) -> str | None:
+        """What a campaign should say of the entries it could not read (None: there were none)."""
+        if not self.other_formats:
+            return None
+        kinds = ", ".join(f"{n} of {fmt}" for fmt, n in sorted(self.other_formats.items()))
+        return (f"corpus {self.root}: {sum(self.other_formats.values())} entries not read ({kinds}; this kvfuzz "
+                f"reads {FORMAT}, whose streams replay op by op): the guide starts without them")
 
     def reload(self) -> int:
         """Load entries written since the last look (by this or another worker); how many."""
@@ -76,9 +85,10 @@ class Corpus:
                 entry = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue  # a file another process is replacing: the next look reads it
-            if entry.get("format") != FORMAT:
-                continue
             self._files.add(path.name)
+            if entry.get("format") != FORMAT:
+                self.other_formats[str(entry.get("format"))] += 1
+                continue
             self._index(entry)
             new += 1
         return new
@@ -197,7 +207,10 @@ class GuidedTrack(SmallTrack):
         return self._corpus
 
     def worker_info(self, tier, *, palette_seed=None) -> dict:
-        return {**super().worker_info(tier), "corpus": str(self.root)}
+        info = {**super().worker_info(tier), "corpus": str(self.root)}
+        if note := self.corpus.note():
+            info["notes"] = [*info.get("notes", ()), note]
+        return info
 
     def plan(self, tier, seed: int) -> dict:
         """What sequence ``seed`` runs: fresh (as blind) or a mutation of a corpus entry."""

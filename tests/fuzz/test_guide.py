@@ -117,6 +117,20 @@ def test_merge_keeps_the_smallest_subset_covering_the_union(tmp_path):
     assert r.returncode == 2 and "nowhere" in r.stderr
 
 
+def test_entries_of_an_older_format_are_not_read_and_the_campaign_says_so(tmp_path):
+    """A nightly corpus kept by an older kvfuzz: its streams replay differently, so they are left
+    out, and the worker's hello notes it (the campaign prints a worker's notes)."""
+    root = tmp_path / "corpus"
+    kept = guide.Corpus(root)
+    assert kept.add(_entry({"op|alloc"}, ops=5)) and kept.note() is None
+    (root / "old.json").write_text(json.dumps({**_entry({"op|free"}), "format": "kvfuzz-corpus/2"}))
+    again = guide.Corpus(root)
+    assert len(again.entries) == 1 and again.other_formats == {"kvfuzz-corpus/2": 1}
+    assert "1 entries not read (1 of kvfuzz-corpus/2" in again.note() and guide.FORMAT in again.note()
+    info = guide.GuidedTrack(root).worker_info(make_tier("torch"))
+    assert any("kvfuzz-corpus/2" in n for n in info["notes"]), info
+
+
 def test_the_report_names_what_no_sequence_reached(tmp_path):
     c = guide.Corpus(tmp_path)
     c.add(_entry({"trips|read_table_kernel|1|partial", "trips|read_table_kernel|2|partial",
