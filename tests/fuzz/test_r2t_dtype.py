@@ -108,7 +108,10 @@ def test_the_state_machine_draws_a_dtype_per_run():
                 assert self.ops[-1].r2t_dtype == self.r2t_dtype
             return out
 
+    # derandomized: with Hypothesis' own random seed, 25 runs of which only some reach a read
+    # table drew one dtype alone about once in a few dozen suites (seen in a full run)
     run_state_machine_as_test(Recording, settings=settings(max_examples=25, stateful_step_count=12, deadline=None,
+                                                           derandomize=True, database=None,
                                                            suppress_health_check=list(HealthCheck)))
     assert dtypes == {"int32", "int64"}
 
