@@ -13,6 +13,14 @@
 set -u
 PART=${1:-first}
 . benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign
+first_case() {  # first_case N LIMIT NOTE: the mutant catalogue, cold then warm, as $OUT/first-case-cuda-N.*
+  step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py)"
+  timeout "$2" $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+    --note "one H200, nothing else running; $3" --out /tmp/fc > "$OUT/first-case-cuda-$1.log" 2>&1
+  echo "exit $?"
+  tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda-$1.log"
+  cp /tmp/fc/first_case.json "$OUT/first-case-cuda-$1.json" 2>/dev/null; cp /tmp/fc/first_case.md "$OUT/first-case-cuda-$1.md" 2>/dev/null
+}
 util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.txt until killed
   nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 > "/tmp/util-$1.txt" 2>/dev/null &
   echo $!
@@ -23,13 +31,7 @@ util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.tx
   $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
   nproc; git log --oneline -1 2>/dev/null
   if [ "$PART" = again ]; then
-    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py)"
-    timeout 330 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
-      --note "one H200, nothing else running; fork server default, torch-free parent, standby executor, engine preloaded" \
-      --out /tmp/fc > "$OUT/first-case-cuda-2.log" 2>&1
-    echo "exit $?"
-    tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda-2.log"
-    cp /tmp/fc/first_case.json "$OUT/first-case-cuda-2.json" 2>/dev/null
+    first_case 2 330 "fork server default, torch-free parent, standby executor, engine preloaded"
     step "fork server tests under this Triton"
     timeout 100 $PY -m pytest -q -p no:cacheprovider -n 4 tests/fuzz/test_zygote.py tests/fuzz/test_lazy_torch.py 2>&1 | tail -3
     step "pytest -m 'cuda and not slow'"
@@ -39,13 +41,7 @@ util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.tx
     step "torch-free parent and fork server tests under this Triton"
     timeout 100 $PY -m pytest -q -p no:cacheprovider -n 4 -rf tests/fuzz/test_lazy_torch.py tests/fuzz/test_zygote.py \
       tests/fuzz/test_supervision.py -k "lazy or zygote or standby or prestarted" 2>&1 | grep -E "passed|failed|FAILED|Error" | head -8
-    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py)"
-    timeout 420 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
-      --note "one H200, nothing else running; fork server default, torch-free parent, standby children" \
-      --out /tmp/fc > "$OUT/first-case-cuda-3.log" 2>&1
-    echo "exit $?"
-    tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda-3.log"
-    cp /tmp/fc/first_case.json "$OUT/first-case-cuda-3.json" 2>/dev/null; cp /tmp/fc/first_case.md "$OUT/first-case-cuda-3.md" 2>/dev/null
+    first_case 3 420 "fork server default, torch-free parent, standby children"
   fi
   if [ "$PART" = first ]; then
     step "kvkernels read-heavy under cProfile (scale_gpu, compile-ahead on)"
@@ -56,12 +52,7 @@ util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.tx
       --out "$OUT/scale-kvkernels-throughput.json" 2>&1 | grep -vi warn | tail -3 | cut -c1-700
     kill "$smi" 2>/dev/null
     echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-readheavy.txt | cut -c1-600)"
-    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py)"
-    timeout 380 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
-      --note "one H200, nothing else running; fork server default, torch-free parent" --out /tmp/fc > "$OUT/first-case-cuda.log" 2>&1
-    echo "exit $?"
-    tail -40 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
-    cp /tmp/fc/first_case.json "$OUT/first-case-cuda.json" 2>/dev/null
+    first_case 1 380 "fork server default, torch-free parent"
   fi
   if [ "$PART" = check ]; then
     step "fork server tests under this Triton"

@@ -256,8 +256,8 @@ class Campaign:
             for slot in self.slots:
                 self._watch(slot)
             now = time.monotonic()
-            if self.ops_so_far():  # (or a finding, _record: seen first in the same poll)
-                self.summary.timeline.setdefault("first_op", now - self.start)
+            if "first_op" not in self.summary.timeline and self.ops_so_far():  # (or a finding: _record)
+                self.summary.timeline["first_op"] = now - self.start
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now

@@ -23,6 +23,7 @@ import torch
 from fuzz.engine import launches
 from fuzz.engine.production import ahead, recipes
 from fuzz.engine.production.limits import ScaleLimits
+from tests.fuzz.test_launches import _FakeJit
 
 REPO = Path(__file__).resolve().parents[2]
 INDEP = str(REPO / "tests" / "fixtures" / "kernels" / "foreign" / "indep.py")
@@ -194,19 +195,9 @@ def test_scout_tasks_take_every_streams_first_seeds_first():
     assert order == [(True, 0), (False, 100), (True, 4), (False, 104), (True, 8)]
 
 
-class _Fn:
-    """A stand-in JITFunction: per-device kernel caches whose first item maps keys to kernels."""
-
-    def __init__(self):
-        self.device_caches = {0: ({}, {}, None, None, None)}
-
-    def add_variant(self, key):
-        self.device_caches[0][0][key] = object()
-
-
 def test_a_variant_found_on_disk_counts_as_a_load_and_a_miss_as_a_compile():
     """What the compilation listener saw during the launch decides: hits and no miss, a load."""
-    fn = _Fn()
+    fn = _FakeJit()
     loads0, compiles0 = launches.loads(), launches.compiles()
     for hit in (True, False):
         before, hits = launches._variants(fn), tuple(launches._HITS)
