@@ -18,11 +18,11 @@ from fuzz.engine import supervise, zygote
 from fuzz.engine.tiers import TierSpec
 
 
-@pytest.fixture(autouse=True)
-def forked_children(monkeypatch):
-    """These tests are about the fork server (the default, ``zygote.method``), whatever the
-    environment that runs them asks for."""
-    monkeypatch.setenv(zygote.START_ENV, "forkserver")
+@pytest.fixture(autouse=True, params=["forkserver", "daemon"])
+def forked_children(request, monkeypatch):
+    """These tests are about the servers children are forked from (the per-process one, the
+    default, and the daemon, ``zygote.daemon``), whatever the environment that runs them asks for."""
+    monkeypatch.setenv(zygote.START_ENV, request.param)
 
 
 def _run(tmp_path, entry: str, *args, env: dict | None = None) -> dict:
@@ -212,8 +212,8 @@ def test_a_server_that_cannot_fork_a_child_is_replaced_by_spawn(tmp_path, monkey
         def connect_to_new_process(self, fds):
             raise OSError("the server's socket is gone")
 
-    monkeypatch.setenv(zygote.START_ENV, "forkserver")
-    monkeypatch.setattr(zygote, "_server", lambda key: Broken())
+    monkeypatch.setattr(zygote, "_SAID", [])  # said once per process: the other server's run said it
+    monkeypatch.setattr(zygote, "_server", lambda key, daemon=False: Broken())
     child = supervise.Child("tests.fuzz.test_zygote:_exit_by", (str(tmp_path), "exit"), log_dir=tmp_path)
     child.proc.join(timeout=300)
     assert (child.proc._start_method, child.proc.exitcode) == ("spawn", 7)

@@ -38,6 +38,13 @@ touches no driver): each child initializes its own context after its
 process: a segfault, a hang, ``os._exit`` or SIGKILL ends it alone, and its exit code
 (a negative signal number when killed) reaches the parent through the server.
 
+Which server. By default (``daemon``) the server outlives the command that started it: a
+daemon per server key, reached over a private Unix socket, ending when idle (``daemon.py``
+says what it must add: its children die with their client, it holds no client's pipes, it
+is keyed by what a child inherits from it). So a command's first worker waits for no import
+of torch when an earlier command left a daemon. ``KVFUZZ_START_METHOD=forkserver`` gives
+each command a server of its own that ends with it.
+
 ``KVFUZZ_START_METHOD=spawn`` restores fresh interpreters; where the forkserver protocol
 is unavailable (not Linux, no fd passing) children are spawned and that is said once.
 """
@@ -53,9 +60,10 @@ import threading
 from multiprocessing import connection, context, forkserver, reduction, spawn, util
 
 from ..verdict import SetupError
+from . import daemon as _daemon
 
 START_ENV = "KVFUZZ_START_METHOD"
-METHODS = ("forkserver", "spawn")
+METHODS = ("forkserver", "daemon", "spawn")
 # Read by a library when it loads (so in the server, not the child): the server's key. Triton
 # reads TRITON_DEBUG and TRITON_INSTRUMENTATION_MODE at import (knobs.py, 3.6-3.9); of its
 # variables only these two are read when used: the cache (set per campaign) and the mode.
@@ -67,6 +75,7 @@ PRELOAD = ("numpy", "torch", "triton", "triton.language")
 # and the first worker is what the time to a first case waits for.
 SPAWN = mp.get_context("spawn")  # shared objects (Array, Pipe, Queue) work with either kind of child
 _SERVERS: dict[tuple, forkserver.ForkServer] = {}
+_DAEMONS: dict[tuple, _daemon.DaemonServer] = {}
 _LOCK = threading.Lock()
 _SAID: list[str] = []
 
@@ -76,14 +85,15 @@ class StartMethodError(SetupError):
 
 
 def method() -> str:
-    """``forkserver`` (the default) or ``spawn``: ``KVFUZZ_START_METHOD`` (read at each child,
+    """``daemon`` (the default: a fork server that outlives the command, ``daemon.py``),
+    ``forkserver`` (one per command) or ``spawn``: ``KVFUZZ_START_METHOD`` (read at each child,
     so it can change between campaigns). The fork server was opt-in for one session because
     of one lost exit status (``crash/exit-255`` in a full test run); that was two threads
     polling one child at once (``_Popen.poll``), now fixed and tested."""
-    asked = os.environ.get(START_ENV, "").strip() or "forkserver"
+    asked = os.environ.get(START_ENV, "").strip() or "daemon"
     if asked not in METHODS:
         raise StartMethodError(f"{START_ENV}={asked!r}: choose one of {', '.join(METHODS)}")
-    if asked == "forkserver" and not _forkserver_available():
+    if asked in ("forkserver", "daemon") and not _forkserver_available():
         _say_once(f"kvfuzz: the forkserver start method is unavailable on {sys.platform}; "
                   f"children start as fresh interpreters (spawn), a few seconds each")
         return "spawn"
@@ -126,6 +136,7 @@ def process(target, args: tuple, *, extra_env: dict, interpret: bool):
         return SPAWN.Process(target=_enter, args=packed, daemon=True)
     proc = _ServedProcess(target=_enter, args=packed, daemon=True)
     proc._kvfuzz_server = server_key(environ, interpret)  # extra_env sets none of its variables
+    proc._kvfuzz_daemon = method() == "daemon"
     return proc
 
 
@@ -149,10 +160,10 @@ def warm(interpret: bool) -> None:
     for it: it imports torch and Triton on another core while this process imports the
     engine (the command line calls it first thing), so the first child does not wait for
     two imports of torch in a row. Nothing under ``KVFUZZ_START_METHOD=spawn``."""
-    if method() != "forkserver":
+    if method() == "spawn":
         return
     try:
-        _server(server_key(dict(os.environ), interpret)).ensure_running()
+        _server(server_key(dict(os.environ), interpret), daemon=method() == "daemon").ensure_running()
     except OSError:  # no server now: the first child starts one, or is spawned (start)
         pass
 
@@ -160,6 +171,7 @@ def warm(interpret: bool) -> None:
 def _enter(environ, target, args) -> None:
     # ``environ`` was applied when it was unpickled, before ``target`` and ``args`` were.
     if mp.current_process()._start_method == "forkserver":
+        _daemon.watch_client()  # a daemon's child: it ends with its client
         # A forked child leaves by os._exit; a spawned one runs its atexit handlers (a worker's
         # compile client closes its compiler there) after multiprocessing's exit handler: so here.
         atexit.unregister(_quiet_exit)
@@ -198,9 +210,16 @@ def _apply_environ(environ: dict, *streams) -> None:
             os.close(got)
 
 
-def _server(key: tuple) -> forkserver.ForkServer:
+def _server(key: tuple, *, daemon: bool = False):
     """The server for ``key``, started (in the background: it preloads while the parent goes
-    on) on first use; stopped when this process exits."""
+    on) on first use; stopped when this process exits. With ``daemon``, the daemon of that
+    key (``daemon.py``), started if none answers, and left running when this process exits."""
+    if daemon:
+        with _LOCK:
+            found = _DAEMONS.get(key)
+            if found is None:
+                found = _DAEMONS[key] = _daemon.DaemonServer(key)
+            return found
     with _LOCK:
         server = _SERVERS.get(key)
         if server is None:
@@ -284,7 +303,8 @@ else:
                 reduction.dump(process_obj, payload)
             finally:
                 context.set_spawning_popen(None)
-            self.sentinel, data_w = _server(process_obj._kvfuzz_server).connect_to_new_process(self._fds)
+            server = _server(process_obj._kvfuzz_server, daemon=getattr(process_obj, "_kvfuzz_daemon", False))
+            self.sentinel, data_w = server.connect_to_new_process(self._fds)
             parent_alive = os.dup(data_w)  # the child's parent_process() sentinel, open while we live
             self.finalizer = util.Finalize(self, util.close_fds, (parent_alive, self.sentinel))
             with open(data_w, "wb", closefd=True) as f:
