@@ -79,11 +79,13 @@ class Minimizer:
     or None; the default replays it here on ``tier``."""
 
     def __init__(self, tier, signature: Signature, deadline: float | None = None, knobs: dict | None = None,
-                 judge: Callable | None = None, *, hostile: str | None = None, tries: int = 1):
+                 judge: Callable | None = None, *, hostile: str | None = None, tries: int = 1,
+                 max_replays: int | None = None):
         self.judge = judge or local_judge(tier, knobs)
         self.signature = signature
         self.hostile = hostile  # hostile_kind of the original failure (None: found on valid input)
         self.deadline = deadline
+        self.max_replays = max_replays  # a budget of work: the same result on any machine, loaded or not
         self.tries = max(1, tries)
         self.replays = 0
         self.saved = 0
@@ -92,6 +94,8 @@ class Minimizer:
         self._pass: str | None = None
 
     def out_of_time(self) -> bool:
+        if self.max_replays is not None and self.replays >= self.max_replays:
+            return True
         return self.deadline is not None and time.monotonic() >= self.deadline
 
     def same(self, failure) -> bool:

@@ -253,7 +253,8 @@ def test_a_cpu_run_reports_the_fixture_as_a_case_that_replays(tmp_path, fixture_
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / "cases"
     run = subprocess.run([sys.executable, "-m", "fuzz", "run", "--scale", "compile", "--backend", "interpret",
-                          "--kernels", FIXTURE_REL, "--budget-s", "20", "--reproduce", "2", "--out", str(out)],
+                          "--kernels", FIXTURE_REL, "--max-sequences", "1", "--stop-on-first", "--reproduce", "2",
+                          "--out", str(out)],
                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "FAIL c_compile/compile/_k_free_wide@n==1" in run.stdout

@@ -44,8 +44,10 @@ SEQUENCES = 3  # all workers together: the fault in sequence 0, two more after i
 def _campaign(tmp_path: Path, kernels: Path, workers: int, *extra) -> tuple:
     out, summary = tmp_path / "cases", tmp_path / "summary.json"
     r = kvfuzz("run", "--backend", "interpret", "--kernels", kernels, "--max-sequences", SEQUENCES,
-               "--workers", workers, "--op-timeout", 3, "--no-minimize", "--out", out, "--summary", summary, *extra,
-               timeout=400)  # no minimizing: with no budget to stop it, each crashing candidate is a fresh child
+               "--workers", workers, "--op-timeout", 3, "--no-minimize", "--reproduce", 1, "--out", out,
+               "--summary", summary, *extra, timeout=400)
+    # No minimizing: with no budget to stop it, each crashing candidate is a fresh child. One
+    # reproduction, not five: a hang's each spins its 3 s op-timeout, and rating is test_verdicts'.
     return r, json.loads(summary.read_text()) if summary.exists() else None
 
 

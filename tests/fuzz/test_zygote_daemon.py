@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,14 +49,15 @@ if __name__ == "__main__":
 
 
 @pytest.fixture
-def sockets(tmp_path, monkeypatch):
-    where = tmp_path / "sockets"
+def sockets(monkeypatch):
+    where = Path(tempfile.mkdtemp(prefix="kvfz-", dir="/tmp")) / "s"  # short: a socket's path has 107 bytes
     monkeypatch.setenv(daemon.DIR_ENV, str(where))
     monkeypatch.setenv("KVFUZZ_START_METHOD", "daemon")
     monkeypatch.setenv(daemon.IDLE_ENV, "60")
     yield where
     for pid in _daemon_pids(where):  # end this test's daemons now, not after their idle time
         os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(where.parent, ignore_errors=True)
 
 
 def _daemon_pids(where: Path) -> list[int]:
@@ -160,6 +163,14 @@ def test_a_socket_directory_others_can_write_to_is_refused(tmp_path, monkeypatch
     monkeypatch.setenv(daemon.DIR_ENV, str(open_dir))
     with pytest.raises(daemon.DaemonError, match="not private to this user"):
         daemon.directory()
+    deep = tmp_path / ("d" * 90)
+    monkeypatch.setenv(daemon.DIR_ENV, str(deep))
+    with pytest.raises(daemon.DaemonError, match="too long for a Unix socket's path"):
+        daemon.directory()
+    monkeypatch.delenv(daemon.DIR_ENV)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    assert daemon.directory() == f"/tmp/kvfuzz-zygote-{os.getuid()}", "a long TMPDIR: the default still works"
     monkeypatch.setenv(daemon.IDLE_ENV, "soon")
     with pytest.raises(daemon.DaemonError, match="KVFUZZ_ZYGOTE_IDLE_S='soon'"):
         daemon.idle_s()

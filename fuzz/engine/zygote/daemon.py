@@ -45,6 +45,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import importlib
 import importlib.util
 import os
 import resource
@@ -64,6 +65,7 @@ IDLE_ENV = "KVFUZZ_ZYGOTE_IDLE_S"
 DIR_ENV = "KVFUZZ_ZYGOTE_DIR"
 DEFAULT_IDLE_S = 300.0
 MAX_FDS = 256
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path on Linux is 108 bytes, the last one a NUL
 # kvfuzz's modules a daemon holds (imported by this module and by the preload modules): a
 # child uses the daemon's copies of these, so an edit to any of them must start a new daemon.
 OWN_FILES = ("__init__.py", "engine/__init__.py", "engine/verdict.py", "engine/zygote/__init__.py",
@@ -92,7 +94,11 @@ def idle_s() -> float:
 def directory() -> str:
     """Where the sockets live: created 0700 if missing; refused if another user owns it or
     others may write to it (they could plant a socket that forks our children)."""
-    path = os.environ.get(DIR_ENV, "").strip() or os.path.join(tempfile.gettempdir(), f"kvfuzz-zygote-{os.getuid()}")
+    path = os.environ.get(DIR_ENV, "").strip()
+    if not path:
+        path = os.path.join(tempfile.gettempdir(), f"kvfuzz-zygote-{os.getuid()}")
+        if not _fits(path):  # a long TMPDIR: the default must still work
+            path = f"/tmp/kvfuzz-zygote-{os.getuid()}"
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.stat(path)
@@ -101,7 +107,14 @@ def directory() -> str:
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise DaemonError(f"{DIR_ENV}: {path!r} is not private to this user (owner uid {st.st_uid}, mode "
                           f"{st.st_mode & 0o777:o}); the fork daemon needs a directory only you can enter")
+    if not _fits(path):
+        raise DaemonError(f"{DIR_ENV}: {path!r} is too long for a Unix socket's path ({_SUN_PATH_MAX} bytes with "
+                          f"the socket's name); set {DIR_ENV} to a shorter directory")
     return path
+
+
+def _fits(directory_: str) -> bool:
+    return len(os.path.join(directory_, "x" * 24 + ".sock").encode()) <= _SUN_PATH_MAX
 
 
 def _stamp(path: str | None) -> tuple:
@@ -263,10 +276,9 @@ def watch_client() -> None:
 
 
 def main(listener_fd: int, interpret: bool, idle: float, path: str) -> None:
-    """The daemon: preload, then fork a child per request until idle."""
-    from . import preload
-
-    preload(interpret)
+    """The daemon: preload (the module a per-process server of this mode preloads; by name,
+    this package importing this module), then fork a child per request until idle."""
+    importlib.import_module(f"{__package__}.{'interpret' if interpret else 'compiled'}")
     mine = os.stat(path).st_ino
     sig_r, sig_w = os.pipe()
     os.set_blocking(sig_r, False)
