@@ -339,11 +339,18 @@ class PReadTable(ScaleOp):
     def elements(self):
         return self.bs * self.max_pages
 
+    def inputs(self, run) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """(each row's live columns, the device tensors of req_pool_indices and seq_lens): the
+        host's share of ``execute`` (``benchmarks/profile_host_ops.py`` times it)."""
+        ps = run.config.page_size
+        seq = self.seq_lens(ps)
+        req_t = torch.tensor(_req_idx(self.req, self.bs), dtype=torch.int64, device=run.device)
+        n_cols = [min(cdiv(s, ps), self.max_pages) for s in seq]
+        return n_cols, req_t, torch.tensor(seq, dtype=torch.int64, device=run.device)
+
     def execute(self, run, i):
         ps, dev = run.config.page_size, run.device
-        seq = self.seq_lens(ps)
-        req_t = torch.tensor(_req_idx(self.req, self.bs), dtype=torch.int64, device=dev)
-        seq_t = torch.tensor(seq, dtype=torch.int64, device=dev)
+        n_cols, req_t, seq_t = self.inputs(run)
         o_buf, t_buf = (torch.full((self.bs + 2, out_cols(self.max_pages, self.aligned)), POISON, dtype=torch.int32,
                                    device=dev) for _ in range(2))
         vo.read_table(req_to_token=run.o_r2t, req_pool_indices=req_t, seq_lens=seq_t, v2p=run.o_v2p,
@@ -354,7 +361,6 @@ class PReadTable(ScaleOp):
             req_to_token=run.t_r2t.view, req_pool_indices=req_t.clone(), seq_lens=seq_t.clone(), v2p=run.t_v2p.view,
             multiplier=run.config.multiplier, page_size=ps, max_pages=self.max_pages,
             out=t_buf[1:1 + self.bs, :self.max_pages]))
-        n_cols = [min(cdiv(s, ps), self.max_pages) for s in seq]
         run.check(i, self, [Compare("out", o_buf, t_buf, live=lambda: table_live(o_buf.shape, n_cols, dev),
                                     where=lambda at: f"out[{at[0] - 1}][{at[1]}]")])
         return Outcome(None)
