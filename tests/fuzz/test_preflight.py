@@ -26,6 +26,7 @@ from fuzz.engine.production import preflight
 from fuzz.engine.production.arith import VECTOR_ROWS, ModIds, hash_int
 from fuzz.engine.production.draws import _req_idx, _req_tensor, _seq_lens, packed_layout
 from fuzz.engine.production.generator import READ_HEAVY_MIX, generator
+from fuzz.engine.production.graph import GReadTable
 from fuzz.engine.production.hostile import HostileOp
 from fuzz.engine.production.ops import PReadTable, PReadTablePacked, PRows
 from kvref import preconditions as pre
@@ -101,6 +102,49 @@ def test_req_tensors_and_mod_ids_are_the_lists_values(a, b, rows, bs):
     assert list(ids) == want and [ids[i] for i in range(bs)] == want and ids[-1] == want[-1]
     lo, hi = ids.bounds()
     assert lo <= min(want) and max(want) <= hi
+
+
+def _graph_inputs_loop(op, step, ps):
+    """``GReadTable.step_inputs`` as it was before its draws were vectorized."""
+    maxlen = op.max_pages if op.packed else op.max_pages * ps
+    if step < 0:
+        seq = [hash_int(b, op.seed + 5) % (op.cap_len + 1) for b in range(op.bs)]
+    elif step == op.steps - 1:
+        seq = [maxlen] * op.bs
+    else:
+        s, seq = hash_int(step, op.seed), []
+        for b in range(op.bs):
+            h = hash_int(b, s)
+            pick = h % 4
+            seq.append(op.long_len if pick == 0 else h % (maxlen + 1) if pick == 1 else
+                       maxlen * (step + 1) // max(1, op.steps) if pick == 2 else 0 if h % 8 < 3 else maxlen)
+    if step < 0:
+        req = [b % op.rows for b in range(op.bs)]
+    else:
+        s = hash_int(step, op.seed + 1)
+        req = [(hash_int(1, s) % (op.rows + 1) * b + s) % op.rows for b in range(op.bs)]
+    vals = {"req": req, "seq": seq}
+    if op.packed:
+        indptr = [0]
+        for n in seq:
+            indptr.append(indptr[-1] + n)
+        s = hash_int(step + 1, op.seed + 2)
+        vals["indptr"] = indptr
+        vals["start"] = [0 if h % 3 == 0 else h % (op.width - n + 1)
+                         for n, h in ((n, hash_int(b, s)) for b, n in enumerate(seq))]
+    return vals
+
+
+@_settings(150)
+@given(seed=st.integers(0, 1 << 30), bs=_BS, max_pages=st.integers(1, 300), rows=st.integers(1, 5000),
+       steps=st.integers(0, 5), packed=st.booleans(), ps=st.sampled_from([1, 16]), data=st.data())
+def test_graph_step_inputs_are_the_loops_values(seed, bs, max_pages, rows, steps, packed, ps, data):
+    maxlen = max_pages if packed else max_pages * ps
+    op = GReadTable(seed=seed, bs=bs, max_pages=max_pages, rows=rows, width=maxlen + data.draw(st.integers(0, 9)),
+                    src=(1, 8, 1, 0, 0, 8, 1, 0), cap_len=data.draw(st.integers(0, maxlen)),
+                    long_len=data.draw(st.integers(0, maxlen)), steps=steps, tombs=0, packed=packed)
+    for step in range(-1, steps):
+        assert op.step_inputs(step, ps) == _graph_inputs_loop(op, step, ps), step
 
 
 # ---- the checks, verdict for verdict -------------------------------------------------------
