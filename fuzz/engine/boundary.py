@@ -121,7 +121,7 @@ class Boundaries:
         self.c = constants
         self.rng = rng
         self.aim = aim  # probability that a draw aims at a boundary rather than uniform
-        self._cands: dict[tuple[int, int], tuple[list, list]] = {}  # (lo, hi) -> (all, small multiples)
+        self._cands: dict[tuple, object] = {}  # (lo, hi) -> (all, small multiples); ("bs", hi, beyond) -> bs's
         self._small_cap = 4 * max(constants.block_values() or [1]) + 1
 
     # ---- plain sizes ---------------------------------------------------------------
@@ -171,6 +171,16 @@ class Boundaries:
         steps above ``hi`` up to TARGET itself too when ``beyond`` (cdiv = 1 starts there)."""
         rng = self.rng
         if rng.random() < self.aim:
+            cands = self._bs_candidates(hi, beyond)
+            if cands:
+                return rng.choice(cands)
+        return self.size(1, hi)
+
+    def _bs_candidates(self, hi: int, beyond: bool) -> list[tuple[int, str]]:
+        """``bs``'s candidates, memoized like ``_candidates`` (a set with no constants sweeps 15
+        targets up to 2^14: listing them was most of a production op's draw)."""
+        key = ("bs", hi, beyond)
+        if key not in self._cands:
             cands = []
             for name, t in sorted(self.c.targets.items()):
                 top = max(hi, t) if beyond else hi
@@ -178,9 +188,8 @@ class Boundaries:
                     for d in (-1, 0):
                         if 1 <= bs + d <= top:
                             cands.append((bs + d, f"bs@cdiv({name},bs)={cdiv(t, bs + d)}{'-1' if d else ''}"))
-            if cands:
-                return rng.choice(cands)
-        return self.size(1, hi)
+            self._cands[key] = cands
+        return self._cands[key]
 
     # ---- read-table widths -----------------------------------------------------------
     def trip_pages(self, bs: int, hi: int) -> tuple[int, str]:
