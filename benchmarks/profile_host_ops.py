@@ -11,6 +11,7 @@ as its module declares them, every optional function), without running a kernel.
 
     PYTHONPATH=. .venv/bin/python benchmarks/profile_host_ops.py                 # read-heavy, 60 sequences
     PYTHONPATH=. .venv/bin/python benchmarks/profile_host_ops.py --mix default --out host-ops.json
+    PYTHONPATH=. .venv/bin/python benchmarks/profile_host_ops.py --constants none   # a set without constants
 
 Hostile ops are drawn but not checked (they break a clause on purpose; the runner skips
 their check too).
@@ -35,23 +36,27 @@ class _Ctx:
         self.config, self.rows_shape, self.device = config, None, "cpu"
 
 
-def stream_info() -> dict:
-    """``scale_info`` of kvkernels on a GPU, from its module's constants (no launch observed)."""
+def stream_info(constants: str = "kvkernels") -> dict:
+    """``scale_info`` of kvkernels on a GPU, from its module's constants (no launch observed);
+    ``constants="none"``: of a set that declares none (the generator sweeps powers of two)."""
+    import types
+
     import kvkernels
     from fuzz.engine.boundary import kernel_constants
 
-    return {"constants": kernel_constants(kvkernels).to_json(), "gpu": True,
+    mod = kvkernels if constants == "kvkernels" else types.ModuleType("no_constants")
+    return {"constants": kernel_constants(mod).to_json(), "gpu": True,
             "features": ["build_kv_read_table_legacy", "build_kv_read_table_packed", "translate_tokens"]}
 
 
-def measure(sequences: int, n_ops: int, mix: dict | None, big: float, seed0: int = 0) -> dict:
+def measure(sequences: int, n_ops: int, mix: dict | None, big: float, seed0: int = 0, constants: str = "kvkernels") -> dict:
     """{kind: [ops, draw s, check s, rest s]} over ``sequences`` sequences of ``n_ops`` ops."""
     from fuzz.engine.production.generator import generator
     from fuzz.engine.production.hostile import HostileOp
     from fuzz.engine.production.ops import PRows
 
     clock = time.process_time
-    info = stream_info()
+    info = stream_info(constants)
     rows: dict[str, list] = {}
     for seed in range(seed0, seed0 + sequences):
         config, gen = generator(seed, info, mix=mix, big=big)
@@ -94,6 +99,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", type=int, default=24, help="ops per sequence")
     ap.add_argument("--mix", choices=("read-heavy", "default"), default="read-heavy")
     ap.add_argument("--big", type=float, default=0.6, help="share of full-size read tables (scale_gpu's throughput: 0.6)")
+    ap.add_argument("--constants", choices=("kvkernels", "none"), default="kvkernels",
+                    help="the stream of kvkernels, or of a set with no BLOCK/TARGET constants")
     ap.add_argument("--out", type=Path, default=None, help="write the table as JSON here")
     args = ap.parse_args(argv)
     import torch
@@ -102,14 +109,14 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)  # CPU seconds of this thread only: no idle worker threads counted
     mix = READ_HEAVY_MIX if args.mix == "read-heavy" else None
-    measure(2, 4, mix, args.big, seed0=10**6)  # imports and first-call caches, untimed
-    res = table(measure(args.sequences, args.ops, mix, args.big))
+    measure(2, 4, mix, args.big, seed0=10**6, constants=args.constants)  # imports and first-call caches, untimed
+    res = table(measure(args.sequences, args.ops, mix, args.big, constants=args.constants))
     print(f"{'kind':<30}{'ops':>6}" + "".join(f"{p + ' us':>11}" for p in (*PARTS, "total")))
     for kind, r in res.items():
         print(f"{kind:<30}{r['ops']:>6}" + "".join(f"{r[p + '_us']:>11.1f}" for p in (*PARTS, "total")))
     if args.out:
         report = {"command": " ".join(["benchmarks/profile_host_ops.py", *(argv or sys.argv[1:])]),
-                  "mix": args.mix, "big": args.big, "sequences": args.sequences, "ops": args.ops,
+                  "mix": args.mix, "big": args.big, "constants": args.constants, "sequences": args.sequences, "ops": args.ops,
                   "cpu_seconds": "time.process_time, torch on one thread", "kinds": res}
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0

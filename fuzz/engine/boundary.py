@@ -19,6 +19,7 @@ Every draw comes back with a tag (``"BLOCK_COLS*2+1"``, ``"bs@cdiv(TARGET_BLOCKS
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -114,6 +115,34 @@ def bs_steps(target: int, hi: int) -> list[int]:
     return sorted(out)
 
 
+# The candidate lists of ``Boundaries.bs`` and ``trip_pages``, per constants and range: every
+# production read table draws both, and a set with no constants sweeps 15 blocks and targets up to
+# 2^14 (listing them was most of a production op's draw). Memoized, the draws are the same.
+@functools.lru_cache(maxsize=512)
+def _bs_candidates(targets: tuple, hi: int, beyond: bool) -> tuple[tuple[int, str], ...]:
+    cands = []
+    for name, t in targets:
+        top = max(hi, t) if beyond else hi
+        for bs in bs_steps(t, top):
+            for d in (-1, 0):
+                if 1 <= bs + d <= top:
+                    cands.append((bs + d, f"bs@cdiv({name},bs)={cdiv(t, bs + d)}{'-1' if d else ''}"))
+    return tuple(cands)
+
+
+@functools.lru_cache(maxsize=8192)
+def _trip_candidates(pairs: tuple, bs: int, hi: int) -> tuple[tuple[int, str], ...]:
+    cands = []
+    for bn, b, tn, t in pairs:
+        cp = cdiv(t, bs)
+        for m in (1, 2):
+            for d in (-1, 0, 1):
+                v = m * cp * b + d
+                if 1 <= v <= hi:
+                    cands.append((v, f"{m}*cdiv({tn},bs)*{bn}{d:+d}"))
+    return tuple(cands)
+
+
 class Boundaries:
     """Boundary draws for one kernel set's constants; every draw returns (value, tag)."""
 
@@ -121,7 +150,8 @@ class Boundaries:
         self.c = constants
         self.rng = rng
         self.aim = aim  # probability that a draw aims at a boundary rather than uniform
-        self._cands: dict[tuple, object] = {}  # (lo, hi) -> (all, small multiples); ("bs", hi, beyond) -> bs's
+        self._cands: dict[tuple[int, int], tuple[list, list]] = {}  # (lo, hi) -> (all, small multiples)
+        self._targets, self._pairs = tuple(sorted(constants.targets.items())), tuple(constants.pairs())
         self._small_cap = 4 * max(constants.block_values() or [1]) + 1
 
     # ---- plain sizes ---------------------------------------------------------------
@@ -171,39 +201,17 @@ class Boundaries:
         steps above ``hi`` up to TARGET itself too when ``beyond`` (cdiv = 1 starts there)."""
         rng = self.rng
         if rng.random() < self.aim:
-            cands = self._bs_candidates(hi, beyond)
+            cands = _bs_candidates(self._targets, hi, beyond)
             if cands:
                 return rng.choice(cands)
         return self.size(1, hi)
-
-    def _bs_candidates(self, hi: int, beyond: bool) -> list[tuple[int, str]]:
-        """``bs``'s candidates, memoized like ``_candidates`` (a set with no constants sweeps 15
-        targets up to 2^14: listing them was most of a production op's draw)."""
-        key = ("bs", hi, beyond)
-        if key not in self._cands:
-            cands = []
-            for name, t in sorted(self.c.targets.items()):
-                top = max(hi, t) if beyond else hi
-                for bs in bs_steps(t, top):
-                    for d in (-1, 0):
-                        if 1 <= bs + d <= top:
-                            cands.append((bs + d, f"bs@cdiv({name},bs)={cdiv(t, bs + d)}{'-1' if d else ''}"))
-            self._cands[key] = cands
-        return self._cands[key]
 
     # ---- read-table widths -----------------------------------------------------------
     def trip_pages(self, bs: int, hi: int) -> tuple[int, str]:
         """A column count around the columns one round of a bs-sized strided grid covers:
         ``m * cdiv(TARGET, bs) * BLOCK + d`` (m = 1, 2; d = -1, 0, 1), or a block multiple +-1."""
         rng = self.rng
-        cands = []
-        for bn, b, tn, t in self.c.pairs():
-            cp = cdiv(t, bs)
-            for m in (1, 2):
-                for d in (-1, 0, 1):
-                    v = m * cp * b + d
-                    if 1 <= v <= hi:
-                        cands.append((v, f"{m}*cdiv({tn},bs)*{bn}{d:+d}"))
+        cands = _trip_candidates(self._pairs, bs, hi)
         if cands and rng.random() < self.aim:
             return rng.choice(cands)
         return self.size(1, hi)
