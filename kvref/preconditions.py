@@ -182,6 +182,18 @@ def check_read_table(*, bs: int, seq_lens: Sequence[int], max_pages: int, page_s
                      out_rows: int, out_cols: int, out_int32: bool = True) -> None:
     """The shape clauses of read_table (the batch's own ones: ``check_batch``; each entry's:
     ``check_entry``)."""
+    check_read_table_shape(bs=bs, max_pages=max_pages, page_size=page_size, width=width, out_rows=out_rows,
+                           out_cols=out_cols, out_int32=out_int32)
+    for b in range(bs):
+        n_b = _cdiv(seq_lens[b], page_size)
+        require(n_b <= max_pages, "read_table.max_pages_covers_rows",
+                f"seq_lens[{b}] = {seq_lens[b]} needs {n_b} pages > max_pages={max_pages}")
+
+
+def check_read_table_shape(*, bs: int, max_pages: int, page_size: int, width: int, out_rows: int, out_cols: int,
+                           out_int32: bool = True) -> None:
+    """``check_read_table``'s clauses that the shapes decide, without ``seq_lens`` (a caller that
+    checks the rows' lengths elsewhere: the vector oracle, on the device)."""
     require(max_pages >= 0, "read_table.max_pages_nonnegative", f"max_pages must be >= 0, got {max_pages}")
     require((max_pages - 1) * page_size < width, "read_table.width",
             f"req_to_token is {width} tokens wide; max_pages={max_pages} at page_size={page_size} needs more than "
@@ -189,10 +201,6 @@ def check_read_table(*, bs: int, seq_lens: Sequence[int], max_pages: int, page_s
     require(out_rows >= bs, "read_table.out_rows", f"out has {out_rows} rows, fewer than bs = {bs}")
     require(out_cols >= max_pages, "read_table.out_cols", f"out has {out_cols} columns, fewer than max_pages = {max_pages}")
     require(out_int32, "read_table.out_int32", "out must be int32")
-    for b in range(bs):
-        n_b = _cdiv(seq_lens[b], page_size)
-        require(n_b <= max_pages, "read_table.max_pages_covers_rows",
-                f"seq_lens[{b}] = {seq_lens[b]} needs {n_b} pages > max_pages={max_pages}")
 
 
 def check_read_table_packed(*, bs: int, seq_lens: Sequence[int], indptr: Sequence[int], max_tokens: int,

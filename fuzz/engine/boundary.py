@@ -19,6 +19,7 @@ Every draw comes back with a tag (``"BLOCK_COLS*2+1"``, ``"bs@cdiv(TARGET_BLOCKS
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -114,6 +115,49 @@ def bs_steps(target: int, hi: int) -> list[int]:
     return sorted(out)
 
 
+# The candidate lists of ``Boundaries.size``, ``bs`` and ``trip_pages``, per constants and range: every
+# production read table draws both, and a set with no constants sweeps 15 blocks and targets up to
+# 2^14 (listing them was most of a production op's draw). Memoized, the draws are the same; the
+# caches are small (a sweep's list holds thousands of candidates: tens of MB at most).
+@functools.lru_cache(maxsize=64)
+def _size_candidates(blocks: tuple, lo: int, hi: int, small_cap: int) -> tuple[tuple, tuple]:
+    cands = []
+    for name, b in blocks:
+        for k in range(1, hi // b + 2):
+            for d in (-1, 0, 1):
+                v = k * b + d
+                if lo <= v <= hi:
+                    cands.append((v, f"{name}*{k}{d:+d}" if d else f"{name}*{k}"))
+            if len(cands) > 4096:
+                break
+    return tuple(cands), tuple(c for c in cands if c[0] <= small_cap)
+
+
+@functools.lru_cache(maxsize=32)
+def _bs_candidates(targets: tuple, hi: int, beyond: bool) -> tuple[tuple[int, str], ...]:
+    cands = []
+    for name, t in targets:
+        top = max(hi, t) if beyond else hi
+        for bs in bs_steps(t, top):
+            for d in (-1, 0):
+                if 1 <= bs + d <= top:
+                    cands.append((bs + d, f"bs@cdiv({name},bs)={cdiv(t, bs + d)}{'-1' if d else ''}"))
+    return tuple(cands)
+
+
+@functools.lru_cache(maxsize=256)
+def _trip_candidates(pairs: tuple, bs: int, hi: int) -> tuple[tuple[int, str], ...]:
+    cands = []
+    for bn, b, tn, t in pairs:
+        cp = cdiv(t, bs)
+        for m in (1, 2):
+            for d in (-1, 0, 1):
+                v = m * cp * b + d
+                if 1 <= v <= hi:
+                    cands.append((v, f"{m}*cdiv({tn},bs)*{bn}{d:+d}"))
+    return tuple(cands)
+
+
 class Boundaries:
     """Boundary draws for one kernel set's constants; every draw returns (value, tag)."""
 
@@ -121,30 +165,15 @@ class Boundaries:
         self.c = constants
         self.rng = rng
         self.aim = aim  # probability that a draw aims at a boundary rather than uniform
-        self._cands: dict[tuple[int, int], tuple[list, list]] = {}  # (lo, hi) -> (all, small multiples)
+        self._blocks, self._targets = tuple(sorted(constants.blocks.items())), tuple(sorted(constants.targets.items()))
+        self._pairs = tuple(constants.pairs())
         self._small_cap = 4 * max(constants.block_values() or [1]) + 1
 
     # ---- plain sizes ---------------------------------------------------------------
-    def _candidates(self, lo: int, hi: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-        """(every block multiple +-1 in [lo, hi], those that are small multiples), memoized:
-        a generator asks for the same ranges over and over."""
-        key = (lo, hi)
-        if key not in self._cands:
-            cands = self._list_candidates(lo, hi)
-            self._cands[key] = (cands, [c for c in cands if c[0] <= self._small_cap])
-        return self._cands[key]
-
-    def _list_candidates(self, lo: int, hi: int) -> list[tuple[int, str]]:
-        cands = []
-        for name, b in sorted(self.c.blocks.items()):
-            for k in range(1, hi // b + 2):
-                for d in (-1, 0, 1):
-                    v = k * b + d
-                    if lo <= v <= hi:
-                        cands.append((v, f"{name}*{k}{d:+d}" if d else f"{name}*{k}"))
-                if len(cands) > 4096:
-                    break
-        return cands
+    def _candidates(self, lo: int, hi: int) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]:
+        """(every block multiple +-1 in [lo, hi], those that are small multiples), memoized per
+        constants across generators: a generator asks for the same ranges over and over."""
+        return _size_candidates(self._blocks, lo, hi, self._small_cap)
 
     def size(self, lo: int, hi: int) -> tuple[int, str]:
         """A size in [lo, hi]: a block multiple +-1 (power of two +-1 otherwise), or uniform."""
@@ -171,13 +200,7 @@ class Boundaries:
         steps above ``hi`` up to TARGET itself too when ``beyond`` (cdiv = 1 starts there)."""
         rng = self.rng
         if rng.random() < self.aim:
-            cands = []
-            for name, t in sorted(self.c.targets.items()):
-                top = max(hi, t) if beyond else hi
-                for bs in bs_steps(t, top):
-                    for d in (-1, 0):
-                        if 1 <= bs + d <= top:
-                            cands.append((bs + d, f"bs@cdiv({name},bs)={cdiv(t, bs + d)}{'-1' if d else ''}"))
+            cands = _bs_candidates(self._targets, hi, beyond)
             if cands:
                 return rng.choice(cands)
         return self.size(1, hi)
@@ -187,14 +210,7 @@ class Boundaries:
         """A column count around the columns one round of a bs-sized strided grid covers:
         ``m * cdiv(TARGET, bs) * BLOCK + d`` (m = 1, 2; d = -1, 0, 1), or a block multiple +-1."""
         rng = self.rng
-        cands = []
-        for bn, b, tn, t in self.c.pairs():
-            cp = cdiv(t, bs)
-            for m in (1, 2):
-                for d in (-1, 0, 1):
-                    v = m * cp * b + d
-                    if 1 <= v <= hi:
-                        cands.append((v, f"{m}*cdiv({tn},bs)*{bn}{d:+d}"))
+        cands = _trip_candidates(self._pairs, bs, hi)
         if cands and rng.random() < self.aim:
             return rng.choice(cands)
         return self.size(1, hi)

@@ -199,8 +199,8 @@ def read_table(
     n_req = req_to_token.shape[0]
     if clauses is not None:
         _shape_clauses("read_table", req_pool_indices, seq_lens)
-        pre.check_read_table(bs=bs, seq_lens=[0] * bs, max_pages=max_pages, page_size=ps, width=req_to_token.shape[1],
-                             out_rows=out.shape[0], out_cols=out.shape[1], out_int32=out.dtype == torch.int32)
+        pre.check_read_table_shape(bs=bs, max_pages=max_pages, page_size=ps, width=req_to_token.shape[1],
+                                   out_rows=out.shape[0], out_cols=out.shape[1], out_int32=out.dtype == torch.int32)
     if bs == 0 or max_pages <= 0 or n_req == 0:
         return out
 

@@ -53,6 +53,20 @@ def hash_tensor(x: torch.Tensor, seed: int) -> torch.Tensor:
     return h.mul_(HASH_B).add_(HASH_C).remainder_(HASH_P)
 
 
+VECTOR_ROWS = 128  # from this many rows a seeded draw is computed with torch on the CPU (fewer: Python is faster)
+_SAFE = 1 << 62  # ints the vectorized draws take: every intermediate stays inside int64
+
+
+def vectorizable(n: int, *ints: int) -> bool:
+    """Whether a draw over ``n`` rows with these parameters goes through torch (same values)."""
+    return n >= VECTOR_ROWS and all(-_SAFE < x < _SAFE for x in ints)
+
+
+def hash_rows(n: int, seed: int) -> torch.Tensor:
+    """``hash_int(i, seed)`` for ``i < n``, an int64 CPU tensor."""
+    return hash_tensor(torch.arange(n, dtype=torch.int64), seed)
+
+
 def affine_ids(desc: Ints, n: int, device) -> torch.Tensor:
     """``lo + (a * (i0 + i) + b) mod span`` for ``i < n``: desc = (lo, span, a, b, i0)."""
     lo, span, a, b, i0 = desc
@@ -60,10 +74,9 @@ def affine_ids(desc: Ints, n: int, device) -> torch.Tensor:
     return i.mul_(a).add_(b).remainder_(span).add_(lo)
 
 
-class AffineIds(Sequence):
-    """``affine_ids`` on the host, lazily (for the precondition checks): ``summary()`` bounds
-    the ids by ``[lo, lo + span)`` and knows them distinct when ``a`` is a unit mod ``span`` and
-    the slice fits it, so a 64k-id op is checked in O(1) (``kvref.preconditions.ids``)."""
+class LazyInts(Sequence):
+    """``n`` ints computed from a descriptor on demand (``at(i)`` for ``0 <= i < n``): an op's ids
+    as the precondition checks read them, never listed where a bound decides."""
 
     def __init__(self, desc: Ints, n: int):
         self.desc, self.n = tuple(desc), n
@@ -76,12 +89,42 @@ class AffineIds(Sequence):
             return [self[j] for j in range(*i.indices(self.n))]
         if not -self.n <= i < self.n:
             raise IndexError(i)
+        return self.at(i % self.n)
+
+    def at(self, i: int) -> int:
+        raise NotImplementedError
+
+
+class AffineIds(LazyInts):
+    """``affine_ids`` on the host, lazily (for the precondition checks): ``summary()`` bounds
+    the ids by ``[lo, lo + span)`` and knows them distinct when ``a`` is a unit mod ``span`` and
+    the slice fits it, so a 64k-id op is checked in O(1) (``kvref.preconditions.ids``)."""
+
+    def at(self, i: int) -> int:
         lo, span, a, b, i0 = self.desc
-        return lo + (a * (i0 + i % self.n) + b) % span
+        return lo + (a * (i0 + i) + b) % span
 
     def summary(self) -> tuple[int, int, bool]:
         lo, span, a, b, i0 = self.desc
         return lo, lo + span - 1, span >= 1 and a > 0 and math.gcd(a, span) == 1 and 0 <= i0 and i0 + self.n <= span
+
+
+class ModIds(LazyInts):
+    """``(a * i + b) mod rows`` for ``i < n`` (desc = ``req`` = (a, b, rows)), lazily: a production
+    read table's ``req_pool_indices``. ``bounds()`` is [0, rows - 1] (Python's mod of a positive
+    ``rows``), so a batch of 4k rows is bounded in O(1) (``preflight.bounds``)."""
+
+    def at(self, i: int) -> int:
+        a, b, rows = self.desc
+        return (a * i + b) % rows
+
+    def __iter__(self):
+        a, b, rows = self.desc
+        return ((a * i + b) % rows for i in range(self.n))
+
+    def bounds(self) -> tuple[int, int] | None:
+        """(lo, hi) of the ids, or None where it would have to list them."""
+        return (0, self.desc[2] - 1) if self.desc[2] >= 1 and self.n else None
 
 
 def affine_list(desc: Ints, n: int) -> AffineIds:

@@ -26,12 +26,13 @@ import contextlib
 import dataclasses
 import functools
 from dataclasses import dataclass
+from itertools import accumulate
 
 from .. import launches, lazy
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Outcome
-from .arith import aligned_up, cdiv, hash_int, out_cols
+from .arith import aligned_up, cdiv, hash_int, hash_rows, out_cols, vectorizable
 from .compare import Compare, packed_live, table_live
 from .ops import PRows, ScaleOp
 from .preflight import check_packed_call, check_table_call
@@ -225,14 +226,26 @@ class GReadTable(ScaleOp):
         return self.bs * self.max_pages * (self.steps + 1)
 
     # ---- the inputs of each step, decided on the host ------------------------------------------------
+    # Each is defined by its row-by-row loop; large batches compute the same values with torch on
+    # the CPU (``arith.vectorizable``; ``tests/fuzz/test_preflight.py`` compares them over many seeds).
     def lens(self, step: int, ps: int) -> list[int]:
         """seq_lens of ``step`` (-1: capture time, all short); the last step has every row full."""
         maxlen = self.max_pages if self.packed else self.max_pages * ps
         if step < 0:
+            if self.cap_len >= 0 and vectorizable(self.bs, self.cap_len):
+                return hash_rows(self.bs, self.seed + 5).remainder_(self.cap_len + 1).tolist()
             return [hash_int(b, self.seed + 5) % (self.cap_len + 1) for b in range(self.bs)]
         if step == self.steps - 1:
             return [maxlen] * self.bs
         s = hash_int(step, self.seed)
+        ramp = maxlen * (step + 1) // max(1, self.steps)
+        if maxlen >= 0 and vectorizable(self.bs, maxlen, self.long_len, ramp):
+            h = hash_rows(self.bs, s)
+            pick = h.remainder(4)
+            out = torch.full_like(h, maxlen).masked_fill_(h.remainder(8) < 3, 0)
+            out.masked_fill_(pick == 2, ramp)
+            out = torch.where(pick == 1, h.remainder(maxlen + 1), out)
+            return out.masked_fill_(pick == 0, self.long_len).tolist()
         out = []
         for b in range(self.bs):
             h = hash_int(b, s)
@@ -242,33 +255,35 @@ class GReadTable(ScaleOp):
             elif pick == 1:
                 out.append(h % (maxlen + 1))
             elif pick == 2:
-                out.append(maxlen * (step + 1) // max(1, self.steps))
+                out.append(ramp)
             else:
                 out.append(0 if h % 8 < 3 else maxlen)
         return out
 
     def req_idx(self, step: int) -> list[int]:
+        rows = self.rows
         if step < 0:
-            return [b % self.rows for b in range(self.bs)]
+            if rows >= 1 and vectorizable(self.bs, rows):
+                return torch.arange(self.bs, dtype=torch.int64).remainder_(rows).tolist()
+            return [b % rows for b in range(self.bs)]
         s = hash_int(step, self.seed + 1)
-        return [(hash_int(1, s) % (self.rows + 1) * b + s) % self.rows for b in range(self.bs)]
+        m = hash_int(1, s) % (rows + 1)
+        if rows >= 1 and vectorizable(self.bs, m * self.bs, s, rows):
+            return torch.arange(self.bs, dtype=torch.int64).mul_(m).add_(s).remainder_(rows).tolist()
+        return [(m * b + s) % rows for b in range(self.bs)]
 
     def starts(self, step: int, seq: list[int]) -> list[int]:
         s = hash_int(step + 1, self.seed + 2)
+        if seq and max(seq) <= self.width and vectorizable(len(seq), self.width, min(seq)):
+            h = hash_rows(len(seq), s)
+            room = torch.tensor(seq, dtype=torch.int64).neg_().add_(self.width + 1)  # >= 1 on every row
+            return torch.where(h.remainder(3) == 0, 0, h.remainder(room)).tolist()
         return [0 if h % 3 == 0 else h % (self.width - n + 1) for n, h in ((n, hash_int(b, s)) for b, n in enumerate(seq))]
 
     def step_inputs(self, step: int, ps: int) -> dict:
         """The inputs ``step`` (-1: the capture) hands the kernel: req, seq, and when packed
-        indptr and start."""
-        seq = self.lens(step, ps)
-        vals = {"req": self.req_idx(step), "seq": seq}
-        if self.packed:
-            indptr = [0]
-            for n in seq:
-                indptr.append(indptr[-1] + n)
-            vals["indptr"] = indptr
-            vals["start"] = self.starts(step, seq)
-        return vals
+        indptr and start (computed once for the check and the run: ``_step_inputs``)."""
+        return {name: list(v) for name, v in _step_inputs(self, step, ps)}
 
     def preflight(self, ctx):
         """Every replay's inputs, and the capture's."""
@@ -403,6 +418,16 @@ class GReadTable(ScaleOp):
 
 
 # ---- drawing one ----------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=128)
+def _step_inputs(op: GReadTable, step: int, ps: int) -> tuple:
+    """``GReadTable.step_inputs`` as (name, values) pairs, once per op and step (its check and its run ask)."""
+    seq = op.lens(step, ps)
+    vals = [("req", tuple(op.req_idx(step))), ("seq", tuple(seq))]
+    if op.packed:
+        vals += [("indptr", tuple(accumulate(seq, initial=0))), ("start", tuple(op.starts(step, seq)))]
+    return tuple(vals)
 
 
 def draw_graph_op(gen) -> GReadTable:

@@ -30,7 +30,8 @@ from ..memory import Guarded, index_canary
 from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Divergence, Outcome, crash, is_cuda_error
 from .arith import cdiv, hash_tensor, out_cols
-from .ops import PReadTable, PReadTablePacked, ScaleOp, _req_idx, _seq_lens
+from .draws import _req_idx, _seq_lens
+from .ops import PReadTable, PReadTablePacked, ScaleOp
 
 torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 

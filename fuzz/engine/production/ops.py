@@ -28,8 +28,9 @@ from .. import lazy
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
-from .arith import affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
+from .arith import ModIds, affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
 from .compare import Compare, packed_live, table_live
+from .draws import _packed_layout_of, _req_tensor, _seq_lens, _seq_lens_of, packed_layout
 from .preflight import check_packed_call, check_table_call
 
 torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
@@ -265,23 +266,6 @@ class PRows(ScaleOp):
             yield dataclasses.replace(self, dtype="int32")
 
 
-def _seq_lens(seed: int, bs: int, cap: int, long_len: int, n_long: int) -> list[int]:
-    """``long_len`` for the ``n_long`` rows ``(i + seed) mod bs < n_long``; a seeded length in [0, cap] elsewhere."""
-    out = []
-    for i in range(bs):
-        if (i + seed) % bs < n_long:
-            out.append(long_len)
-        else:
-            h = hash_int(i, seed)
-            out.append(0 if h % 8 == 0 else h % (cap + 1))
-    return out
-
-
-def _req_idx(req: Ints, bs: int) -> list[int]:
-    a, b, rows = req
-    return [(a * i + b) % rows for i in range(bs)]
-
-
 def _simpler_req(op) -> Iterator[Op]:
     """Batch row i reads req row i mod R, then every batch row reads row 0 (R = 1)."""
     a, b, rows = op.req
@@ -332,18 +316,27 @@ class PReadTable(ScaleOp):
         return _seq_lens(self.seed, self.bs, self.max_pages * ps, self.long_len, self.n_long)
 
     def preflight(self, ctx):
-        check_table_call(ctx, r2t_rows=ctx.rows_shape[0], width=ctx.rows_shape[1], req_idx=_req_idx(self.req, self.bs),
+        check_table_call(ctx, r2t_rows=ctx.rows_shape[0], width=ctx.rows_shape[1], req_idx=ModIds(self.req, self.bs),
                          seq_lens=self.seq_lens(ctx.config.page_size), max_pages=self.max_pages,
                          out_rows=self.bs, out_cols=self.max_pages)
 
     def elements(self):
         return self.bs * self.max_pages
 
+    def inputs(self, run) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """(seq_lens, the device tensors of req_pool_indices and seq_lens): the host's share of
+        ``execute`` (``benchmarks/profile_host_ops.py`` times it)."""
+        seq = self.seq_lens(run.config.page_size)
+        return (seq, _req_tensor(self.req, self.bs, run.device),
+                torch.tensor(seq, dtype=torch.int64, device=run.device))
+
+    def live_cols(self, seq: list[int], ps: int) -> list[int]:
+        """Each batch row's live columns (the comparison's mask: built only when results differ)."""
+        return [min(cdiv(s, ps), self.max_pages) for s in seq]
+
     def execute(self, run, i):
         ps, dev = run.config.page_size, run.device
-        seq = self.seq_lens(ps)
-        req_t = torch.tensor(_req_idx(self.req, self.bs), dtype=torch.int64, device=dev)
-        seq_t = torch.tensor(seq, dtype=torch.int64, device=dev)
+        seq, req_t, seq_t = self.inputs(run)
         o_buf, t_buf = (torch.full((self.bs + 2, out_cols(self.max_pages, self.aligned)), POISON, dtype=torch.int32,
                                    device=dev) for _ in range(2))
         vo.read_table(req_to_token=run.o_r2t, req_pool_indices=req_t, seq_lens=seq_t, v2p=run.o_v2p,
@@ -354,8 +347,7 @@ class PReadTable(ScaleOp):
             req_to_token=run.t_r2t.view, req_pool_indices=req_t.clone(), seq_lens=seq_t.clone(), v2p=run.t_v2p.view,
             multiplier=run.config.multiplier, page_size=ps, max_pages=self.max_pages,
             out=t_buf[1:1 + self.bs, :self.max_pages]))
-        n_cols = [min(cdiv(s, ps), self.max_pages) for s in seq]
-        run.check(i, self, [Compare("out", o_buf, t_buf, live=lambda: table_live(o_buf.shape, n_cols, dev),
+        run.check(i, self, [Compare("out", o_buf, t_buf, live=lambda: table_live(o_buf.shape, self.live_cols(seq, ps), dev),
                                     where=lambda at: f"out[{at[0] - 1}][{at[1]}]")])
         return Outcome(None)
 
@@ -368,17 +360,6 @@ class PReadTable(ScaleOp):
         yield from _simpler_req(self)
         if self.aligned:
             yield dataclasses.replace(self, aligned=False)
-
-
-def packed_layout(seed: int, bs: int, max_tokens: int, long_len: int, n_long: int, gap: int, has_start: bool,
-                  width: int) -> tuple[list[int], list[int], list[int] | None]:
-    """(seq_lens, indptr, kv_start or None) of a packed read table."""
-    seq = _seq_lens(seed, bs, max_tokens, long_len, n_long)
-    indptr = [0]
-    for b, n in enumerate(seq):
-        indptr.append(indptr[-1] + n + (hash_int(b, seed + 3) % (gap + 1) if gap else 0))
-    starts = [hash_int(b, seed + 4) % (width - n + 1) for b, n in enumerate(seq)] if has_start else None
-    return seq, indptr, starts
 
 
 @dataclass(frozen=True)
@@ -424,14 +405,15 @@ class PReadTablePacked(ScaleOp):
 
     def end(self) -> int:
         """indptr[bs]: the tokens the layout packs, gaps included."""
-        return packed_layout(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long, self.gap, False, 1)[1][-1]
+        return _packed_layout_of(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long, self.gap, False,
+                                 1)[1][-1]
 
     def elements(self):
-        return sum(_seq_lens(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long))
+        return sum(_seq_lens_of(self.seed, self.bs, self.row_tokens(), self.long_len, self.n_long))
 
     def preflight(self, ctx):
         seq, indptr, starts = self.layout(ctx.rows_shape[1])
-        check_packed_call(ctx, r2t_rows=ctx.rows_shape[0], width=ctx.rows_shape[1], req_idx=_req_idx(self.req, self.bs),
+        check_packed_call(ctx, r2t_rows=ctx.rows_shape[0], width=ctx.rows_shape[1], req_idx=ModIds(self.req, self.bs),
                           seq_lens=seq, indptr=indptr, kv_start=starts, max_tokens=self.max_tokens,
                           out_len=self.max_tokens)
 
@@ -439,8 +421,8 @@ class PReadTablePacked(ScaleOp):
         """(seq_lens, indptr, their device tensors by name: req, seq, indptr, start)."""
         seq, indptr, starts = self.layout(run.rows_shape[1])
         ints = {name: torch.tensor(x, dtype=torch.int64, device=run.device) for name, x in
-                (("req", _req_idx(self.req, self.bs)), ("seq", seq), ("indptr", indptr), ("start", starts))
-                if x is not None}
+                (("seq", seq), ("indptr", indptr), ("start", starts)) if x is not None}
+        ints["req"] = _req_tensor(self.req, self.bs, run.device)
         return seq, indptr, ints
 
     def execute(self, run, i):
@@ -458,8 +440,8 @@ class PReadTablePacked(ScaleOp):
             req_to_token=run.t_r2t.view, req_pool_indices=ints["req"].clone(), seq_lens=ints["seq"].clone(),
             v2p=run.t_v2p.view, indptr=ints["indptr"].clone(), out=t_buf[PACKED_SLACK:PACKED_SLACK + cap],
             kv_start_idx=start_t, **common))
-        spans = list(zip(indptr[:-1], seq))
-        run.check(i, self, [Compare("out", o_buf, t_buf, live=lambda: packed_live(o_buf.numel(), spans, dev),
+        run.check(i, self, [Compare("out", o_buf, t_buf,
+                                    live=lambda: packed_live(o_buf.numel(), list(zip(indptr[:-1], seq)), dev),
                                     where=lambda at: f"out[{at - PACKED_SLACK}]")])
         return Outcome(None)
 
