@@ -9,7 +9,9 @@ minimization, and the case file. So each campaign here is a fresh ``python -m fu
 --stop-on-first`` process, timed from just before it is started to the modification time of
 the one case file it writes (with ``--stop-on-first`` the campaign ends once that case is
 confirmed, minimized and rewritten; ``summary.json`` is written after it). Cold: a fresh,
-empty ``--cache-dir``; warm: the same directory again, right after the cold run filled it.
+empty ``--cache-dir`` and no fork daemon (a socket directory of its own); warm: the same
+cache directory again, right after the cold run filled it, and the daemon an earlier
+command left (``zygote_dir``).
 
 A catalogue mutant (``fuzz/tools/mutants.py``) reaches the command line as a module that
 replaces itself by the mutant (``mutants.mutant_module``): ``--kernels`` for a kernel
@@ -82,6 +84,29 @@ def targets(args, scratch: Path) -> list[dict]:
     return out
 
 
+def zygote_dir(scratch: Path, cache_state: str, target: dict) -> Path:
+    """The fork daemon's socket directory (``KVFUZZ_ZYGOTE_DIR``, the default start method):
+    cold, one of its own (no daemon yet: the campaign starts one and waits for its import of
+    torch and Triton); warm, one shared by every warm campaign, whose daemon an earlier command
+    left (``prestart``), as a user's second ``kvfuzz run`` finds it."""
+    where = scratch / ("z-warm" if cache_state == "warm" else f"z-{len(list(scratch.glob('z-*')))}")
+    where.mkdir(mode=0o700, exist_ok=True)
+    return where
+
+
+def prestart(args, scratch: Path) -> None:
+    """Start the warm daemon, untimed, and wait until it has forked a child (its preload done)."""
+    code = ("from fuzz.engine import zygote; p = zygote.start(print, ('',), extra_env={}, "
+            f"interpret={args.backend == 'interpret'!r}); p.join(300)")
+    env = _env(scratch, zygote_dir(scratch, "warm", {}))
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=300)
+
+
+def _env(scratch: Path, zdir: Path) -> dict:
+    return {**os.environ, "KVFUZZ_ZYGOTE_DIR": str(zdir),
+            "PYTHONPATH": os.pathsep.join([str(scratch), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
 def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -> dict:
     """One ``kvfuzz run --stop-on-first`` from a fresh process: seconds to its case file."""
     out = Path(tempfile.mkdtemp(prefix="cases-", dir=scratch))
@@ -89,7 +114,7 @@ def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -
     cmd = [sys.executable, "-m", "fuzz", "run", "--backend", args.backend, "--scale", target["scale"],
            *target["flags"], "--seed", str(args.seed), "--budget-s", str(args.budget_s), "--stop-on-first",
            "--cache-dir", str(cache), "--out", str(out / "cases"), "--summary", str(summary)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scratch), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = _env(scratch, zygote_dir(scratch, cache_state, target))
     start = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.budget_s * 4 + 300)
     wall = time.time() - start
@@ -203,6 +228,8 @@ def main(argv=None) -> int:
         chosen = targets(args, scratch)
         if not chosen:
             raise SystemExit("first_case.py: nothing to run (--mutants none and no --sets)")
+        if "warm" in states:
+            prestart(args, scratch)
         for target in chosen:
             cache = scratch / f"cache-{target['name']}"
             cache.mkdir()
@@ -215,6 +242,7 @@ def main(argv=None) -> int:
     report = {"schema": "kvfuzz-first-case/1", "backend": args.backend, "budget_s": args.budget_s, "seed": args.seed,
               "machine": f"{platform.node() or 'this machine'}, {os.cpu_count()} CPUs",
               "note": args.note or "", "versions": versions(), "campaigns": rows,
+              "start_method": os.environ.get("KVFUZZ_START_METHOD") or "daemon (default)",
               "summary": {s: _stats([r for r in rows if r["cache"] == s]) for s in states}}
     (args.out / "first_case.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     (args.out / "first_case.md").write_text(markdown(report))

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU session of 2026-12-02 (s7, one H200): each PART fits one device call; logs and JSON to $OUT.
+#   check:  the fork daemon's, the fork server's, the torch-free parent's and the closed-form
+#           preflight's tests under this Python and Triton; pytest -m "cuda and not slow";
+#           scale_gpu.py's four throughput phases (kvkernels and indep, read-heavy and default
+#           mix) with the closed-form preflight; small shapes with 1 and 8 workers
+#   first:  seconds to the first case over the mutant catalogue: cold (empty Triton cache, no
+#           fork daemon) and warm (the cache filled, the daemon an earlier command left)
+set -u
+PART=${1:-check}
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign
+util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.txt until killed
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 > "/tmp/util-$1.txt" 2>/dev/null &
+  echo $!
+}
+{
+  step environment
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
+  nproc; git log --oneline -1 2>/dev/null
+  if [ "$PART" = check ]; then
+    step "daemon, fork server, torch-free parent, preflight tests under this Triton"
+    timeout 200 $PY -m pytest -q -p no:cacheprovider -n 8 -rf tests/fuzz/test_zygote_daemon.py tests/fuzz/test_zygote.py \
+      tests/fuzz/test_lazy_torch.py tests/fuzz/test_preflight.py 2>&1 | grep -E "passed|failed|FAILED|Error" | head -12
+    step "pytest -m 'cuda and not slow'"
+    timeout 200 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
+    step "throughput: kvkernels and indep, read-heavy and default mix (scale_gpu, compile-ahead on)"
+    cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
+    smi=$(util scale)
+    timeout 240 $PY benchmarks/scale_gpu.py --only kvkernels/throughput,kvkernels/mixed,indep/throughput,indep/mixed \
+      --compile-ahead on --ahead-sequences 96 --cache-dir "$cache" --seconds 10 --warmup 8 --no-variants \
+      --out "$OUT/scale-throughput.json" 2>&1 | grep -vi warn | tail -6 | cut -c1-900
+    kill "$smi" 2>/dev/null
+    echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-scale.txt | cut -c1-900)"
+    export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
+    timeout 60 $PY -m fuzz run --backend cuda --budget-s 10 --workers 8 --out /tmp/warm --progress-s 1000 > /dev/null 2>&1
+    for w in 1 8; do
+      step "small shapes, $w workers, 15 s"
+      smi=$(util small-$w)
+      timeout 80 $PY -m fuzz run --backend cuda --budget-s 15 --workers $w --out /tmp/small-$w --summary "$OUT/small-$w.json" --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-500
+      kill "$smi" 2>/dev/null
+      echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-small-$w.txt | cut -c1-400)"
+    done
+  fi
+  if [ "$PART" = first ]; then
+    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py, fork daemon)"
+    timeout 540 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+      --note "one H200, nothing else running; fork daemon (default): cold = no daemon, warm = one left running" \
+      --out /tmp/fc > "$OUT/first-case-cuda.log" 2>&1
+    echo "exit $?"
+    tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
+    cp /tmp/fc/first_case.json /tmp/fc/first_case.md "$OUT/" 2>/dev/null
+  fi
+} 2>&1 | tee "$OUT/session-$PART.log"
