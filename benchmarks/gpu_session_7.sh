@@ -43,6 +43,10 @@ util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.tx
     done
   fi
   if [ "$PART" = first ]; then
+    step "what the parent of a CUDA campaign imports (-X importtime, parent only)"
+    timeout 60 $PY -X importtime -m fuzz run --backend cuda --budget-s 3 --out /tmp/it --progress-s 1000 2> /tmp/it.txt | cut -c1-300
+    grep -E "\| (torch|triton|numpy)$" /tmp/it.txt || echo "no torch, triton or numpy in the parent"
+    timeout 60 $PY -m pytest -q -p no:cacheprovider tests/fuzz/test_lazy_torch.py 2>&1 | tail -1
     step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py, fork daemon)"
     timeout 540 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
       --note "one H200, nothing else running; fork daemon (default): cold = no daemon, warm = one left running" \
