@@ -199,7 +199,8 @@ def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
             hits, how = 0, {}
             for i in range(n_plans):
                 stream, marks, _, done = streams.mutate(entry, entry, random.Random(i), tier.kernels, focus=focus,
-                                                        shadow=shadow, goal=guide.frontier(entry, why, random.Random(-i)))
+                                                        shadow=shadow, goal=guide.aim(guide.frontier(entry, why, random.Random(-i)), why,
+                                                                                      track.corpus.counts, random.Random(-i)))
                 ops, config, _ = shadow(stream, marks)
                 longest = max((-(-len(r) // config.page_size) for op in ops[: focus + 1 + guide.TAIL]
                                if isinstance(op, TABLE_OPS) for r in op.rows), default=0)

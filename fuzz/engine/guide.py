@@ -25,10 +25,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .features import DOMAINS, CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
+from .features import (
+    DOMAINS,
+    CodeCoverage,
+    Collector,
+    config_features,
+    feature_id,
+    files_under_test,
+    knobs_feature,
+    trip_bucket,
+)
 from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
-from .streams import ChoiceRandom, data_flow, mutate, params_of
+from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "merge", "mutate", "params_of", "track_for"]
@@ -41,6 +50,7 @@ RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other wo
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
 FRONTIER = 0.5  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
 TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
+FRESH_OPS = 50  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 
@@ -147,15 +157,25 @@ class Corpus:
     def frontier(self, rng: random.Random) -> tuple[dict, str] | None:
         """(an entry, its trip feature) among those whose read table made the most trips (AFL's
         "favoured" entries: the few that hold the furthest progress get tries of their own,
-        where rarity spreads them over every domain's singletons); None while no entry has one."""
-        best, top = [], -1
+        where rarity spreads them over every domain's singletons); None while no entry has one.
+        Per kernel, one drawn at random among those whose next trip features (``missing``) some
+        entry still lacks: the packed table counts tokens and makes eight trips where the
+        paged one makes one (benchmarks/results/guided-vs-blind-2026-12-04.md), and a
+        frontier over both stayed on it."""
+        best: dict[str, tuple[tuple, list]] = {}  # kernel -> ((most trips, -stride), [(entry, feature)])
         for e in self.entries:
             for name, goal in (e.get("goals") or {}).items():
-                if name.startswith("trips|") and goal[3] >= top:
-                    best, top = ([] if goal[3] > top else best) + [(e, name)], goal[3]
+                if name.startswith("trips|"):
+                    kernel = name.split("|")[1]
+                    top, held = best.get(kernel, ((-1, 0), []))
+                    key = (goal[3], -goal[4] if len(goal) > 4 else 0)  # most trips, then the shortest stride
+                    if key >= top:
+                        best[kernel] = (key, ([] if key > top else held) + [(e, name)])
         if not best:
             return None
-        entry, name = rng.choice(best)
+        open_ = [k for k, (_, held) in sorted(best.items())
+                 if any(missing(self.counts, name, goal) for e, name in held for goal in [e["goals"][name]])]
+        entry, name = rng.choice(best[rng.choice(open_ or sorted(best))][1])
         entry["picks"] = entry.get("picks", 0) + 1
         return entry, name
 
@@ -221,16 +241,17 @@ class GuidedTrack(SmallTrack):
         if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:  # fresh ops, the knobs least tried
             knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
             plan = {"stream": self._fresh_stream(seed, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
-                    "how": ["fresh"]}
+                    "how": ["fresh"], "length": FRESH_OPS}
         else:
             entry, why = (rng.random() < FRONTIER and corpus.frontier(rng)) or corpus.pick(rng)
             focus = (entry.get("where") or {}).get(why)
             stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
                                                focus=focus, shadow=self._shadow(tier, seed, entry),
                                                rare_knobs=self.rare_knobs(tier.kernels, rng),
-                                               goal=frontier(entry, why, rng))
+                                               goal=aim(frontier(entry, why, rng), why, corpus.counts, rng))
             plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
-                    "how": how, "parent": entry, "why": why, "length": None if focus is None else focus + 1 + TAIL}
+                    "how": how, "parent": entry, "why": why,
+                    "length": (entry.get("ops") or 0) + TAIL if focus is None else focus + 1 + TAIL}
         self._plans = {seed: plan}
         return plan
 
@@ -341,6 +362,27 @@ def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
     if why not in goals:
         return None
     return goals[why] if rng.random() < 0.5 else max(goals.values(), key=lambda g: (g[3], -g[1]))
+
+
+def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
+    """The trip features next to ``goal`` (``why``'s, a trip or progress feature) that no entry
+    holds, as (trips, last block): one more trip with a partial or a full last block, or the
+    same trips with the other edge. The kill of a third-trip bug is such a conjunction (3+ trips
+    AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips
+    partial, and one at 3 trips partial at 3 trips full, not only at "more trips"."""
+    kernel, have = why.split("|")[1], goal[3]
+    wants = [(have + 1, "partial"), (have + 1, "full")] + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]
+    return [w for w in wants if feature_id(f"trips|{kernel}|{trip_bucket(w[0])}|{w[1]}") not in counts]
+
+
+def aim(goal: list | None, why: str | None, counts, rng: random.Random) -> tuple[int, int] | None:
+    """(the row length ``goal`` starts from, the length aimed at): one of the trip features
+    ``missing`` next to it, drawn (none missing: one more trip, either edge), made a length by
+    ``streams.row_target``."""
+    if goal is None or why is None:
+        return None
+    trips, edge = rng.choice(missing(counts, why, goal) or [(goal[3] + 1, None)])
+    return goal[0], row_target(goal, rng, trips, edge)
 
 
 def code_schedule(i: int) -> tuple[bool, bool]:
