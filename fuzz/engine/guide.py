@@ -37,7 +37,7 @@ from .features import (
 )
 from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
-from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target
+from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, smallest
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "merge", "mutate", "params_of", "track_for"]
@@ -48,9 +48,11 @@ CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
-FRONTIER = 0.5  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
+FRONTIER = 0.7  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
 TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
-FRESH_OPS = 50  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
+AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_edit``: resize, or shrink the knobs)
+AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
+FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 
@@ -243,15 +245,18 @@ class GuidedTrack(SmallTrack):
             plan = {"stream": self._fresh_stream(seed, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
                     "how": ["fresh"], "length": FRESH_OPS}
         else:
-            entry, why = (rng.random() < FRONTIER and corpus.frontier(rng)) or corpus.pick(rng)
+            front = rng.random() < FRONTIER and corpus.frontier(rng)
+            entry, why = front or corpus.pick(rng)
             focus = (entry.get("where") or {}).get(why)
+            only = front and rng.random() < AIMED and aimed_edit(entry, why, tier.kernels)
             stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
                                                focus=focus, shadow=self._shadow(tier, seed, entry),
                                                rare_knobs=self.rare_knobs(tier.kernels, rng),
-                                               goal=aim(frontier(entry, why, rng), why, corpus.counts, rng))
+                                               goal=aim(frontier(entry, why, rng), why, corpus.counts, rng), only=only)
+            tail = AIM_TAIL if only and how == [only] else TAIL
             plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
                     "how": how, "parent": entry, "why": why,
-                    "length": (entry.get("ops") or 0) + TAIL if focus is None else focus + 1 + TAIL}
+                    "length": (entry.get("ops") or 0) + TAIL if focus is None else focus + 1 + tail}
         self._plans = {seed: plan}
         return plan
 
@@ -362,6 +367,16 @@ def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
     if why not in goals:
         return None
     return goals[why] if rng.random() < 0.5 else max(goals.values(), key=lambda g: (g[3], -g[1]))
+
+
+def aimed_edit(entry: dict, why: str, kernels) -> str:
+    """A frontier plan's one edit: an aimed ``resize``, or where the stone's stride spans its
+    row (the grid covers any length of it: at the largest programs per row, one trip whatever
+    the row) and its knobs are not yet their smallest, ``shrink`` them (``streams.smallest``)."""
+    goal, mod = (entry.get("goals") or {}).get(why) or [], knob_module(kernels)
+    if len(goal) > 4 and goal[4] >= goal[0] and mod is not None and entry.get("knobs") != smallest(mod):
+        return "shrink"
+    return "resize"
 
 
 def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:

@@ -219,6 +219,13 @@ def row_target(goal, rng: random.Random, trips: int | None = None, edge: str | N
     return base + 1 + rng.randrange(max(1, block))
 
 
+def smallest(mod) -> dict:
+    """Every launch knob at its smallest value (``FUZZ_KNOBS``): a strided loop makes more trips
+    as its block and its programs per row shrink, and a stone whose stride spans its row (the
+    grid covers it whatever its length: one trip by construction) needs them (``shrink``)."""
+    return {name: min(choices) for name, choices in sorted(mod.FUZZ_KNOBS.items())}
+
+
 def table_lengths(op, page_size: int) -> list[int]:
     """What a read-table kernel's loop runs to per row (``features._trip_features``'s n): a
     row's live pages, or tokens for the packed form, capped as the launch caps them."""
@@ -320,7 +327,8 @@ def aim_row(segs, pages: dict, fed: list, rng: random.Random, shadow, focus: int
 
 
 def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | None = None,
-           shadow=None, rare_knobs: dict | None = None, goal=None) -> tuple[list[float], list[int], dict | None, list[str]]:
+           shadow=None, rare_knobs: dict | None = None, goal=None,
+           only: str | None = None) -> tuple[list[float], list[int], dict | None, list[str]]:
     """(stream, its op marks, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
     that first reached the feature the entry was picked for (its ``where``): most edits then
     land on that op or the few before it, since an edit anywhere in a 200-op stream rarely
@@ -329,7 +337,10 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
     that made the rows it read (``data_flow``), which is what changes the state it saw.
     ``knob`` changes one launch knob, or (half the time) takes ``rare_knobs``, the combination
     the corpus holds fewest of: the same ops under the launch shapes least tried. ``goal``: the
-    length of the row that reached the picked trip feature and the length aimed at (``resize``)."""
+    length of the row that reached the picked trip feature and the length aimed at (``resize``).
+    ``shrink`` (only asked for, never drawn): the knobs at their ``smallest``.
+    ``only``: that one mutation alone (a frontier plan's aimed resize: another edit in the same
+    plan, a delete before the focus, undoes what it aimed at), drawn ones where it cannot apply."""
     segs = segments(entry)
     knobs = dict(entry.get("knobs") or {}) or None
     done = []
@@ -342,8 +353,9 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
     weights = list(WEIGHTS)
     if (entry.get("feeds") or {}).get(str(focus)):  # the focus read rows whose allocs are known: edit them
         weights[MUTATIONS.index("resize")] *= FED_RESIZE
-    for _ in range(rng.choice((1, 1, 2, 3))):
-        kind = rng.choices(MUTATIONS, weights)[0]
+
+    def apply(kind: str) -> bool:  # one mutation in place; False where it cannot apply
+        nonlocal segs, knobs
         ops = len(segs) - 1
         if kind == "delete" and ops > 1:
             del segs[op_index()]
@@ -371,6 +383,8 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
         elif kind == "knob" and (mod := knob_module(kernels)) is not None:
             name = rng.choice(sorted(mod.FUZZ_KNOBS))
             knobs = {**(knobs or {}), name: rng.choice(tuple(mod.FUZZ_KNOBS[name]))}
+        elif kind == "shrink" and (mod := knob_module(kernels)) is not None and knobs != (least := smallest(mod)):
+            knobs = least
         elif kind == "config" and segs[0]:
             segs[0][rng.randrange(len(segs[0]))] = [rng.random(), 0]
         elif kind == "room" and room(segs):
@@ -382,10 +396,18 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
             if a < len(segs):
                 segs.insert(a + 1, [list(d) for d in segs[a]])
             else:
-                continue
+                return False
         else:
-            continue
-        done.append(kind)
+            return False
+        return True
+
+    if only and apply(only):
+        done.append(only)
+    else:
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            kind = rng.choices(MUTATIONS, weights)[0]
+            if apply(kind):
+                done.append(kind)
     if not done and len(segs) > 1:  # every draw above fell through: a plan is never its entry again
         nudge(segs[op_index()], rng)
         done.append("nudge")

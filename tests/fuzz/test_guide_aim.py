@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import torch
@@ -75,3 +76,34 @@ def test_the_frontier_is_per_kernel_skips_a_closed_one_and_prefers_the_shortest_
     c.add(_entry({"trips|p|8+|full"}))  # p's next trips, both edges, are held now
     picked = {c.frontier(random.Random(i))[1] for i in range(30)}
     assert picked == {"trips|k|1|partial"}, picked
+
+
+def test_a_frontier_plan_is_one_aimed_edit_and_a_fresh_one_is_short(tmp_path, monkeypatch):
+    """Fresh sequences run FRESH_OPS ops. A frontier plan on a stone whose stride spans its row
+    (the grid covers it: one trip at any length) shrinks the knobs to their smallest, that edit
+    alone, and runs AIM_TAIL past the stone's op; once the knobs are the smallest it resizes
+    instead, and where no resize can apply (no data flow) it falls back to drawn mutations and
+    the full TAIL."""
+    from fuzz.engine.tiers import make_tier
+    from kvkernels import launchers
+
+    tier = make_tier("torch")
+    track = guide.GuidedTrack(tmp_path)
+    assert len(track.run_sequence(tier, 0, 200).ops) == guide.FRESH_OPS
+    monkeypatch.setattr(guide, "FRESH", 0.0)
+    monkeypatch.setattr(guide, "FRONTIER", 1.0)
+    monkeypatch.setattr(guide, "AIMED", 1.0)
+    least = streams.smallest(launchers)
+    assert least == {"BLOCK_COLS": 4, "BLOCK_IDS": 4, "TARGET_BLOCKS": 2}
+    name = "trips|read_table_kernel|1|full"
+    wide = {"BLOCK_COLS": 4, "BLOCK_IDS": 4, "TARGET_BLOCKS": 1024}
+    for i in range(4):
+        track.corpus.add({**_entry({name, f"op|a{i}"}, ops=20), "where": {name: 3}, "knobs": wide,
+                          "goals": {name: [4, 4093, 4, 1, 4096]}})
+    tier = dataclasses.replace(tier, kernels=launchers)  # plans only: the knobs are the launchers'
+    plan = track.plan(tier, 10)
+    assert plan["how"] == ["shrink"] and plan["knobs"] == least and plan["length"] == 4 + guide.AIM_TAIL, plan["how"]
+    for e in track.corpus.entries:
+        e["knobs"], e["goals"] = dict(least), {name: [4, 5, 4, 1, 8]}  # the smallest knobs: 2 programs, stride 8
+    plan = track.plan(tier, 11)
+    assert plan["how"] != ["resize"] and plan["length"] == 4 + guide.TAIL, plan["how"]  # no pages, no feeds
