@@ -12,6 +12,14 @@ stream is also written under ``.seq/`` before it runs, so the parent can rebuild
 a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
 ``merge`` keeps the smallest subset of several corpora covering their union (libFuzzer's
 ``-merge=1``: greedy, fewest ops first).
+
+The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops,
+then a fifth fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
+table made the most trips (``Corpus.frontier``), most of them one edit aimed at the trips x
+last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
+``AIM_TAIL`` ops past the stone; the rest are picked by rarity (``Corpus.pick``), one to three
+drawn edits near the op that reached the feature, run ``TAIL`` past it
+(benchmarks/results/guided-vs-blind-2026-12-04.md).
 """
 
 from __future__ import annotations
@@ -235,7 +243,8 @@ class GuidedTrack(SmallTrack):
         return info
 
     def plan(self, tier, seed: int) -> dict:
-        """What sequence ``seed`` runs: fresh (as blind) or a mutation of a corpus entry."""
+        """What sequence ``seed`` runs: fresh (as blind, ``FRESH_OPS`` long) or a mutation of a
+        corpus entry (a frontier plan's aimed edit, or a pick by rarity), and how long it runs."""
         if seed in self._plans:
             return self._plans[seed]
         rng = random.Random(f"kvfuzz-guide:{seed}")
