@@ -14,7 +14,7 @@ a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
 ``-merge=1``: greedy, fewest ops first).
 
 The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops,
-then a fifth fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
+then a share ``FRESH`` of them fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
 table made the most trips (``Corpus.frontier``), most of them one edit aimed at the trips x
 last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
 ``AIM_TAIL`` ops past the stone; the rest are picked by rarity (``Corpus.pick``), one to three
