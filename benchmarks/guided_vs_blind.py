@@ -125,7 +125,7 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
                 modes=("blind", "guided")) -> list[dict]:
     """Work to kill, in one process and without a campaign (no start-up, no minimizing, no op
     timeouts a loaded machine trips): the sequences a one-worker campaign of seed ``s`` runs
-    (sequence seeds ``s * 1_000_003 + k``, 200 ops each, the same knobs), blind and guided (a
+    (sequence seeds ``s * 1_000_003 + k``, 200 ops each, guided's as its plans cut them), blind and guided (a
     fresh corpus each), until the first divergence or ``max_ops``; ops and CPU seconds."""
     from fuzz.engine import guide, tracks
     from fuzz.tools.mutants import mutant_tier_named
@@ -169,7 +169,7 @@ def _reused_blind(path: str, names: list[str], seeds: list[int]) -> list[dict]:
 
 def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
     """Per seed (a one-worker campaign's sequence seeds, as ``ops_to_kill``): run the fresh phase
-    (``guide.SEED_ENTRIES`` sequences of 200 ops), take the entry holding the highest
+    (``guide.SEED_ENTRIES`` sequences of ``guide.FRESH_OPS`` ops), take the entry holding the highest
     ``trips|read_table_kernel|N|...`` feature, and mutate it ``n_plans`` times aimed at that feature
     (its focus, goal and shadow run as ``GuidedTrack.plan`` gives them); a plan counts when its
     shadow run has a table op, within its run length, reading a row at least one trip longer
@@ -199,7 +199,8 @@ def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
             hits, how = 0, {}
             for i in range(n_plans):
                 stream, marks, _, done = streams.mutate(entry, entry, random.Random(i), tier.kernels, focus=focus,
-                                                        shadow=shadow, goal=guide.frontier(entry, why, random.Random(-i)))
+                                                        shadow=shadow, goal=guide.aim(guide.frontier(entry, why, random.Random(-i)), why,
+                                                                                      track.corpus.counts, random.Random(-i)))
                 ops, config, _ = shadow(stream, marks)
                 longest = max((-(-len(r) // config.page_size) for op in ops[: focus + 1 + guide.TAIL]
                                if isinstance(op, TABLE_OPS) for r in op.rows), default=0)

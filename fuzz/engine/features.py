@@ -139,9 +139,10 @@ def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out
     ``start += col_stride`` while ``start < n`` (a kernel without ``col_stride``, the legacy
     grid, makes one trip by construction: its masks say the rest), where n is the row's live
     pages (``max_pages``: cdiv(seq_len, PAGE_SIZE), capped) or tokens (``max_tokens``).
-    ``goals[name] = [n, short, BLOCK, trips]`` for each trips and progress feature (its first row):
-    the comparison's operands (libFuzzer's CMP tracing), so a mutation can set the row that
-    reached a stone to the length of one more trip instead of stepping towards it blind."""
+    ``goals[name] = [n, short, BLOCK, trips, stride]`` for each trips and progress feature (its
+    first row): the comparison's operands (libFuzzer's CMP tracing), so a mutation can set the row
+    that reached a stone to the length of one more trip, or of the same trips with the other last
+    block (``streams.row_target``), instead of stepping towards it blind."""
     lens = values["seq_lens_ptr"]
     if getattr(getattr(lens, "device", None), "type", "cpu") != "cpu":
         return
@@ -167,7 +168,7 @@ def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out
                               f"progress|{kernel}|row {min(2 * n // step, 16)}/2 strides|{edge}"]
                 for name in names:
                     out.add(name)
-                    goals.setdefault(name, [n, short, block, trips])
+                    goals.setdefault(name, [n, short, block, trips, step])
 
 
 class CodeCoverage:
@@ -238,7 +239,7 @@ class Collector:
         self.names: set[str] = set()
         self.op = -1  # the op running now (``at``), -1 before the first
         self.where: dict[str, int] = {}  # a value feature -> the op that first reached it
-        self.goals: dict[str, list] = {}  # a trip feature -> [row length, short of one more trip, BLOCK, trips]
+        self.goals: dict[str, list] = {}  # a trip feature -> [row length, short of one more trip, BLOCK, trips, stride]
 
     def at(self, marks: list, pos: int) -> None:
         """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""

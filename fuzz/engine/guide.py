@@ -12,6 +12,14 @@ stream is also written under ``.seq/`` before it runs, so the parent can rebuild
 a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
 ``merge`` keeps the smallest subset of several corpora covering their union (libFuzzer's
 ``-merge=1``: greedy, fewest ops first).
+
+The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops,
+then a share ``FRESH`` of them fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
+table made the most trips (``Corpus.frontier``), most of them one edit aimed at the trips x
+last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
+``AIM_TAIL`` ops past the stone; the rest are picked by rarity (``Corpus.pick``), one to three
+drawn edits near the op that reached the feature, run ``TAIL`` past it
+(benchmarks/results/guided-vs-blind-2026-12-04.md).
 """
 
 from __future__ import annotations
@@ -25,10 +33,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .features import DOMAINS, CodeCoverage, Collector, config_features, feature_id, files_under_test, knobs_feature
+from .features import (
+    DOMAINS,
+    CodeCoverage,
+    Collector,
+    config_features,
+    feature_id,
+    files_under_test,
+    knobs_feature,
+    trip_bucket,
+)
 from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
-from .streams import ChoiceRandom, data_flow, mutate, params_of
+from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, smallest
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "merge", "mutate", "params_of", "track_for"]
@@ -39,8 +56,11 @@ CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
-FRONTIER = 0.5  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
+FRONTIER = 0.7  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
 TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
+AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_edit``: resize, or shrink the knobs)
+AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
+FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 
@@ -147,15 +167,25 @@ class Corpus:
     def frontier(self, rng: random.Random) -> tuple[dict, str] | None:
         """(an entry, its trip feature) among those whose read table made the most trips (AFL's
         "favoured" entries: the few that hold the furthest progress get tries of their own,
-        where rarity spreads them over every domain's singletons); None while no entry has one."""
-        best, top = [], -1
+        where rarity spreads them over every domain's singletons); None while no entry has one.
+        Per kernel, one drawn at random among those whose next trip features (``missing``) some
+        entry still lacks: the packed table counts tokens and makes eight trips where the
+        paged one makes one (benchmarks/results/guided-vs-blind-2026-12-04.md), and a
+        frontier over both stayed on it."""
+        best: dict[str, tuple[tuple, list]] = {}  # kernel -> ((most trips, -stride), [(entry, feature)])
         for e in self.entries:
             for name, goal in (e.get("goals") or {}).items():
-                if name.startswith("trips|") and goal[3] >= top:
-                    best, top = ([] if goal[3] > top else best) + [(e, name)], goal[3]
+                if name.startswith("trips|"):
+                    kernel = name.split("|")[1]
+                    top, held = best.get(kernel, ((-1, 0), []))
+                    key = (goal[3], -goal[4] if len(goal) > 4 else 0)  # most trips, then the shortest stride
+                    if key >= top:
+                        best[kernel] = (key, ([] if key > top else held) + [(e, name)])
         if not best:
             return None
-        entry, name = rng.choice(best)
+        open_ = [k for k, (_, held) in sorted(best.items())
+                 if any(missing(self.counts, name, goal) for e, name in held for goal in [e["goals"][name]])]
+        entry, name = rng.choice(best[rng.choice(open_ or sorted(best))][1])
         entry["picks"] = entry.get("picks", 0) + 1
         return entry, name
 
@@ -213,7 +243,8 @@ class GuidedTrack(SmallTrack):
         return info
 
     def plan(self, tier, seed: int) -> dict:
-        """What sequence ``seed`` runs: fresh (as blind) or a mutation of a corpus entry."""
+        """What sequence ``seed`` runs: fresh (as blind, ``FRESH_OPS`` long) or a mutation of a
+        corpus entry (a frontier plan's aimed edit, or a pick by rarity), and how long it runs."""
         if seed in self._plans:
             return self._plans[seed]
         rng = random.Random(f"kvfuzz-guide:{seed}")
@@ -221,16 +252,20 @@ class GuidedTrack(SmallTrack):
         if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:  # fresh ops, the knobs least tried
             knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
             plan = {"stream": self._fresh_stream(seed, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
-                    "how": ["fresh"]}
+                    "how": ["fresh"], "length": FRESH_OPS}
         else:
-            entry, why = (rng.random() < FRONTIER and corpus.frontier(rng)) or corpus.pick(rng)
+            front = rng.random() < FRONTIER and corpus.frontier(rng)
+            entry, why = front or corpus.pick(rng)
             focus = (entry.get("where") or {}).get(why)
+            only = front and rng.random() < AIMED and aimed_edit(entry, why, tier.kernels)
             stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
                                                focus=focus, shadow=self._shadow(tier, seed, entry),
                                                rare_knobs=self.rare_knobs(tier.kernels, rng),
-                                               goal=frontier(entry, why, rng))
+                                               goal=aim(frontier(entry, why, rng), why, corpus.counts, rng), only=only)
+            tail = AIM_TAIL if only and how == [only] else TAIL
             plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
-                    "how": how, "parent": entry, "why": why, "length": None if focus is None else focus + 1 + TAIL}
+                    "how": how, "parent": entry, "why": why,
+                    "length": (entry.get("ops") or 0) + TAIL if focus is None else focus + 1 + tail}
         self._plans = {seed: plan}
         return plan
 
@@ -341,6 +376,37 @@ def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
     if why not in goals:
         return None
     return goals[why] if rng.random() < 0.5 else max(goals.values(), key=lambda g: (g[3], -g[1]))
+
+
+def aimed_edit(entry: dict, why: str, kernels) -> str:
+    """A frontier plan's one edit: an aimed ``resize``, or where the stone's stride spans its
+    row (the grid covers any length of it: at the largest programs per row, one trip whatever
+    the row) and its knobs are not yet their smallest, ``shrink`` them (``streams.smallest``)."""
+    goal, mod = (entry.get("goals") or {}).get(why) or [], knob_module(kernels)
+    if len(goal) > 4 and goal[4] >= goal[0] and mod is not None and entry.get("knobs") != smallest(mod):
+        return "shrink"
+    return "resize"
+
+
+def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
+    """The trip features next to ``goal`` (``why``'s, a trip or progress feature) that no entry
+    holds, as (trips, last block): one more trip with a partial or a full last block, or the
+    same trips with the other edge. The kill of a third-trip bug is such a conjunction (3+ trips
+    AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips
+    partial, and one at 3 trips partial at 3 trips full, not only at "more trips"."""
+    kernel, have = why.split("|")[1], goal[3]
+    wants = [(have + 1, "partial"), (have + 1, "full")] + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]
+    return [w for w in wants if feature_id(f"trips|{kernel}|{trip_bucket(w[0])}|{w[1]}") not in counts]
+
+
+def aim(goal: list | None, why: str | None, counts, rng: random.Random) -> tuple[int, int] | None:
+    """(the row length ``goal`` starts from, the length aimed at): one of the trip features
+    ``missing`` next to it, drawn (none missing: one more trip, either edge), made a length by
+    ``streams.row_target``."""
+    if goal is None or why is None:
+        return None
+    trips, edge = rng.choice(missing(counts, why, goal) or [(goal[3] + 1, None)])
+    return goal[0], row_target(goal, rng, trips, edge)
 
 
 def code_schedule(i: int) -> tuple[bool, bool]:

@@ -30,7 +30,7 @@ import random
 
 from .generate import SCENARIOS, random_config
 from .knobs import knob_module
-from .ops import Alloc
+from .ops import Alloc, ReadTable
 from .shapes import TABLE_OPS
 from .spec_side import Capabilities, SpecSide, unsupported
 
@@ -201,42 +201,82 @@ def boundary_target(pages: int, knobs: dict | None, rng: random.Random) -> int:
     return rng.choice(ups if ups and (not downs or rng.random() < 0.75) else downs)
 
 
+def row_target(goal, rng: random.Random, trips: int | None = None, edge: str | None = None) -> int:
+    """The row length (pages) at which the program that left trip feature ``goal`` ([row length,
+    short of one more trip, BLOCK, trips, stride]: ``features._trip_features``) makes ``trips``
+    trips (one more than it did by default) with its last block ``edge``: "full" (the block ends
+    at the row's last page), "partial" (1 to BLOCK - 1 pages into it), None (either, as drawn).
+    The kill of a third-trip bug is such a conjunction (3+ trips AND a partial last block): one
+    more trip alone is a partial edge three times in four at BLOCK 4, a full one once."""
+    n, short, block, have = goal[:4]
+    base = n + short - 1  # where trip ``have + 1`` begins: the comparison's other operand
+    if trips is not None and trips != have + 1 and len(goal) > 4 and trips >= 1:
+        base += (trips - have - 1) * goal[4]
+    if edge == "full":
+        return base + block
+    if edge == "partial" and block > 1:
+        return base + 1 + rng.randrange(block - 1)
+    return base + 1 + rng.randrange(max(1, block))
+
+
+def smallest(mod) -> dict:
+    """Every launch knob at its smallest value (``FUZZ_KNOBS``): a strided loop makes more trips
+    as its block and its programs per row shrink, and a stone whose stride spans its row (the
+    grid covers it whatever its length: one trip by construction) needs them (``shrink``)."""
+    return {name: min(choices) for name, choices in sorted(mod.FUZZ_KNOBS.items())}
+
+
+def table_lengths(op, page_size: int) -> list[int]:
+    """What a read-table kernel's loop runs to per row (``features._trip_features``'s n): a
+    row's live pages, or tokens for the packed form, capped as the launch caps them."""
+    if isinstance(op, ReadTable):
+        return [min(-(-max(n, 0) // page_size), op.max_pages) for n in op.seq_lens]
+    return [min(max(n, 0), op.max_tokens) for n in op.seq_lens]
+
+
+def _size_alloc(segs, a: int, cur: int, target: int, retry: bool, rng: random.Random) -> bool:
+    """Set alloc op ``a``'s size draw towards ``target`` pages (it is ``cur`` now): its widest
+    integer draw; a size outside that draw's range needs another branch of the op's chances
+    (``alloc_op``'s "usually what fits"), so the floats before it are re-drawn (also on a
+    ``retry`` that moved nothing), and more room is given when it should grow. False: no size draw."""
+    seg = segs[a + 1]
+    ints = [i for i in range(2, len(seg)) if seg[i][1] > 1]  # past the contract and kind draws
+    if not ints:
+        return False
+    i = max(ints, key=lambda i: seg[i][1])
+    want = target - (cur - int(seg[i][0] * seg[i][1]))
+    if retry or not 0 <= want < seg[i][1]:
+        for j in range(2, len(seg)):  # another branch: near either end, a chance's threshold (0.85, 0.3)
+            if j != i:  # is then crossed either way
+                seg[j][0] = rng.choice((0.0, 0.9)) + 0.1 * rng.random()
+    if 0 <= want < seg[i][1]:
+        _set(seg[i], want)
+    if retry and cur < target:  # not reached by the draw alone: more room, then the same draws
+        room(segs)
+    return True
+
+
 def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None, goal=None):
     """Segments with one alloc that fed the op at ``focus`` (any alloc of the entry without one)
-    set to ``boundary_target`` pages, or None where it cannot be. ``goal`` ([row length, short
-    of one more trip, BLOCK]: ``features._trip_features``): three times in four, an alloc of
-    that row's length is set to the length of one more trip, 0 to BLOCK - 1 pages into it
-    (its last block partial, or full at the end). The alloc's size is its
-    widest integer draw; a size outside that draw's range needs another branch of the op's
-    chances (``alloc_op``'s "usually what fits"), so the floats before it are re-drawn and the
-    shadow run says the new range. ``shadow(stream, marks)``: (ops, config, the stream as drawn)."""
+    set to ``boundary_target`` pages, or None where it cannot be; three times in four with a
+    ``goal`` ([row length, the length aimed at]: ``row_target``), ``aim_row`` instead. Each try
+    is checked on the shadow run (``shadow(stream, marks)``: (ops, config, the stream as drawn)),
+    which also says the draw's new range."""
     pages = {int(k): v for k, v in (entry.get("pages") or {}).items()}
     fed = (entry.get("feeds") or {}).get(str(focus)) if focus is not None else None
     if not pages or shadow is None:
         return None
-    rows = [a for a in fed or () if goal and pages.get(a) == goal[0]]
-    aimed = bool(rows) and rng.random() < 0.75
-    a = rng.choice(rows if aimed else fed or sorted(pages))
+    if goal and fed and rng.random() < 0.75:
+        return aim_row(segs, pages, [a for a in fed if a in pages], rng, shadow, focus, goal)
+    a = rng.choice(fed or sorted(pages))
     cur = pages.get(a)
     if cur is None or a + 1 >= len(segs):
         return None
     start = cur
-    target = cur + goal[1] + rng.randrange(max(1, goal[2])) if aimed else boundary_target(cur, entry.get("knobs"), rng)
+    target = boundary_target(cur, entry.get("knobs"), rng)
     for attempt in range(RESIZE_TRIES):
-        seg = segs[a + 1]
-        ints = [i for i in range(2, len(seg)) if seg[i][1] > 1]  # past the contract and kind draws
-        if not ints:
+        if not _size_alloc(segs, a, cur, target, attempt > 0 and (cur == start or attempt == 1), rng):
             return None
-        i = max(ints, key=lambda i: seg[i][1])
-        want = target - (cur - int(seg[i][0] * seg[i][1]))
-        if attempt and cur == start or not 0 <= want < seg[i][1]:
-            for j in range(2, len(seg)):  # another branch: a pick among sizes, "usually what fits"
-                if j != i:  # near either end: a chance's threshold (0.85, 0.3) is then crossed either way
-                    seg[j][0] = rng.choice((0.0, 0.9)) + 0.1 * rng.random()
-        if 0 <= want < seg[i][1]:
-            _set(seg[i], want)
-        if attempt == 1 and cur < target:  # not reached by the draw alone: more room, then the same draws
-            room(segs)
         ops, config, drawn = shadow(flat(segs), marks_of(segs))
         segs = segments(drawn)
         if a >= len(ops) or not isinstance(ops[a], Alloc):
@@ -247,8 +287,48 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None, goa
     return segs if abs(target - cur) < abs(target - start) else None
 
 
+def aim_row(segs, pages: dict, fed: list, rng: random.Random, shadow, focus: int, goal):
+    """Segments in which the table op at ``focus`` reads a row of exactly ``goal[1]`` (pages, or
+    tokens for the packed form), from one that read ``goal[0]``, or None: the fed alloc nearest
+    that row's length is grown or shrunk by the difference, and the shadow run's table op says
+    how far its rows still are, so the next try corrects by that error (a row may be a prefix
+    of its alloc, or a packed one count tokens); after ``RESIZE_TRIES // 2`` tries that leave
+    the row where it was, the next alloc. libFuzzer's CMP tracing, closed in a loop."""
+    if not fed or focus + 1 >= len(segs):
+        return None
+    ops, config, drawn = shadow(flat(segs), marks_of(segs))
+    if focus >= len(ops) or not isinstance(ops[focus], TABLE_OPS):
+        return None
+    unit = 1 if isinstance(ops[focus], ReadTable) else config.page_size  # tokens per length unit, per page
+    n, target = goal
+    order = sorted(fed, key=lambda a: (abs(pages[a] * unit - n), rng.random()))
+    row, a, stuck = n, order.pop(0), 0
+    cur = base = ops[a].n // config.page_size if isinstance(ops[a], Alloc) else pages[a]
+    want = cur + -(-(target - row) // unit)
+    for attempt in range(RESIZE_TRIES):
+        if a + 1 >= len(segs) or not _size_alloc(segs, a, cur, want, attempt > 0 and stuck > 0, rng):
+            return None
+        ops, config, drawn = shadow(flat(segs), marks_of(segs))
+        segs = segments(drawn)
+        if max(a, focus) >= len(ops) or not isinstance(ops[a], Alloc) or not isinstance(ops[focus], TABLE_OPS):
+            return None
+        lens = table_lengths(ops[focus], config.page_size)
+        if target in lens:
+            return segs
+        moved = ops[a].n // config.page_size - base
+        now = min(lens, key=lambda m: abs(m - (n + moved * unit)), default=n)  # the row, where its alloc took it
+        stuck = stuck + 1 if now == row or ops[a].n // config.page_size == cur else 0
+        row, cur = now, ops[a].n // config.page_size
+        if stuck >= RESIZE_TRIES // 2 and order:
+            a, stuck, row = order.pop(0), 0, n
+            cur = base = ops[a].n // config.page_size if isinstance(ops[a], Alloc) else pages[a]
+        want = cur + -(-(target - row) // unit)
+    return None
+
+
 def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | None = None,
-           shadow=None, rare_knobs: dict | None = None, goal=None) -> tuple[list[float], list[int], dict | None, list[str]]:
+           shadow=None, rare_knobs: dict | None = None, goal=None,
+           only: str | None = None) -> tuple[list[float], list[int], dict | None, list[str]]:
     """(stream, its op marks, knobs, the mutations applied): one to three of ``MUTATIONS``. ``focus``: the op
     that first reached the feature the entry was picked for (its ``where``): most edits then
     land on that op or the few before it, since an edit anywhere in a 200-op stream rarely
@@ -257,7 +337,10 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
     that made the rows it read (``data_flow``), which is what changes the state it saw.
     ``knob`` changes one launch knob, or (half the time) takes ``rare_knobs``, the combination
     the corpus holds fewest of: the same ops under the launch shapes least tried. ``goal``: the
-    row that reached the picked trip feature and how far it was from one more (``resize``)."""
+    length of the row that reached the picked trip feature and the length aimed at (``resize``).
+    ``shrink`` (only asked for, never drawn): the knobs at their ``smallest``.
+    ``only``: that one mutation alone (a frontier plan's aimed resize: another edit in the same
+    plan, a delete before the focus, undoes what it aimed at), drawn ones where it cannot apply."""
     segs = segments(entry)
     knobs = dict(entry.get("knobs") or {}) or None
     done = []
@@ -270,8 +353,9 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
     weights = list(WEIGHTS)
     if (entry.get("feeds") or {}).get(str(focus)):  # the focus read rows whose allocs are known: edit them
         weights[MUTATIONS.index("resize")] *= FED_RESIZE
-    for _ in range(rng.choice((1, 1, 2, 3))):
-        kind = rng.choices(MUTATIONS, weights)[0]
+
+    def apply(kind: str) -> bool:  # one mutation in place; False where it cannot apply
+        nonlocal segs, knobs
         ops = len(segs) - 1
         if kind == "delete" and ops > 1:
             del segs[op_index()]
@@ -299,6 +383,8 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
         elif kind == "knob" and (mod := knob_module(kernels)) is not None:
             name = rng.choice(sorted(mod.FUZZ_KNOBS))
             knobs = {**(knobs or {}), name: rng.choice(tuple(mod.FUZZ_KNOBS[name]))}
+        elif kind == "shrink" and (mod := knob_module(kernels)) is not None and knobs != (least := smallest(mod)):
+            knobs = least
         elif kind == "config" and segs[0]:
             segs[0][rng.randrange(len(segs[0]))] = [rng.random(), 0]
         elif kind == "room" and room(segs):
@@ -310,10 +396,18 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
             if a < len(segs):
                 segs.insert(a + 1, [list(d) for d in segs[a]])
             else:
-                continue
+                return False
         else:
-            continue
-        done.append(kind)
+            return False
+        return True
+
+    if only and apply(only):
+        done.append(only)
+    else:
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            kind = rng.choices(MUTATIONS, weights)[0]
+            if apply(kind):
+                done.append(kind)
     if not done and len(segs) > 1:  # every draw above fell through: a plan is never its entry again
         nudge(segs[op_index()], rng)
         done.append("nudge")
