@@ -125,6 +125,10 @@ def make_tier(backend: str, kernels: str | None = None) -> Tier:
         if not torch.cuda.is_available():
             raise SetupError("--backend cuda: no CUDA device is available")
         device = "cuda"
+    if backend == "interpret":
+        from .launches import patch_language_once
+
+        patch_language_once()  # a third of the interpreter's time, saved (launches.py says why)
     before = count_launches()
     _smoke_test(module, name, backend, device)
     if backend != "torch" and count_launches() == before:

@@ -352,3 +352,45 @@ def test_the_specialization_key_is_what_a_gpu_compiles_a_variant_per():
     args = dict(keys[0][1])
     assert args["n_plain"] == "i32" and args["n"] == ("i32", "D") and args["BLOCK"] == 16
     assert args["dst"] == ("torch.int64", True) and dict(unaligned[1])["dst"] == ("torch.int64", False)
+
+
+# ---- the interpreter patches triton.language once per launch (patch_language_once) -----------------
+
+
+@triton.jit
+def _twice(x):
+    return x * 2
+
+
+@triton.jit
+def _nested_kernel(x_ptr, y_ptr, n, B: tl.constexpr, CALLS: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    v = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    for _ in tl.static_range(CALLS):  # CALLS nested device-function calls per program
+        v = _twice(v) - v  # stays v: x * 2 - x
+    tl.store(y_ptr + offs, tl.sum(v, axis=0) + v * 0 + v, mask=offs < n)
+
+
+@needs_interpreter
+def test_the_interpreter_patches_the_language_once_per_launch_not_per_nested_call(monkeypatch):
+    from triton.runtime import interpreter
+
+    assert launches.patch_language_once(), "this Triton's interpreter internals changed: the speed-up is off"
+    scans = []
+    real = interpreter._patch_builtin
+    monkeypatch.setattr(interpreter, "_patch_builtin", lambda *a: (scans.append(a[0]), real(*a))[1])
+    x = torch.arange(40, dtype=torch.int64)
+    got = {}
+    for calls in (1, 6):
+        scans.clear()
+        y = torch.zeros_like(x)
+        _nested_kernel[(5,)](x, y, x.numel(), B=8, CALLS=calls)
+        got[calls] = (len(scans), y.tolist())
+    # Unpatched, each of the 5 x 6 nested calls scans four namespaces again (120 and more); patched,
+    # the launch's scans and those of tl.sum (triton.language.standard sees tl.core, which the
+    # launch's own scope does not patch) are all there is, however many calls.
+    assert 0 < got[6][0] <= got[1][0] and got[6][0] < 5 * 6, f"language scans: {got[1][0]} and {got[6][0]}"
+    want = [sum(range(8 * p, 8 * p + 8)) + i for p in range(5) for i in range(8 * p, 8 * p + 8)]
+    assert got[1][1] == got[6][1] == want  # and the kernel computes what it says
+    # After the launch its scope is restored: the language is Triton's own again.
+    assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.tensor.__add__)
