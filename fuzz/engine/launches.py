@@ -549,8 +549,8 @@ def patch_language_once() -> bool:
     it (Triton's restore undoes theirs too: they patched over what it had recorded). Nothing else of the interpreter is touched; the kernels' results are the same
     (the interpreter-tier suite runs with it)."""
     try:
-        from triton.runtime import interpreter
         import triton.language as tl
+        from triton.runtime import interpreter
     except ImportError:
         return False
     patch, scope_cls = getattr(interpreter, "_patch_lang", None), getattr(interpreter, "_LangPatchScope", None)
