@@ -387,3 +387,38 @@ class SetupFailed(RuntimeError):
 
 class HarnessFailed(RuntimeError):
     """An exception of the harness itself in a child (exit 3)."""
+
+
+def visible_gpus() -> list[str | None]:
+    """The GPUs this host lets us use, as CUDA_VISIBLE_DEVICES entries. Counted by the CUDA
+    driver itself (``cuDeviceGetCount``: milliseconds, no context), not by importing torch in
+    the parent: that import was 3-4 s of a GPU campaign's start before its first worker (H200,
+    torch 2.11), most of the time to a first case on a warm cache. torch only where the driver
+    library cannot be loaded."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [x.strip() for x in listed.split(",") if x.strip()] or [None]
+    count = _driver_device_count()
+    if count is None:
+        import torch
+
+        count = torch.cuda.device_count()
+    return [str(i) for i in range(count)] or [None]
+
+
+def _driver_device_count() -> int | None:
+    """CUDA's device count from ``libcuda`` (the order and the count CUDA_VISIBLE_DEVICES
+    indices refer to), or None where the library or its answer is not to be had."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    n = ctypes.c_int(0)
+    status = cuda.cuInit(0)
+    if status != 0:
+        return 0 if status == 100 else None  # CUDA_ERROR_NO_DEVICE: a driver and no GPU
+    if cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
+        return None
+    return n.value

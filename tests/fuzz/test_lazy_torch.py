@@ -68,7 +68,7 @@ class Driver:  # libcuda as the parent sees it: cuInit, then cuDeviceGetCount
         return 0
 
 ctypes.CDLL = lambda name: Driver() if name == "libcuda.so.1" else None
-from fuzz.engine.campaign import visible_gpus
+from fuzz.engine.campaign import visible_gpus  # (from supervise)
 print(json.dumps({"gpus": visible_gpus(), "torch": "torch" in sys.modules}))
 """
 
@@ -85,6 +85,6 @@ def test_a_cuda_campaigns_parent_counts_its_gpus_without_importing_torch():
 def test_the_drivers_device_count_is_torchs():
     import torch
 
-    from fuzz.engine.campaign import _driver_device_count
+    from fuzz.engine.supervise import _driver_device_count
 
     assert _driver_device_count() == torch.cuda.device_count() > 0
