@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -126,9 +127,7 @@ def make_tier(backend: str, kernels: str | None = None) -> Tier:
             raise SetupError("--backend cuda: no CUDA device is available")
         device = "cuda"
     if backend == "interpret":
-        from .launches import patch_language_once
-
-        patch_language_once()  # a third of the interpreter's time, saved (launches.py says why)
+        patch_language_once()  # a third of the interpreter's time, saved (its docstring says why)
     before = count_launches()
     _smoke_test(module, name, backend, device)
     if backend != "torch" and count_launches() == before:
@@ -210,3 +209,59 @@ def _smoke_test(module: ModuleType, name: str, backend: str, device: str) -> Non
             hint = " (a Triton kernel set runs on the CPU only with --backend interpret)" if backend == "torch" else ""
             raise SetupError(f"--kernels {name} cannot run on the {backend} tier: {type(exc).__name__}: "
                              f"{exc}{hint}") from exc
+
+
+def patch_language_once() -> bool:
+    """Make Triton's interpreter patch ``triton.language`` once per launch, not once per call
+    of a nested ``@triton.jit`` function. Whether it took (False: a Triton without these
+    internals, which then runs as it is).
+
+    Why. The interpreter (``triton.runtime.interpreter``, 3.6 through 3.9) patches the
+    language modules for a launch (``GridExecutor.__call__``: ``_patch_lang``, then the scope's
+    ``restore``), and patches them again at *every* call of a device function inside it
+    (``InterpretedFunction.__call__``), scanning ``tl``, ``tl.core``, ``tl.tensor`` and
+    ``tl.math`` with ``inspect.getmembers`` and never restoring that scope. Inside a launch
+    those scans find nothing left to patch: the launch replaced every builtin already, and the
+    attributes the rest sets get the same values. Measured on kvkernels' read tables (Triton
+    3.9, this project's CPU): a third of the interpreter's time went to those scans.
+
+    What changes. A call whose language modules a launch in progress has patched (its own scope,
+    or a device function's inside it) gets an empty scope; any other call runs Triton's own
+    ``_patch_lang``. A launch's restore ends its claim and those of the device functions inside
+    it (Triton's restore undoes theirs too: they patched over what it had recorded). Nothing else of the interpreter is touched; the kernels' results are the same
+    (the interpreter-tier suite runs with it)."""
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    patch, scope_cls = getattr(interpreter, "_patch_lang", None), getattr(interpreter, "_LangPatchScope", None)
+    if getattr(patch, "_kvfuzz_once", False):
+        return True
+    if patch is None or scope_cls is None or not callable(getattr(scope_cls, "restore", None)):
+        return False
+    # The language modules patched by each scope not restored yet, outermost first. A device
+    # function's scope is never restored: the launch's restore undoes it, and so drops it here too.
+    patched: list[frozenset] = []
+
+    def once(fn):
+        langs = frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+        if any(langs <= held for held in patched):
+            return scope_cls()
+        scope = patch(fn)
+        depth = len(patched)
+        patched.append(langs)
+        restore = scope.restore
+
+        def restored():
+            try:
+                restore()
+            finally:
+                del patched[depth:]
+
+        scope.restore = restored
+        return scope
+
+    once._kvfuzz_once = True
+    interpreter._patch_lang = once
+    return True

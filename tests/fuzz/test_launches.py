@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuzz.engine import launches
+from fuzz.engine import launches, tiers
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEV = "cpu" if INTERPRET else "cuda"
@@ -375,7 +375,7 @@ def _nested_kernel(x_ptr, y_ptr, n, B: tl.constexpr, CALLS: tl.constexpr):
 def test_the_interpreter_patches_the_language_once_per_launch_not_per_nested_call(monkeypatch):
     from triton.runtime import interpreter
 
-    assert launches.patch_language_once(), "this Triton's interpreter internals changed: the speed-up is off"
+    assert tiers.patch_language_once(), "this Triton's interpreter internals changed: the speed-up is off"
     scans = []
     real = interpreter._patch_builtin
     monkeypatch.setattr(interpreter, "_patch_builtin", lambda *a: (scans.append(a[0]), real(*a))[1])
