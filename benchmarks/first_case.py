@@ -89,7 +89,8 @@ def zygote_dir(scratch: Path, cache_state: str, target: dict) -> Path:
     cold, one of its own (no daemon yet: the campaign starts one and waits for its import of
     torch and Triton); warm, one shared by every warm campaign, whose daemon an earlier command
     left (``prestart``), as a user's second ``kvfuzz run`` finds it."""
-    where = scratch / ("z-warm" if cache_state == "warm" else f"z-{len(list(scratch.glob('z-*')))}")
+    shared = cache_state == "warm" or (cache_state == "cold" and os.environ.get("KVFUZZ_FC_COLD_DAEMON") == "shared")
+    where = scratch / ("z-warm" if shared else f"z-{len(list(scratch.glob('z-*')))}")
     where.mkdir(mode=0o700, exist_ok=True)
     return where
 
@@ -206,12 +207,17 @@ def main(argv=None) -> int:
                     help="the scale of --sets campaigns (mutants run at small scale, as kvfuzz mutants does)")
     ap.add_argument("--cold", action="store_true", help="a fresh, empty --cache-dir per target")
     ap.add_argument("--warm", action="store_true", help="again, on the cache the cold run filled")
+    ap.add_argument("--cold-daemon", choices=("fresh", "shared"), default="fresh",
+                    help="cold campaigns without a fork daemon (fresh: each starts its own and waits for its "
+                         "import of torch) or with the one an earlier command left (shared): a cold Triton "
+                         "cache alone")
     ap.add_argument("--budget-s", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--note", default="", help="a line on the machine's load, for the table")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--render", type=Path, help="only rewrite OUT/first_case.md (and its summary) from this JSON")
     args = ap.parse_args(argv)
+    os.environ["KVFUZZ_FC_COLD_DAEMON"] = args.cold_daemon  # read by zygote_dir
     if args.render:
         report = json.loads(args.render.read_text())
         for r in report["campaigns"]:
@@ -228,7 +234,7 @@ def main(argv=None) -> int:
         chosen = targets(args, scratch)
         if not chosen:
             raise SystemExit("first_case.py: nothing to run (--mutants none and no --sets)")
-        if "warm" in states:
+        if "warm" in states or args.cold_daemon == "shared":
             prestart(args, scratch)
         for target in chosen:
             cache = scratch / f"cache-{target['name']}"
@@ -243,6 +249,7 @@ def main(argv=None) -> int:
               "machine": f"{platform.node() or 'this machine'}, {os.cpu_count()} CPUs",
               "note": args.note or "", "versions": versions(), "campaigns": rows,
               "start_method": os.environ.get("KVFUZZ_START_METHOD") or "daemon (default)",
+              "cold_daemon": args.cold_daemon,
               "summary": {s: _stats([r for r in rows if r["cache"] == s]) for s in states}}
     (args.out / "first_case.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     (args.out / "first_case.md").write_text(markdown(report))

@@ -4,6 +4,8 @@
 #           preflight's tests under this Python and Triton; pytest -m "cuda and not slow";
 #           scale_gpu.py's four throughput phases (kvkernels and indep, read-heavy and default
 #           mix) with the closed-form preflight; small shapes with 1 and 8 workers
+#   more:   the guided track's collection cost on CUDA (value features only); the first case on a
+#           cold Triton cache with the fork daemon an earlier command left (a cold cache alone)
 #   first:  seconds to the first case over the mutant catalogue: cold (empty Triton cache, no
 #           fork daemon) and warm (the cache filled, the daemon an earlier command left)
 set -u
@@ -41,6 +43,19 @@ util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.tx
       kill "$smi" 2>/dev/null
       echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-small-$w.txt | cut -c1-400)"
     done
+  fi
+  if [ "$PART" = more ]; then
+    step "guided collection cost on CUDA, value features only (guided_vs_blind --parts overhead)"
+    timeout 200 $PY benchmarks/guided_vs_blind.py --backend cuda --parts overhead --ops 3000 \
+      --note "one H200, nothing else running" --out "$OUT/guided-overhead-cuda.json" 2>&1 | grep -v -i warn | tail -4
+    step "first case, cold Triton cache, the fork daemon already running (first_case.py --cold-daemon shared)"
+    timeout 300 $PY benchmarks/first_case.py --backend cuda --scale small --cold --cold-daemon shared --budget-s 20 \
+      --note "one H200, nothing else running; cold Triton cache, fork daemon left by an earlier command" \
+      --out /tmp/fc2 > "$OUT/first-case-cuda-cold-shared.log" 2>&1
+    echo "exit $?"
+    tail -5 /tmp/fc2/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda-cold-shared.log"
+    cp /tmp/fc2/first_case.json "$OUT/first_case-cold-shared.json" 2>/dev/null
+    cp /tmp/fc2/first_case.md "$OUT/first_case-cold-shared.md" 2>/dev/null
   fi
   if [ "$PART" = first ]; then
     step "what the parent of a CUDA campaign imports (-X importtime, parent only)"

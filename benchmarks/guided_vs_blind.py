@@ -67,7 +67,7 @@ def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
     return rows
 
 
-def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
+def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str = "interpret") -> list[dict]:
     """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
     and under the guided track's collection schedule (value features on every launch, code
     coverage and the interpreted kernel bodies as ``guide.code_schedule`` says of the sequences
@@ -75,10 +75,11 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
-    tier = make_tier("interpret")
+    tier = make_tier(backend)
     track = tracks.get("small")
     track.run_sequence(tier, 10**6, 20)
-    code = features.CodeCoverage(features.files_under_test(tier))
+    # On CUDA the guided track collects value features only (launch hook): no code tracing.
+    code = features.CodeCoverage(features.files_under_test(tier)) if backend == "interpret" else None
     cpu = {"bare": 0.0, "collected": 0.0}
     ops = i = 0  # i: the sequences run, which the schedule counts (as the track does), so the second
     for _ in range(rounds):  # round traces other seeds than the first: one dear seed traced twice weighed double
@@ -89,7 +90,9 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2) -> list[dict]:
                 if mode == "bare":
                     seq = track.run_sequence(tier, seed, ops_per_seq)
                 else:
-                    traced, code.trace_kernels = guide.code_schedule(i)
+                    traced = False
+                    if code is not None:
+                        traced, code.trace_kernels = guide.code_schedule(i)
                     col = features.Collector(code if traced else None)
                     with col:
                         seq = track.run_sequence(tier, seed, ops_per_seq)
@@ -253,15 +256,17 @@ def main() -> int:
     p.add_argument("--reuse-blind", metavar="JSON",
                    help="kill-ops: blind's rows taken from an earlier run's JSON (same mutants, seeds, --max-ops) "
                         "instead of run again: the blind generator's streams are unchanged, so its ops are too")
+    p.add_argument("--backend", choices=("interpret", "cuda"), default="interpret",
+                   help="the tier (cuda: the overhead part only, value features alone)")
     p.add_argument("--out")
     args = p.parse_args()
-    select_backend("interpret")
+    select_backend(args.backend)
     parts = args.parts.split(",")
     result = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
               "cpus": __import__("os").cpu_count(), "note": args.note, "args": vars(args),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if "overhead" in parts:
-        result["overhead"] = overhead(args.ops)
+        result["overhead"] = overhead(args.ops, backend=args.backend)
         for row in result["overhead"]:
             print(json.dumps(row), flush=True)
     if "throughput" in parts:
