@@ -48,6 +48,7 @@ util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.tx
     step "guided collection cost on CUDA, value features only (guided_vs_blind --parts overhead)"
     timeout 200 $PY benchmarks/guided_vs_blind.py --backend cuda --parts overhead --ops 3000 \
       --note "one H200, nothing else running" --out "$OUT/guided-overhead-cuda.json" 2>&1 | grep -v -i warn | tail -4
+    [ "${2:-}" = overhead-only ] && exit 0
     step "first case, cold Triton cache, the fork daemon already running (first_case.py --cold-daemon shared)"
     timeout 300 $PY benchmarks/first_case.py --backend cuda --scale small --cold --cold-daemon shared --budget-s 20 \
       --note "one H200, nothing else running; cold Triton cache, fork daemon left by an earlier command" \
