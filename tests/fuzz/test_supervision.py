@@ -38,12 +38,15 @@ FAULTY = {  # fixture -> the oracle and field of the fault it must yield
     "hang": ("timeout", "no-progress"),
     "raises": ("crash", "RuntimeError"),
 }
-SEQUENCES = 2  # all workers together: the fault in sequence 0, one more after it (a fresh worker's)
+# All workers together: the fault in sequence 0, and one more sequence for its worker, which a
+# fresh one runs (worker w of W runs w, w + W, ...): W + 1.
+def sequences(workers: int) -> int:
+    return workers + 1
 
 
 def _campaign(tmp_path: Path, kernels: Path, workers: int, *extra) -> tuple:
     out, summary = tmp_path / "cases", tmp_path / "summary.json"
-    r = kvfuzz("run", "--backend", "interpret", "--kernels", kernels, "--max-sequences", SEQUENCES,
+    r = kvfuzz("run", "--backend", "interpret", "--kernels", kernels, "--max-sequences", sequences(workers),
                "--workers", workers, "--op-timeout", 3, "--no-minimize", "--reproduce", 1, "--out", out,
                "--summary", summary, *extra, timeout=400)
     # No minimizing: with no budget to stop it, each crashing candidate is a fresh child. One
@@ -62,7 +65,7 @@ def test_a_faulty_kernel_set_yields_a_case_and_the_campaign_lives_on(name, worke
     found = [f for f in summary["failures"] if f["signature"].split("/")[1:] == [oracle, field]]
     assert found, show(r)
     assert all(f["found_after_s"] < summary["elapsed_s"] for f in found), found  # written as found, not at the end
-    assert summary["stopped_by"] == "max-sequences" and summary["sequences"] == SEQUENCES, summary  # faults did
+    assert summary["stopped_by"] == "max-sequences" and summary["sequences"] == sequences(workers), summary  # faults did
     assert summary["restarts"] >= 1 or name == "raises", summary  # not end it: a fresh worker ran the rest
     # (raises.py's exception is a finding in a worker that lives on: nothing to replace)
     assert "Traceback" not in r.stderr, show(r)
