@@ -84,12 +84,12 @@ def targets(args, scratch: Path) -> list[dict]:
     return out
 
 
-def zygote_dir(scratch: Path, cache_state: str, target: dict) -> Path:
+def zygote_dir(args, scratch: Path, cache_state: str) -> Path:
     """The fork daemon's socket directory (``KVFUZZ_ZYGOTE_DIR``, the default start method):
     cold, one of its own (no daemon yet: the campaign starts one and waits for its import of
     torch and Triton); warm, one shared by every warm campaign, whose daemon an earlier command
     left (``prestart``), as a user's second ``kvfuzz run`` finds it."""
-    shared = cache_state == "warm" or (cache_state == "cold" and os.environ.get("KVFUZZ_FC_COLD_DAEMON") == "shared")
+    shared = cache_state == "warm" or (cache_state == "cold" and args.cold_daemon == "shared")
     where = scratch / ("z-warm" if shared else f"z-{len(list(scratch.glob('z-*')))}")
     where.mkdir(mode=0o700, exist_ok=True)
     return where
@@ -99,7 +99,7 @@ def prestart(args, scratch: Path) -> None:
     """Start the warm daemon, untimed, and wait until it has forked a child (its preload done)."""
     code = ("from fuzz.engine import zygote; p = zygote.start(print, ('',), extra_env={}, "
             f"interpret={args.backend == 'interpret'!r}); p.join(300)")
-    env = _env(scratch, zygote_dir(scratch, "warm", {}))
+    env = _env(scratch, zygote_dir(args, scratch, "warm"))
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=300)
 
 
@@ -115,7 +115,7 @@ def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -
     cmd = [sys.executable, "-m", "fuzz", "run", "--backend", args.backend, "--scale", target["scale"],
            *target["flags"], "--seed", str(args.seed), "--budget-s", str(args.budget_s), "--stop-on-first",
            "--cache-dir", str(cache), "--out", str(out / "cases"), "--summary", str(summary)]
-    env = _env(scratch, zygote_dir(scratch, cache_state, target))
+    env = _env(scratch, zygote_dir(args, scratch, cache_state))
     start = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.budget_s * 4 + 300)
     wall = time.time() - start
@@ -217,7 +217,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--render", type=Path, help="only rewrite OUT/first_case.md (and its summary) from this JSON")
     args = ap.parse_args(argv)
-    os.environ["KVFUZZ_FC_COLD_DAEMON"] = args.cold_daemon  # read by zygote_dir
     if args.render:
         report = json.loads(args.render.read_text())
         for r in report["campaigns"]:

@@ -26,3 +26,13 @@ campaign() {
     echo "   replay exit $? $(head -c 300 "$out.replay" | head -1)"
   done
 }
+util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.txt until killed
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 > "/tmp/util-$1.txt" 2>/dev/null &
+  echo $!
+}
+environment() {  # the GPU, the versions, the cores and the tree of this device call
+  step environment
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
+  nproc; git log --oneline -1 2>/dev/null
+}

@@ -12,7 +12,7 @@
 #            shapes with 1 and 8 workers
 set -u
 PART=${1:-first}
-. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign, util, environment
 first_case() {  # first_case N LIMIT NOTE: the mutant catalogue, cold then warm, as $OUT/first-case-cuda-N.*
   step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py)"
   timeout "$2" $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
@@ -21,15 +21,8 @@ first_case() {  # first_case N LIMIT NOTE: the mutant catalogue, cold then warm,
   tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda-$1.log"
   cp /tmp/fc/first_case.json "$OUT/first-case-cuda-$1.json" 2>/dev/null; cp /tmp/fc/first_case.md "$OUT/first-case-cuda-$1.md" 2>/dev/null
 }
-util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.txt until killed
-  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 > "/tmp/util-$1.txt" 2>/dev/null &
-  echo $!
-}
 {
-  step environment
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
-  nproc; git log --oneline -1 2>/dev/null
+  environment
   if [ "$PART" = again ]; then
     first_case 2 330 "fork server default, torch-free parent, standby executor, engine preloaded"
     step "fork server tests under this Triton"

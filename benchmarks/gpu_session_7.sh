@@ -10,16 +10,9 @@
 #           fork daemon) and warm (the cache filled, the daemon an earlier command left)
 set -u
 PART=${1:-check}
-. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign
-util() {  # util NAME: sample GPU utilization every 0.5 s into /tmp/util-NAME.txt until killed
-  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 > "/tmp/util-$1.txt" 2>/dev/null &
-  echo $!
-}
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign, util, environment
 {
-  step environment
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
-  nproc; git log --oneline -1 2>/dev/null
+  environment
   if [ "$PART" = check ]; then
     step "daemon, fork server, torch-free parent, preflight tests under this Triton"
     timeout 200 $PY -m pytest -q -p no:cacheprovider -n 8 -rf tests/fuzz/test_zygote_daemon.py tests/fuzz/test_zygote.py \

@@ -27,8 +27,9 @@ fi
 # it installs on one core; compileall -j 0 does it on all (a fresh set-up: 64 -> 54 s here).
 # Some files in site-packages do not compile (templates, tests of other Pythons): not an error.
 # A stale .pyc is never used (its header holds its source's mtime).
-if [ "$FRESH" = 1 ] || [ ! -d "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/triton/__pycache__" ]; then
-  "$PY" -m compileall -q -j 0 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null 2>&1 || true
+SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [ "$FRESH" = 1 ] || [ ! -d "$SITE/triton/__pycache__" ]; then
+  "$PY" -m compileall -q -j 0 "$SITE" > /dev/null 2>&1 || true
 fi
 "$PY" -m compileall -q -j 0 fuzz kvref kvkernels tests benchmarks >&2
 echo "$PY"

@@ -245,6 +245,8 @@ def patch_language_once() -> bool:
     patched: list[frozenset] = []
 
     def once(fn):
+        # Read at each call, not cached per function: a module's globals may gain triton.language
+        # later (triton.language.standard's do), and a claim from a stale set would leave it unpatched.
         langs = frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
         if any(langs <= held for held in patched):
             return scope_cls()
