@@ -33,6 +33,7 @@ from .generate import HOSTILE
 from .knobs import apply as apply_knobs
 from .memory import RawTables, RedZones, index_canary
 from .ops import POISON, TABLE_OPS, KernelOp, Op, PoolOp
+from .shapes import NEGATIVE_REACH
 from .spec_side import SpecSide, unsupported
 from .verdict import Divergence, Outcome, RunStats, crash_field, is_cuda_error, surfaced
 
@@ -40,6 +41,11 @@ torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 STATE_FIELDS = ("v2p", "p2v", "free_virtual", "holes", "pending", "watermark", "live_pages", "in_flight", "kv")
 INPUT = "in:"  # red-zone names of an op's inputs (dropped after the op)
+# Red-zone rows around each page table: past the most negative token a generated (valid)
+# translate names, so a kernel that trusts it (``v2p[t // page_size]`` for ``t < 0``) reads a
+# canary, the same wrong entry on every replay, instead of whatever lies before the buffer (16
+# rows left ``t = -38`` a case its replays passed 1 time in 5).
+GUARD_ROWS = max(16, NEGATIVE_REACH + 1)
 
 __all__ = ["Divergence", "Outcome", "PoolRun", "RunStats", "TargetSide"]
 
@@ -150,7 +156,7 @@ class PoolRun:
     another) fed the same ops; the target is driven through the allocator protocol
     (``allocators.Driven``), so ops it lacks are skipped and its snapshot is adapted."""
 
-    def __init__(self, config: kvref.PoolConfig, tier, *, guard_rows: int = 16, check_every: int = 1,
+    def __init__(self, config: kvref.PoolConfig, tier, *, guard_rows: int = GUARD_ROWS, check_every: int = 1,
                  knobs: dict | None = None, hostile: str = "spec", beat=None, strict_knobs: bool = True):
         if hostile not in HOSTILE:
             raise ValueError(f"hostile must be one of {HOSTILE}, got {hostile!r}")

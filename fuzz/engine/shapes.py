@@ -202,9 +202,12 @@ def read_op(ch: Chooser, tokens: Sequence[int]) -> Read:
     return Read([ch.pick(tokens) for _ in range(ch.integer(0, 16))] if tokens else [])
 
 
+NEGATIVE_REACH = 50  # the most negative token junk_id draws; a page table's red zones cover it (runner)
+
+
 def junk_id(ch: Chooser, config: kvref.PoolConfig) -> int:
     """An id a forward pass may hand translate: padding (-1), negatives, past the pool."""
-    return ch.pick((-1, -ch.integer(2, 50), ch.integer(0, (config.num_pages + 3) * config.page_size),
+    return ch.pick((-1, -ch.integer(2, NEGATIVE_REACH), ch.integer(0, (config.num_pages + 3) * config.page_size),
                     ch.pick((INT64_MIN, INT64_MAX))))
 
 

@@ -316,3 +316,26 @@ def test_production_translate_of_bad_ids_counts_as_the_translate_class():
         run.step(PTranslate(1, 50, (1, 299, 1, 0), 7))
         run.finish()
         assert run.stats.hostile == counted, hostile
+
+
+@needs_interpreter
+def test_a_negative_token_a_trusting_translate_follows_reads_a_canary_on_every_replay():
+    """``translate`` of ``t < 0`` is valid input (SPEC maps it to entry 0); trusting.py reads
+    ``v2p[t // page_size]`` instead. The page tables' red zones reach the most negative token
+    the generator draws, so that read is a canary, the same wrong entry on every replay: with
+    16 guard rows, ``t = -38`` at page size 2 read past the zone, and the case's replays passed
+    1 time in 5 (whatever lay before the buffer)."""
+    from fuzz.engine import runner
+    from fuzz.engine.dispatch import replay
+    from fuzz.engine.memory import index_canary
+
+    assert runner.GUARD_ROWS > shapes.NEGATIVE_REACH
+    config = kvref.PoolConfig(num_pages=2, page_size=1)
+    tier = make_tier("interpret", TRUSTING)
+    seen = set()
+    for _ in range(3):
+        d, _run = replay(config, [{"op": "translate", "loc": [-shapes.NEGATIVE_REACH]}], tier)
+        assert d is not None and str(d.signature) == "translate/result/result", d
+        seen.add(str(d.target))
+    canary = index_canary(config.table_rows, runner.GUARD_ROWS)
+    assert seen == {str(canary)}, seen  # v2p's front zone holds the canary: read, the same every time
