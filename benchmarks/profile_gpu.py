@@ -1,0 +1,156 @@
+"""Where the GPU's time goes when kvfuzz fuzzes: the device kernels of production-scale sequences
+(``kernels``: torch.profiler, CUDA time per kernel name, and the share of the wall the device was
+busy), and one small-shape worker's host time (``small``: cProfile of the small track's sequences,
+with the device time beside it).
+
+    PYTHONPATH=. python3 benchmarks/profile_gpu.py kernels --set kvkernels --seconds 4
+    PYTHONPATH=. python3 benchmarks/profile_gpu.py kernels --set indep --mix default
+    PYTHONPATH=. python3 benchmarks/profile_gpu.py small --seconds 10
+
+Both warm up first (untimed sequences of seeds that are never profiled), so compiles stay out of
+the profile, and print one JSON line (``--out``) beside the tables. On a CPU (``--device cpu``:
+the interpreter, small limits) it is a smoke run of the script, not a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOREIGN = ROOT / "tests" / "fixtures" / "kernels" / "foreign"
+
+
+def _device_table(prof, top: int) -> tuple[str, float, list[dict]]:
+    """The profile's kernels by device time (self), the device's busy seconds, and the top rows."""
+    rows = []
+    busy = 0.0
+    for evt in prof.key_averages():
+        dev = getattr(evt, "self_device_time_total", None)
+        if dev is None:
+            dev = getattr(evt, "self_cuda_time_total", 0)
+        if dev and getattr(evt, "device_type", None) is not None and "CUDA" in str(evt.device_type):
+            busy += dev
+        rows.append({"name": evt.key[:90], "calls": evt.count, "device_ms": round(dev / 1e3, 3),
+                     "cpu_ms": round(evt.self_cpu_time_total / 1e3, 3)})
+    rows.sort(key=lambda r: -r["device_ms"])
+    lines = [f"{'device ms':>10} {'calls':>7} {'cpu ms':>9}  name"]
+    lines += [f"{r['device_ms']:10.1f} {r['calls']:7d} {r['cpu_ms']:9.1f}  {r['name']}" for r in rows[:top]]
+    return "\n".join(lines), busy / 1e6, rows[:top]
+
+
+def kernels(args, tier, limits) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.profiling import warm_up
+    from fuzz.engine.production.generator import READ_HEAVY_MIX
+    from fuzz.engine.tracks import get
+
+    heavy = args.mix == "read-heavy"
+    kw = dict(mix=READ_HEAVY_MIX, big=0.6, check_every=8) if heavy else dict(mix=None)
+    warm_up(tier, 10**6, args.warmup, args.ops, limits=limits, **kw)
+    production = get("production")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if tier.device == "cuda" else [])
+    sync = torch.cuda.synchronize if tier.device == "cuda" else (lambda: None)
+    totals = {"sequences": 0, "ops": 0, "elements": 0}
+    seed = 2 * 10**6
+    sync()
+    start = time.monotonic()
+    with profile(activities=acts) as prof:
+        while time.monotonic() < start + args.seconds:
+            run = production.run_sequence(tier, seed, args.ops, limits=limits, **kw).run
+            totals["sequences"] += 1
+            totals["ops"] += run.stats.ops
+            totals["elements"] += run.elements_checked
+            seed += 1
+        sync()
+    wall = time.monotonic() - start
+    table, busy, top = _device_table(prof, args.top)
+    print(table)
+    return {**totals, "wall_s": round(wall, 2), "device_busy_s": round(busy, 3),
+            "device_busy_share": round(busy / wall, 3) if wall else None,
+            "elements_per_s": totals["elements"] / wall, "top": top}
+
+
+def small(args, tier, limits) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from fuzz.engine.tracks import get
+
+    track = get("small")
+    for s in range(args.warmup):  # seeds never profiled: they compile what the profiled ones meet first
+        track.run_sequence(tier, 10**6 + s, args.ops)
+    sync = torch.cuda.synchronize if tier.device == "cuda" else (lambda: None)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if tier.device == "cuda" else [])
+    ops = seqs = 0
+    seed = 0
+    cp = cProfile.Profile()
+    start = time.monotonic()
+    cpu0 = time.process_time()
+    with profile(activities=acts) as prof:
+        cp.enable()
+        while time.monotonic() < start + args.seconds:
+            seq = track.run_sequence(tier, seed, args.ops)
+            ops += len(seq.ops)
+            seqs += 1
+            seed += 1
+        sync()
+        cp.disable()
+    wall = time.monotonic() - start
+    cpu = time.process_time() - cpu0
+    table, busy, top = _device_table(prof, args.top)
+    print(table)
+    out = io.StringIO()
+    pstats.Stats(cp, stream=out).sort_stats("tottime").print_stats(args.top)
+    pstats.Stats(cp, stream=out).sort_stats("cumulative").print_stats(args.top)
+    print(out.getvalue())
+    return {"sequences": seqs, "ops": ops, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "ops_per_s": ops / wall, "us_per_op_cpu": round(1e6 * cpu / max(ops, 1), 1),
+            "device_busy_s": round(busy, 3), "device_busy_share": round(busy / wall, 3) if wall else None,
+            "top": top}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("part", choices=("kernels", "small"))
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--set", default="kvkernels", help="kvkernels, or a foreign fixture's name (indep)")
+    ap.add_argument("--mix", choices=("read-heavy", "default"), default="read-heavy")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--ops", type=int, default=None, help="ops per sequence (24 production, 200 small)")
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--out", default=None, help="JSON of the figures")
+    args = ap.parse_args(argv)
+    if args.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    sys.path.insert(0, str(ROOT))
+    from fuzz.engine.production.limits import ScaleLimits
+    from fuzz.engine.tiers import make_tier
+
+    backend = "cuda" if args.device == "cuda" else "interpret"
+    kernels_ref = args.set if args.set == "kvkernels" else str(FOREIGN / f"{args.set}.py")
+    tier = make_tier(backend, kernels_ref)
+    limits = ScaleLimits.production() if args.device == "cuda" else ScaleLimits.small()
+    if args.ops is None:
+        args.ops = 24 if args.part == "kernels" else 200
+    res = (kernels if args.part == "kernels" else small)(args, tier, limits)
+    res.update(part=args.part, set=args.set, mix=args.mix, device=args.device)
+    line = json.dumps({k: v for k, v in res.items() if k != "top"})
+    print(line)
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
