@@ -36,3 +36,16 @@ environment() {  # the GPU, the versions, the cores and the tree of this device 
   $PY -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
   nproc; git log --oneline -1 2>/dev/null
 }
+small_shapes() {  # small_shapes SECONDS W...: a 10 s 8-worker warm-up of the cache, then a campaign of
+  # SECONDS with each worker count W (summary $OUT/small-W.json) and the GPU utilization during it
+  local s=$1; shift
+  timeout 60 $PY -m fuzz run --backend cuda --budget-s 10 --workers 8 --out /tmp/warm --progress-s 1000 > /dev/null 2>&1
+  for w in "$@"; do
+    step "small shapes, $w workers, $s s"
+    local smi; smi=$(util small-$w)
+    timeout $((s + 70)) $PY -m fuzz run --backend cuda --budget-s "$s" --workers $w --out /tmp/small-$w \
+      --summary "$OUT/small-$w.json" --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-500
+    kill "$smi" 2>/dev/null
+    echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-small-$w.txt | cut -c1-400)"
+  done
+}

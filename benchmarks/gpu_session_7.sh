@@ -28,14 +28,7 @@ PART=${1:-check}
     kill "$smi" 2>/dev/null
     echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-scale.txt | cut -c1-900)"
     export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
-    timeout 60 $PY -m fuzz run --backend cuda --budget-s 10 --workers 8 --out /tmp/warm --progress-s 1000 > /dev/null 2>&1
-    for w in 1 8; do
-      step "small shapes, $w workers, 15 s"
-      smi=$(util small-$w)
-      timeout 80 $PY -m fuzz run --backend cuda --budget-s 15 --workers $w --out /tmp/small-$w --summary "$OUT/small-$w.json" --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-500
-      kill "$smi" 2>/dev/null
-      echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-small-$w.txt | cut -c1-400)"
-    done
+    small_shapes 15 1 8
   fi
   if [ "$PART" = more ]; then
     step "guided collection cost on CUDA, value features only (guided_vs_blind --parts overhead)"

@@ -25,14 +25,7 @@ PART=${1:-all}
   grep -v -i "warn\|USDT" "$OUT/small-profile.txt" | head -90 | cut -c1-220; tail -1 "$OUT/small-profile.txt" | cut -c1-600
   rm -f "$OUT/small-profile.txt"
   [ "$PART" = kernels ] && exit 0
-  timeout 60 $PY -m fuzz run --backend cuda --budget-s 10 --workers 8 --out /tmp/warm --progress-s 1000 > /dev/null 2>&1
-  for w in 1 2 4 8; do
-    step "small shapes, $w workers, 20 s"
-    smi=$(util small-$w)
-    timeout 90 $PY -m fuzz run --backend cuda --budget-s 20 --workers $w --out /tmp/small-$w --summary "$OUT/small-$w.json" --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-400
-    kill "$smi" 2>/dev/null
-    echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-small-$w.txt | cut -c1-300)"
-  done
+  small_shapes 20 1 2 4 8
   step "indep read-heavy, compile-ahead over 160 sequences (scale_gpu)"
   cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
   timeout 150 $PY benchmarks/scale_gpu.py --only indep/throughput --compile-ahead on --ahead-sequences 160 \

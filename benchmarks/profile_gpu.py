@@ -46,9 +46,18 @@ def _device_table(prof, top: int) -> tuple[str, float, list[dict]]:
     return "\n".join(lines), busy / 1e6, rows[:top]
 
 
-def kernels(args, tier, limits) -> dict:
+def _device(tier):
+    """What torch.profiler records on this tier, and how to wait for the device."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
+
+    if tier.device == "cuda":
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA], torch.cuda.synchronize
+    return [ProfilerActivity.CPU], lambda: None
+
+
+def kernels(args, tier, limits) -> dict:
+    from torch.profiler import profile
 
     from benchmarks.profiling import warm_up
     from fuzz.engine.production.generator import READ_HEAVY_MIX
@@ -58,8 +67,7 @@ def kernels(args, tier, limits) -> dict:
     kw = dict(mix=READ_HEAVY_MIX, big=0.6, check_every=8) if heavy else dict(mix=None)
     warm_up(tier, 10**6, args.warmup, args.ops, limits=limits, **kw)
     production = get("production")
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if tier.device == "cuda" else [])
-    sync = torch.cuda.synchronize if tier.device == "cuda" else (lambda: None)
+    acts, sync = _device(tier)
     totals = {"sequences": 0, "ops": 0, "elements": 0}
     seed = 2 * 10**6
     sync()
@@ -81,16 +89,14 @@ def kernels(args, tier, limits) -> dict:
 
 
 def small(args, tier, limits) -> dict:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
     from fuzz.engine.tracks import get
 
     track = get("small")
     for s in range(args.warmup):  # seeds never profiled: they compile what the profiled ones meet first
         track.run_sequence(tier, 10**6 + s, args.ops)
-    sync = torch.cuda.synchronize if tier.device == "cuda" else (lambda: None)
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if tier.device == "cuda" else [])
+    acts, sync = _device(tier)
     ops = seqs = 0
     seed = 0
     cp = cProfile.Profile()
