@@ -1,10 +1,13 @@
 """Where the GPU's time goes when kvfuzz fuzzes: the device kernels of production-scale sequences
 (``kernels``: torch.profiler, CUDA time per kernel name, and the share of the wall the device was
-busy), and one small-shape worker's host time (``small``: cProfile of the small track's sequences,
-with the device time beside it).
+busy), the host's time of the same sequences (``host``: cProfile alone, with the host reads the
+checks made: ``KVFUZZ_DEFER_CHECKS`` sets how many ops' checks one read serves), and one
+small-shape worker's host time (``small``: cProfile of the small track's sequences, with the
+device time beside it).
 
     PYTHONPATH=. python3 benchmarks/profile_gpu.py kernels --set kvkernels --seconds 4
     PYTHONPATH=. python3 benchmarks/profile_gpu.py kernels --set indep --mix default
+    KVFUZZ_DEFER_CHECKS=1 PYTHONPATH=. python3 benchmarks/profile_gpu.py host --set kvkernels
     PYTHONPATH=. python3 benchmarks/profile_gpu.py small --seconds 10
 
 Both warm up first (untimed sequences of seeds that are never profiled), so compiles stay out of
@@ -56,9 +59,9 @@ def _device(tier):
     return [ProfilerActivity.CPU], lambda: None
 
 
-def kernels(args, tier, limits) -> dict:
-    from torch.profiler import profile
-
+def _production(args, tier, limits):
+    """Warm up, then a function that runs production sequences for ``args.seconds`` (the
+    read-heavy mix or the default one) and returns their totals and wall seconds."""
     from benchmarks.profiling import warm_up
     from fuzz.engine.production.generator import READ_HEAVY_MIX
     from fuzz.engine.tracks import get
@@ -67,25 +70,60 @@ def kernels(args, tier, limits) -> dict:
     kw = dict(mix=READ_HEAVY_MIX, big=0.6, check_every=8) if heavy else dict(mix=None)
     warm_up(tier, 10**6, args.warmup, args.ops, limits=limits, **kw)
     production = get("production")
-    acts, sync = _device(tier)
-    totals = {"sequences": 0, "ops": 0, "elements": 0}
-    seed = 2 * 10**6
-    sync()
-    with profile(activities=acts) as prof:
-        start = time.monotonic()  # inside: the profiler's own start takes seconds
+    _, sync = _device(tier)
+
+    def sequences() -> tuple[dict, float]:
+        totals = {"sequences": 0, "ops": 0, "elements": 0, "host_reads": 0}
+        seed = 2 * 10**6
+        start = time.monotonic()
         while time.monotonic() < start + args.seconds:
             run = production.run_sequence(tier, seed, args.ops, limits=limits, **kw).run
             totals["sequences"] += 1
             totals["ops"] += run.stats.ops
             totals["elements"] += run.elements_checked
+            totals["host_reads"] += run.host_reads
             seed += 1
         sync()
-        wall = time.monotonic() - start
+        return totals, time.monotonic() - start
+
+    sync()
+    return sequences
+
+
+def kernels(args, tier, limits) -> dict:
+    from torch.profiler import profile
+
+    sequences = _production(args, tier, limits)
+    with profile(activities=_device(tier)[0]) as prof:
+        totals, wall = sequences()  # its clock starts inside: the profiler's own start takes seconds
     table, busy, top = _device_table(prof, args.top)
     print(table)
     return {**totals, "wall_s": round(wall, 2), "device_busy_s": round(busy, 3),
             "device_busy_share": round(busy / wall, 3) if wall else None,
             "elements_per_s": totals["elements"] / wall, "top": top}
+
+
+def host(args, tier, limits) -> dict:
+    """Production sequences under cProfile alone (torch.profiler slows the host about 5x):
+    where the host's time per op goes, and the ops and host reads it ran."""
+    sequences = _production(args, tier, limits)
+    cp = cProfile.Profile()
+    cpu0 = time.process_time()
+    cp.enable()
+    totals, wall = sequences()
+    cp.disable()
+    cpu = time.process_time() - cpu0
+    _print_stats(cp, args.top)
+    return {**totals, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "ops_per_s": totals["ops"] / wall,
+            "us_per_op_cpu": round(1e6 * cpu / max(totals["ops"], 1), 1), "elements_per_s": totals["elements"] / wall,
+            "defer": os.environ.get("KVFUZZ_DEFER_CHECKS", "default")}
+
+
+def _print_stats(cp, top: int) -> None:
+    out = io.StringIO()
+    pstats.Stats(cp, stream=out).sort_stats("tottime").print_stats(top)
+    pstats.Stats(cp, stream=out).sort_stats("cumulative").print_stats(top)
+    print(out.getvalue())
 
 
 def small(args, tier, limits) -> dict:
@@ -115,10 +153,7 @@ def small(args, tier, limits) -> dict:
         cpu = time.process_time() - cpu0
     table, busy, top = _device_table(prof, args.top)
     print(table)
-    out = io.StringIO()
-    pstats.Stats(cp, stream=out).sort_stats("tottime").print_stats(args.top)
-    pstats.Stats(cp, stream=out).sort_stats("cumulative").print_stats(args.top)
-    print(out.getvalue())
+    _print_stats(cp, args.top)
     return {"sequences": seqs, "ops": ops, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "ops_per_s": ops / wall, "us_per_op_cpu": round(1e6 * cpu / max(ops, 1), 1),
             "device_busy_s": round(busy, 3), "device_busy_share": round(busy / wall, 3) if wall else None,
@@ -127,7 +162,7 @@ def small(args, tier, limits) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=("kernels", "small"))
+    ap.add_argument("part", choices=("kernels", "host", "small"))
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--set", default="kvkernels", help="kvkernels, or a foreign fixture's name (indep)")
     ap.add_argument("--mix", choices=("read-heavy", "default"), default="read-heavy")
@@ -148,8 +183,8 @@ def main(argv=None) -> int:
     tier = make_tier(backend, kernels_ref)
     limits = ScaleLimits.production() if args.device == "cuda" else ScaleLimits.small()
     if args.ops is None:
-        args.ops = 24 if args.part == "kernels" else 200
-    res = (kernels if args.part == "kernels" else small)(args, tier, limits)
+        args.ops = 200 if args.part == "small" else 24
+    res = {"kernels": kernels, "host": host, "small": small}[args.part](args, tier, limits)
     res.update(part=args.part, set=args.set, mix=args.mix, device=args.device)
     line = json.dumps({k: v for k, v in res.items() if k != "top"})
     print(line)

@@ -22,6 +22,8 @@ the minimizer and a fresh replay.
 
 from __future__ import annotations
 
+import os
+
 import kvref
 from kvref import ContractViolation
 
@@ -41,6 +43,8 @@ torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
 
 TABLE_GUARD = 64  # red-zone rows on each side of v2p/p2v
 ROW_GUARD = 2  # red-zone rows of req_to_token on each side
+DEFER_CUDA = 8  # results-only checks read back together, on CUDA (``ScaleRun`` says why)
+DEFER_BYTES = 1 << 30  # ... while the results they hold stay under this (a far op's buffers do not)
 
 
 def fits_pool(config: kvref.PoolConfig) -> str | None:
@@ -52,10 +56,23 @@ def fits_pool(config: kvref.PoolConfig) -> str | None:
 class ScaleRun:
     """Results (returned pages, out buffers with their poison) are compared after every op;
     the raw tables, the rows and every red zone after every op that writes the tables,
-    every ``check_every``-th op otherwise, and at ``finish``."""
+    every ``check_every``-th op otherwise, and at ``finish``.
+
+    ``defer``: how many ops' checks may wait for one host read (default ``DEFER_CUDA`` on a
+    GPU, 1 elsewhere; ``KVFUZZ_DEFER_CHECKS`` overrides it). Each check is one host read,
+    and on a GPU that read waits for the device, which then idles while the host draws
+    the next op: the read-heavy phase was host-bound two thirds of its time (s8's profile).
+    A check that compares results only (no state due) is queued instead, with its flags
+    already computed on the device, and read with the next check that reads state, when
+    ``defer`` are queued, or at ``finish``. The verdict is the one an immediate read gives:
+    the flags of op ``k`` are taken before op ``k + 1`` runs, and the earliest op with a
+    hit is reported, with that op's step. What changes: an op after a divergent one runs
+    before the divergence is seen, so a later crash or hang can be met first, and a device
+    fault that surfaces at the read is laid to the last queued op (its case holds the
+    earlier ones; the minimizer and a blocking replay pin it)."""
 
     def __init__(self, config: kvref.PoolConfig, tier, *, check_every: int = 1, knobs: dict | None = None,
-                 strict_knobs: bool = True, hostile: str = "spec", beat=None):
+                 strict_knobs: bool = True, hostile: str = "spec", beat=None, defer: int | None = None):
         err = fits_pool(config)
         if err:
             raise OpError(f"pool config {config}: {err}")
@@ -86,6 +103,10 @@ class ScaleRun:
         self.shapes: dict | None = None  # the generator's summary, when a generator made the ops
         self.last: list[Compare] = []  # the results the last check compared (tests read them)
         self.clauses: list = []  # the vector oracle's precondition flags, read with the next check
+        self.defer = max(1, defer if defer is not None else _default_defer(tier))
+        self.pending: list[tuple[int, Op | None, list]] = []  # queued checks: (step, op, flags)
+        self._pending_bytes = 0
+        self.host_reads = 0  # host reads of check flags (tests and benchmarks read it)
 
     # ---- state the ops share ----------------------------------------------------------------
     def set_rows(self, rows: torch.Tensor) -> None:
@@ -154,11 +175,13 @@ class ScaleRun:
 
     # ---- the oracles ----------------------------------------------------------------------------
     def check(self, i: int, op: Op | None, compares: list[Compare], *, state: bool = False,
-              results_only: bool = False) -> None:
+              results_only: bool = False, deferrable: bool = False) -> None:
         """Diff results, then red zones and raw state (when due, or forced by ``state``: the ops
         that write the tables force it); one host read when all agree. ``results_only``: an
         intermediate check of an op that checks the state itself when it ends (a graph op's
-        replays): results alone, not counted toward ``check_every``."""
+        replays): results alone, not counted toward ``check_every``. ``deferrable``: the
+        compared tensors are the op's own, never written again (a fresh result buffer, not a
+        graph's static one or a far op's cached one), so the read may wait (``defer``)."""
         if not results_only:
             self._since_state += 1
         state = state or (not results_only and self._since_state >= self.check_every)
@@ -187,21 +210,50 @@ class ScaleRun:
                 flags.append(("zone", name, guarded.damaged()))
             for name, oracle, guarded in tables:
                 flags.append(("state", (name, oracle, guarded.view), torch.ne(oracle, guarded.view).any()))
-        if not flags:
+        if flags:
+            self.pending.append((i, op, flags))
+            self._pending_bytes += sum(2 * c.expected.numel() * c.expected.element_size() for c in compares)
+        if not self.pending or (deferrable and not state and len(self.pending) < self.defer
+                                and self._pending_bytes < DEFER_BYTES):
             return
+        self._read_pending(i, op)
+
+    def _read_pending(self, i: int, op: Op | None) -> None:
+        """One host read of every queued check's flags; the earliest step with a hit is raised."""
+        pending, self.pending, self._pending_bytes = self.pending, [], 0
+        self.host_reads += 1
         try:
-            bad = torch.stack([f for _, _, f in flags]).tolist()  # the one host read
+            bad = torch.stack([f for _, _, flags in pending for _, _, f in flags]).tolist()  # the one host read
         except Exception as exc:  # noqa: BLE001 - an asynchronous device fault of the target surfaces here
             raise crash(i, op, exc, f"the device faulted after {op.kind if op else 'the run'}: {exc}") from None
-        hits = [(what, item) for (what, item, _), b in zip(flags, bad) if b]
-        for what, item in sorted(hits, key=lambda h: ("pre", "zone", "state", "cmp").index(h[0])):
-            if what == "pre":
-                raise GeneratedInvalid(i, op, ContractViolation(
-                    f"the vector oracle found SPEC §2's {item} broken by the op's tensors", clause=item))
-            if what == "zone":
-                raise Divergence(i, op, "memory", item, "canary", "overwritten", f"red zone around {item} was written")
-            if what == "state":
-                name, exp, got = item
-                at, e, g = vo.first_mismatch(exp, got)
-                raise Divergence(i, op, "state", name, e, g, f"{name}{list(at) if isinstance(at, tuple) else [at]} differs")
-            result_divergence(i, op, item)
+        at = 0
+        for step, step_op, flags in pending:
+            hits = [(what, item) for (what, item, _), b in zip(flags, bad[at:at + len(flags)]) if b]
+            at += len(flags)
+            if hits:
+                _raise_first(step, step_op, hits)
+
+
+def _default_defer(tier) -> int:
+    env = os.environ.get("KVFUZZ_DEFER_CHECKS")
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            raise ContractViolation(f"KVFUZZ_DEFER_CHECKS={env!r}: not an integer") from None
+    return DEFER_CUDA if str(tier.device).startswith("cuda") else 1
+
+
+def _raise_first(i: int, op: Op | None, hits: list) -> None:
+    """The divergence of one check's hits, in a fixed order: preconditions, red zones, tables, results."""
+    for what, item in sorted(hits, key=lambda h: ("pre", "zone", "state", "cmp").index(h[0])):
+        if what == "pre":
+            raise GeneratedInvalid(i, op, ContractViolation(
+                f"the vector oracle found SPEC §2's {item} broken by the op's tensors", clause=item))
+        if what == "zone":
+            raise Divergence(i, op, "memory", item, "canary", "overwritten", f"red zone around {item} was written")
+        if what == "state":
+            name, exp, got = item
+            at, e, g = vo.first_mismatch(exp, got)
+            raise Divergence(i, op, "state", name, e, g, f"{name}{list(at) if isinstance(at, tuple) else [at]} differs")
+        result_divergence(i, op, item)
