@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU session of 2026-12-02 (s9, one H200): each PART fits one device call; logs and JSON to $OUT.
+#   defer:  pytest -m "cuda and not slow" (deferred checks are on by default on CUDA only); kvkernels
+#           read-heavy with the checks read back every op (KVFUZZ_DEFER_CHECKS=1) and every 8 (the
+#           default), and the host profile of the latter
+#   indep:  indep read-heavy and default mix with a scout over the timed window; an indep production
+#           campaign with --compile-ahead on and follow
+#   first:  seconds to the first case over the mutant catalogue, cold and warm (first_case.py)
+set -u
+PART=${1:-defer}
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign, util, environment
+{
+  environment
+  if [ "$PART" = defer ]; then
+    step "pytest -m 'cuda and not slow'"
+    timeout 240 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
+    cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
+    for d in 1 8; do
+      step "kvkernels read-heavy, KVFUZZ_DEFER_CHECKS=$d (scale_gpu)"
+      KVFUZZ_DEFER_CHECKS=$d timeout 150 $PY benchmarks/scale_gpu.py --only kvkernels/throughput --compile-ahead on \
+        --ahead-sequences 96 --cache-dir "$cache" --seconds 10 --warmup 8 --no-variants \
+        --out "$OUT/scale-kvkernels-defer$d.json" 2>&1 | grep -vi warn | tail -2 | cut -c1-700
+    done
+    step "kvkernels read-heavy host profile, deferred checks (profile_gpu host)"
+    TRITON_CACHE_DIR=$cache timeout 120 $PY benchmarks/profile_gpu.py host --set kvkernels --seconds 6 --warmup 8 --top 30 \
+      --out "$OUT/host-kvkernels.json" > /tmp/host.txt 2>&1
+    grep -v -i "warn\|USDT" /tmp/host.txt | head -110 | cut -c1-200; tail -1 /tmp/host.txt | cut -c1-500
+  fi
+  if [ "$PART" = indep ]; then
+    step "indep read-heavy and default mix, scout over 160 sequences (scale_gpu)"
+    cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
+    timeout 240 $PY benchmarks/scale_gpu.py --only indep/throughput,indep/mixed --compile-ahead on --ahead-sequences 160 \
+      --cache-dir "$cache" --seconds 10 --warmup 8 --no-variants --out "$OUT/scale-indep.json" 2>&1 | grep -vi warn | tail -4 | cut -c1-900
+    for mode in on follow; do
+      step "indep production campaign, 40 s, --compile-ahead $mode"
+      cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
+      campaign indep-$mode 40 --scale production --kernels $FOREIGN/indep.py --compile-ahead $mode --cache-dir "$cache"
+      $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('ops','ops_per_s','elements_per_s','compiles','compile_s','loads')}, (d.get('compile_ahead') or {}).get('follow'))" "$OUT/indep-$mode.json" 2>&1 | cut -c1-600
+    done
+  fi
+  if [ "$PART" = first ]; then
+    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py, fork daemon)"
+    timeout 540 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+      --note "one H200, nothing else running; fork daemon (default): cold = no daemon, warm = one left running" \
+      --out /tmp/fc > "$OUT/first-case-cuda.log" 2>&1
+    echo "exit $?"
+    tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
+    cp /tmp/fc/first_case.json /tmp/fc/first_case.md "$OUT/" 2>/dev/null
+  fi
+} 2>&1 | tee "$OUT/session-$PART.log"
