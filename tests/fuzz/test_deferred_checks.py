@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 import kvref
-from fuzz.engine.production.generator import READ_HEAVY_MIX
+from fuzz.engine.production.generator import READ_HEAVY_MIX, regenerate, scale_info
 from fuzz.engine.production.limits import ScaleLimits
 from fuzz.engine.production.ops import PReadTable
 from fuzz.engine.production.run import ScaleRun
@@ -97,3 +97,39 @@ def test_a_bad_defer_setting_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("KVFUZZ_DEFER_CHECKS", "many")
     with pytest.raises(kvref.ContractViolation, match="KVFUZZ_DEFER_CHECKS"):
         ScaleRun(kvref.PoolConfig(num_pages=64), make_tier("torch"))
+
+
+@pytest.mark.cuda
+def test_read_table_ops_between_host_reads_do_not_wait_for_the_device():
+    """On a GPU, read-table ops make no synchronizing call but the checks' host reads
+    (``torch.cuda.set_sync_debug_mode``): a blocking host-to-device copy of an op's inputs
+    would wait for every queued kernel, and deferring the checks would then gain nothing. The
+    CPU counterpart: the tests above (the same deferral on the torch tier)."""
+    import warnings
+
+    import torch
+
+    tier = make_tier("cuda")
+    config, ops = regenerate(11, 80, scale_info(tier), limits=ScaleLimits.small(), mix=READ_HEAVY_MIX)
+    run = ScaleRun(config, tier, check_every=8)  # as a worker's read-heavy phase: the state every 8th op
+    first = next(k for k, op in enumerate(ops) if isinstance(op, PReadTable))
+    for op in ops[: first + 1]:  # set-up, rows, one read table: compiled and allocated before the count
+        run.step(op)
+    syncs, reads, counted = [], 0, 0
+    for op in ops[first + 1:]:
+        if not isinstance(op, PReadTable):
+            run.step(op)
+            continue
+        reads0 = run.host_reads
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                run.step(op)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        syncs += [str(w.message)[:200] for w in seen if "synchroniz" in str(w.message)]
+        reads += run.host_reads - reads0
+        counted += 1
+    assert run.defer > 1 and counted >= 8
+    assert len(syncs) <= reads < counted, syncs[:3]

@@ -46,6 +46,18 @@ def _seq_lens_of(seed: int, bs: int, cap: int, long_len: int, n_long: int) -> tu
     return tuple(out)
 
 
+def device_ints(values, device) -> torch.Tensor:
+    """``values`` (host ints) as an int64 tensor on ``device``, without waiting for the device.
+
+    ``torch.tensor(values, device="cuda")`` copies with a stream synchronize: every op's
+    inputs would wait for every kernel queued before them, and the host could never run
+    ahead of the device (``ScaleRun.defer`` would queue checks for nothing). A copy from
+    pageable memory with ``non_blocking`` is staged by the driver at once and needs no sync
+    (CUDA's "API synchronization behavior"), so the host list may go right away."""
+    t = torch.tensor(values, dtype=torch.int64)
+    return t if str(device) == "cpu" else t.to(device, non_blocking=True)
+
+
 def _req_idx(req: Ints, bs: int) -> list[int]:
     a, b, rows = req
     return [(a * i + b) % rows for i in range(bs)]
@@ -56,7 +68,7 @@ def _req_tensor(req: Ints, bs: int, device) -> torch.Tensor:
     a, b, rows = req
     if rows >= 1 and vectorizable(bs, a * bs, b, rows):
         return torch.arange(bs, dtype=torch.int64, device=device).mul_(a).add_(b).remainder_(rows)
-    return torch.tensor(_req_idx(req, bs), dtype=torch.int64, device=device)
+    return device_ints(_req_idx(req, bs), device)
 
 
 def packed_layout(seed: int, bs: int, max_tokens: int, long_len: int, n_long: int, gap: int, has_start: bool,

@@ -34,6 +34,7 @@ from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Outcome
 from .arith import aligned_up, cdiv, hash_int, hash_rows, out_cols, vectorizable
 from .compare import Compare, packed_live, table_live
+from .draws import device_ints
 from .ops import PRows, ScaleOp
 from .preflight import check_packed_call, check_table_call
 
@@ -330,9 +331,9 @@ class GReadTable(ScaleOp):
         def set_inputs(step: int) -> list[int]:
             vals = self.step_inputs(step, ps)
             seq = vals["seq"]
-            # One host-to-device copy for every input of the step (each copy from pageable memory
-            # waits for the device), then device-side copies into both sides' static buffers.
-            flat = torch.tensor([x for v in vals.values() for x in v], dtype=torch.int64).to(dev)
+            # One host-to-device copy for every input of the step (``draws.device_ints``: no wait for
+            # the device), then device-side copies into both sides' static buffers.
+            flat = device_ints([x for v in vals.values() for x in v], dev)
             at = 0
             for name, v in vals.items():
                 src = flat[at:at + len(v)]

@@ -30,7 +30,7 @@ from ..memory import Guarded, index_canary
 from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Divergence, Outcome, crash, is_cuda_error
 from .arith import cdiv, hash_tensor, out_cols
-from .draws import _req_idx, _seq_lens
+from .draws import _req_idx, _seq_lens, device_ints
 from .ops import PReadTable, PReadTablePacked, ScaleOp
 
 torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
@@ -208,8 +208,8 @@ class PReadTableOverflow(HostileOp):
         out = buf[:body].view(bs + 2, cols)
         fn = "build_kv_read_table_legacy" if self.legacy else "build_kv_read_table"
         getattr(run.tier.kernels, fn)(
-            req_to_token=run.t_r2t.view, req_pool_indices=torch.tensor(_req_idx(self.req, bs), dtype=torch.int64, device=dev),
-            seq_lens=torch.tensor(self.seq_lens(ps), dtype=torch.int64, device=dev), v2p=v2p.view,
+            req_to_token=run.t_r2t.view, req_pool_indices=device_ints(_req_idx(self.req, bs), dev),
+            seq_lens=device_ints(self.seq_lens(ps), dev), v2p=v2p.view,
             multiplier=run.config.multiplier, page_size=ps, max_pages=mp, out=out[1:1 + bs, :mp])
         allowed = torch.zeros_like(buf, dtype=torch.bool)
         allowed[:body].view(bs + 2, cols)[1:1 + bs, :mp] = True
@@ -271,7 +271,7 @@ class PReadTablePackedDisagree(HostileOp):
         v2p, p2v = table_copies(run)
         buf = torch.full((cap + self.over + 2 * PACKED_SLACK,), POISON, dtype=torch.int32, device=dev)
         run.tier.kernels.build_kv_read_table_packed(
-            req_to_token=run.t_r2t.view, req_pool_indices=ints["req"], seq_lens=torch.tensor(lens, dtype=torch.int64, device=dev),
+            req_to_token=run.t_r2t.view, req_pool_indices=ints["req"], seq_lens=device_ints(lens, dev),
             v2p=v2p.view, indptr=ints["indptr"], multiplier=run.config.multiplier, page_size=run.config.page_size,
             max_tokens=cap, out=buf[PACKED_SLACK:PACKED_SLACK + cap], kv_start_idx=ints.get("start"))
         allowed = torch.zeros_like(buf, dtype=torch.bool)

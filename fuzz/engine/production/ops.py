@@ -30,7 +30,7 @@ from ..ops import PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
 from .arith import ModIds, affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
 from .compare import Compare, packed_live, table_live
-from .draws import _packed_layout_of, _req_tensor, _seq_lens, _seq_lens_of, packed_layout
+from .draws import _packed_layout_of, _req_tensor, _seq_lens, _seq_lens_of, device_ints, packed_layout
 from .preflight import check_packed_call, check_table_call
 
 torch = lazy.Torch(globals())  # imported where first used: lazy.py says why
@@ -233,7 +233,7 @@ class PRows(ScaleOp):
         ppr = cdiv(w, ps)
         lo, span, a, b, k0, m, c, d = self.src
         out = torch.empty((self.rows, w), dtype=getattr(torch, self.dtype), device=device)
-        fills = torch.tensor(self.fills(), dtype=torch.int64, device=device)
+        fills = device_ints(self.fills(), device)
         step = max(1, BUILD_CHUNK // max(1, ppr * ps))
         offs = torch.arange(ps, dtype=torch.int64, device=device)
         cols = torch.arange(w, dtype=torch.int64, device=device)
@@ -328,7 +328,7 @@ class PReadTable(ScaleOp):
         ``execute`` (``benchmarks/profile_host_ops.py`` times it)."""
         seq = self.seq_lens(run.config.page_size)
         return (seq, _req_tensor(self.req, self.bs, run.device),
-                torch.tensor(seq, dtype=torch.int64, device=run.device))
+                device_ints(seq, run.device))
 
     def live_cols(self, seq: list[int], ps: int) -> list[int]:
         """Each batch row's live columns (the comparison's mask: built only when results differ)."""
@@ -420,7 +420,7 @@ class PReadTablePacked(ScaleOp):
     def inputs(self, run) -> tuple[list[int], list[int], dict]:
         """(seq_lens, indptr, their device tensors by name: req, seq, indptr, start)."""
         seq, indptr, starts = self.layout(run.rows_shape[1])
-        ints = {name: torch.tensor(x, dtype=torch.int64, device=run.device) for name, x in
+        ints = {name: device_ints(x, run.device) for name, x in
                 (("seq", seq), ("indptr", indptr), ("start", starts)) if x is not None}
         ints["req"] = _req_tensor(self.req, self.bs, run.device)
         return seq, indptr, ints
