@@ -3,7 +3,7 @@
 #   defer:  pytest -m "cuda and not slow" (deferred checks are on by default on CUDA only); kvkernels
 #           read-heavy with the checks read back every op (KVFUZZ_DEFER_CHECKS=1) and every 8 (the
 #           default), and the host profile of the latter
-#   indep:  indep read-heavy and default mix with a scout over the timed window; an indep production
+#   indep:  where kvkernels read-heavy synchronizes, and its device kernels; indep read-heavy and default mix with a scout over the timed window; an indep production
 #           campaign with --compile-ahead on and follow
 #   first:  seconds to the first case over the mutant catalogue, cold and warm (first_case.py)
 set -u
@@ -27,6 +27,12 @@ PART=${1:-defer}
     grep -v -i "warn\|USDT" /tmp/host.txt | head -110 | cut -c1-200; tail -1 /tmp/host.txt | cut -c1-500
   fi
   if [ "$PART" = indep ]; then
+    step "kvkernels read-heavy: every synchronizing CUDA call by call site (profile_gpu syncs)"
+    timeout 120 $PY benchmarks/profile_gpu.py syncs --set kvkernels --seconds 6 --warmup 8 --top 15 \
+      --out "$OUT/syncs-kvkernels.json" 2>&1 | grep -v -i "warn\|USDT" | tail -17 | cut -c1-300
+    step "kvkernels read-heavy: device kernels (profile_gpu kernels)"
+    timeout 150 $PY benchmarks/profile_gpu.py kernels --set kvkernels --seconds 4 --warmup 8 --top 12 \
+      --out "$OUT/kernels-kvkernels.json" 2>&1 | grep -v -i "warn\|USDT" | tail -14 | cut -c1-300
     step "indep read-heavy and default mix, scout over 160 sequences (scale_gpu)"
     cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
     timeout 240 $PY benchmarks/scale_gpu.py --only indep/throughput,indep/mixed --compile-ahead on --ahead-sequences 160 \

@@ -1,7 +1,8 @@
 """Where the GPU's time goes when kvfuzz fuzzes: the device kernels of production-scale sequences
 (``kernels``: torch.profiler, CUDA time per kernel name, and the share of the wall the device was
 busy), the host's time of the same sequences (``host``: cProfile alone, with the host reads the
-checks made: ``KVFUZZ_DEFER_CHECKS`` sets how many ops' checks one read serves), and one
+checks made: ``KVFUZZ_DEFER_CHECKS`` sets how many ops' checks one read serves), where they
+synchronize with the device (``syncs``: every synchronizing CUDA call, by call site), and one
 small-shape worker's host time (``small``: cProfile of the small track's sequences, with the
 device time beside it).
 
@@ -119,6 +120,43 @@ def host(args, tier, limits) -> dict:
             "defer": os.environ.get("KVFUZZ_DEFER_CHECKS", "default")}
 
 
+def syncs(args, tier, limits) -> dict:
+    """Every synchronizing CUDA call of the same sequences (``torch.cuda.set_sync_debug_mode``),
+    counted by the innermost kvfuzz or kernel-set frame that made it: what keeps the host from
+    running ahead of the device (the checks' host reads should be the only ones)."""
+    import collections
+    import traceback
+    import warnings
+
+    import torch
+
+    sequences = _production(args, tier, limits)
+    sites: collections.Counter = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" not in str(message):
+            return
+        frames = [f for f in traceback.extract_stack()[:-1] if "/fuzz/" in f.filename or "kvkernels" in f.filename
+                  or "fixtures" in f.filename]
+        f = frames[-1] if frames else None
+        sites[f"{Path(f.filename).name}:{f.lineno} {f.name}" if f else "elsewhere"] += 1
+
+    torch.cuda.set_sync_debug_mode("warn")
+    shown = warnings.showwarning
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = record
+            totals, wall = sequences()
+    finally:
+        warnings.showwarning = shown
+        torch.cuda.set_sync_debug_mode("default")
+    for site, n in sites.most_common(args.top):
+        print(f"{n:7d}  {site}")
+    return {**totals, "wall_s": round(wall, 2), "syncs": sum(sites.values()), "sites": dict(sites.most_common(args.top)),
+            "defer": os.environ.get("KVFUZZ_DEFER_CHECKS", "default")}
+
+
 def _print_stats(cp, top: int) -> None:
     out = io.StringIO()
     pstats.Stats(cp, stream=out).sort_stats("tottime").print_stats(top)
@@ -162,7 +200,7 @@ def small(args, tier, limits) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=("kernels", "host", "small"))
+    ap.add_argument("part", choices=("kernels", "host", "syncs", "small"))
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--set", default="kvkernels", help="kvkernels, or a foreign fixture's name (indep)")
     ap.add_argument("--mix", choices=("read-heavy", "default"), default="read-heavy")
@@ -184,7 +222,7 @@ def main(argv=None) -> int:
     limits = ScaleLimits.production() if args.device == "cuda" else ScaleLimits.small()
     if args.ops is None:
         args.ops = 200 if args.part == "small" else 24
-    res = {"kernels": kernels, "host": host, "small": small}[args.part](args, tier, limits)
+    res = {"kernels": kernels, "host": host, "syncs": syncs, "small": small}[args.part](args, tier, limits)
     res.update(part=args.part, set=args.set, mix=args.mix, device=args.device)
     line = json.dumps({k: v for k, v in res.items() if k != "top"})
     print(line)
