@@ -134,9 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--compile-ahead", choices=("auto", "on", "follow", "off"), default="auto",
                      help="before the clock, run the workers' first sequences with launches recorded, not run, and "
                           "compile the specializations they meet in parallel into the Triton cache, so workers only "
-                          "load them (auto: on for --backend cuda with --scale production; the interpreter and torch "
-                          "tiers compile nothing); follow: and keep scouting and compiling the workers' later "
-                          "sequences while they run, on the cores they leave")
+                          "load them (auto: follow for --backend cuda with --scale production; the interpreter and "
+                          "torch tiers compile nothing); follow: and keep scouting and compiling the workers' later "
+                          "sequences while they run, on the cores they leave; on: the first ones only")
     run.add_argument("--ahead-sequences", type=_count, default=48, metavar="N",
                      help="sequences per worker the compile-ahead scouts, after its warm-up ones (default 48)")
     run.add_argument("--progress-s", type=_positive(float), default=30.0,

@@ -26,12 +26,13 @@ def sequence_seed(opts, worker: int, k: int) -> int:
 def ahead_job(opts, spec, recipes_out) -> dict:
     """The compile-ahead job of a campaign (``production.ahead``): each worker's stream as that
     worker will draw it, its GPU warm-up seeds then its first ``opts.ahead_sequences`` sequences
-    (its share of ``--max-sequences`` at most), with its palette; ``follow`` (``--compile-ahead
-    follow``): the next ``FOLLOW_SEQUENCES`` too (``more``), scouted while the workers run."""
+    (its share of ``--max-sequences`` at most), with its palette; when it follows (``--compile-ahead
+    follow``, or ``auto`` where it is on): the next ``FOLLOW_SEQUENCES`` too (``more``), scouted
+    while the workers run."""
     from .compile_check.client import resolve_kernels
     from .production import ahead
 
-    follow = opts.compile_ahead == "follow"
+    follow = opts.compile_ahead_follows()
     streams = []
     for w in range(opts.workers):
         quota = share(opts.max_sequences, opts.workers, w)

@@ -217,8 +217,8 @@ def test_the_campaign_scouts_its_workers_own_streams(monkeypatch, tmp_path):
     jobs = []
     monkeypatch.setattr(ahead, "run_job", lambda job, env=None: jobs.append((job, env)) or {"error": "stub"})
     opts = camp.CampaignOptions(backend="cuda", scale="production", kernels=INDEP, workers=2, seed=7,
-                                ahead_sequences=3, max_sequences=5, cache_dir=str(tmp_path))
-    assert opts.compile_ahead_on()
+                                ahead_sequences=3, max_sequences=5, cache_dir=str(tmp_path), compile_ahead="on")
+    assert opts.compile_ahead_on() and not opts.compile_ahead_follows()
     env = opts.child_env()
     report, following = compile_ahead(opts, opts.tier_spec(), tmp_path, env)
     (job, seen_env), = jobs
@@ -241,6 +241,14 @@ def test_the_campaign_scouts_its_workers_own_streams(monkeypatch, tmp_path):
     assert ahead.RECIPES_ENV not in env  # nothing compiled: no child preloads
     assert not camp.CampaignOptions(backend="interpret", scale="production").compile_ahead_on()
     assert not camp.CampaignOptions(backend="cuda", scale="small").compile_ahead_on()
+    # auto follows the workers where it is on (a set that specializes its ints meets new
+    # specializations in most sequences), and nowhere else
+    assert camp.CampaignOptions(backend="cuda", scale="production").compile_ahead_follows()
+    assert ahead_job(camp.CampaignOptions(backend="cuda", scale="production", kernels=INDEP, budget_s=30),
+                     opts.tier_spec(), tmp_path / "a.json")["follow_s"] == 30
+    assert not camp.CampaignOptions(backend="cuda", scale="small").compile_ahead_follows()
+    assert not camp.CampaignOptions(backend="interpret", scale="production").compile_ahead_follows()
+    assert not camp.CampaignOptions(backend="cuda", scale="production", compile_ahead="off").compile_ahead_follows()
 
 
 def test_the_summary_says_whether_the_workers_drew_from_the_scouts_boundaries():
