@@ -71,6 +71,7 @@ from .verdict import Finding, Signature
 
 REPRODUCE_S = 20.0  # a finding's reproduction rate gets at least this long, even past the budget
 SETUP_GRACE_S = 10.0  # past the budget, how long a worker still setting up may take to report
+OVERRUN_NOTE_S = 5.0  # past the budget, when a still-running op is said (``_say_overrun``)
 MINIMIZE_FLOOR_S = 15.0  # and then at least this long to be shrunk
 HISTORY_S = 60.0  # and one that may need its worker's history this much longer again
 AUTO_TIMEOUT = (10.0, 60.0)  # --op-timeout auto: 10x the longest op seen, inside these bounds
@@ -185,6 +186,7 @@ class Campaign:
         self.env = opts.child_env()  # every child's extra environment
         self._spare: Executor | None = None
         self._ahead = None  # a compile-ahead child that follows the workers (--compile-ahead follow)
+        self._overrun_said = False
 
     # ---- set-up --------------------------------------------------------------------
     def _gpu(self, turn: int) -> str | None:
@@ -260,6 +262,8 @@ class Campaign:
                 last_line = now
             if now > self.deadline + SETUP_GRACE_S:
                 self._past_deadline()
+            if now > self.deadline + OVERRUN_NOTE_S:
+                self._say_overrun()
             if self.stop or all(s.done for s in self.slots) or now > self.deadline + self.op_timeout() + 30:
                 break
         self._drain(0.0)
@@ -273,6 +277,24 @@ class Campaign:
             if not slot.done and child is not None and child.alive() and child.slots[PHASE] == SETUP:
                 slot.retire()
                 slot.done, slot.stopped_by = True, "budget"
+
+    def _say_overrun(self) -> None:
+        """Past the budget, say once which worker's op is still running and how long it may yet
+        take (the op timeout): a run that ends well past its budget says why while it waits."""
+        if self._overrun_said:
+            return
+        running = [(slot.index, slot.child.slots[OP], slot.child.running_for()) for slot in self.slots
+                   if not slot.done and slot.child is not None and slot.child.running_for() > 0]
+        if not running:
+            return
+        self._overrun_said = True
+        w, step, took = max(running, key=lambda r: r[2])
+        note = (f"budget over: waiting for worker {w}'s op {step}, running for {took:.0f} s, up to the op timeout "
+                f"({self.op_timeout():g} s{'' if self.opts.op_timeout is not None else ', auto'}): a hang is a case")
+        self.summary.notes.append(note)
+        if self.progress is not None:
+            self.progress.write(f"[kvfuzz] {note}\n")
+            self.progress.flush()
 
     def _line_every(self) -> float:
         return 0.5 if self.progress is not None and self.progress.isatty() else self.opts.progress_s

@@ -338,3 +338,34 @@ def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, m
         monkeypatch.setattr(supervise, "time", time)  # the real clock again, for close()
         child.slots[supervise.PHASE] = supervise.IDLE
         ex.close()
+
+
+def test_past_the_budget_the_campaign_says_once_which_op_it_still_waits_for():
+    """A run that waits past its budget for an op in progress (a late hang is a case, so it is
+    waited for up to the op timeout) says so once, in the progress stream and the summary."""
+    import io
+    from types import SimpleNamespace
+
+    from fuzz.engine.campaign import Campaign
+    from fuzz.engine.summary import Summary
+
+    def slot(index, running_s, step=3, done=False):
+        child = SimpleNamespace(slots={supervise.OP: step}, running_for=lambda: running_s)
+        return SimpleNamespace(index=index, done=done, child=child)
+
+    progress = io.StringIO()
+    camp = Campaign.__new__(Campaign)
+    camp.opts, camp.progress, camp.summary = CampaignOptions(op_timeout=60.0), progress, Summary()
+    camp._overrun_said = False
+    camp.slots = [slot(0, 0.0), slot(1, 41.0, step=7), slot(2, 50.0, done=True)]
+    camp._say_overrun()
+    camp._say_overrun()
+    lines = [ln for ln in progress.getvalue().splitlines() if ln]
+    assert lines == ["[kvfuzz] budget over: waiting for worker 1's op 7, running for 41 s, up to the op timeout "
+                     "(60 s): a hang is a case"]
+    assert camp.summary.notes == [lines[0].removeprefix("[kvfuzz] ")]
+    quiet = Campaign.__new__(Campaign)  # nothing running past the budget: nothing said
+    quiet.opts, quiet.progress, quiet.summary, quiet._overrun_said = CampaignOptions(), io.StringIO(), Summary(), False
+    quiet.slots = [slot(0, 0.0)]
+    quiet._say_overrun()
+    assert quiet.progress.getvalue() == "" and not quiet._overrun_said
