@@ -5,6 +5,7 @@
 #           default), and the host profile of the latter
 #   indep:  where kvkernels read-heavy synchronizes, and its device kernels; indep read-heavy and default mix with a scout over the timed window; an indep production
 #           campaign with --compile-ahead on and follow
+#   small:  pytest -m "cuda and not slow"; where the small track synchronizes, by call site
 #   first:  seconds to the first case over the mutant catalogue, cold and warm (first_case.py)
 set -u
 PART=${1:-defer}
@@ -43,6 +44,13 @@ PART=${1:-defer}
       campaign indep-$mode 40 --scale production --kernels $FOREIGN/indep.py --compile-ahead $mode --cache-dir "$cache"
       $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('ops','ops_per_s','elements_per_s','compiles','compile_s','loads')}, (d.get('compile_ahead') or {}).get('follow'))" "$OUT/indep-$mode.json" 2>&1 | cut -c1-600
     done
+  fi
+  if [ "$PART" = small ]; then
+    step "pytest -m 'cuda and not slow' (compile-ahead auto now follows)"
+    timeout 240 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
+    step "small track: every synchronizing CUDA call by call site (profile_gpu syncs --track small)"
+    timeout 120 $PY benchmarks/profile_gpu.py syncs --track small --seconds 8 --warmup 4 --top 20 \
+      --out "$OUT/syncs-small.json" 2>&1 | grep -v -i "warn\|USDT" | tail -22 | cut -c1-300
   fi
   if [ "$PART" = first ]; then
     step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py, fork daemon)"

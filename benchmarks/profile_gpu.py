@@ -130,7 +130,7 @@ def syncs(args, tier, limits) -> dict:
 
     import torch
 
-    sequences = _production(args, tier, limits)
+    sequences = _small(args, tier) if args.track == "small" else _production(args, tier, limits)
     sites: collections.Counter = collections.Counter()
 
     def record(message, category, filename, lineno, file=None, line=None):
@@ -153,7 +153,8 @@ def syncs(args, tier, limits) -> dict:
         torch.cuda.set_sync_debug_mode("default")
     for site, n in sites.most_common(args.top):
         print(f"{n:7d}  {site}")
-    return {**totals, "wall_s": round(wall, 2), "syncs": sum(sites.values()), "sites": dict(sites.most_common(args.top)),
+    return {**totals, "wall_s": round(wall, 2), "syncs": sum(sites.values()), "track": args.track,
+            "syncs_per_op": round(sum(sites.values()) / max(totals["ops"], 1), 2), "sites": dict(sites.most_common(args.top)),
             "defer": os.environ.get("KVFUZZ_DEFER_CHECKS", "default")}
 
 
@@ -164,35 +165,44 @@ def _print_stats(cp, top: int) -> None:
     print(out.getvalue())
 
 
-def small(args, tier, limits) -> dict:
-    from torch.profiler import profile
-
+def _small(args, tier):
+    """Warm up, then a function that runs small-track sequences for ``args.seconds``."""
     from fuzz.engine.tracks import get
 
     track = get("small")
-    for s in range(args.warmup):  # seeds never profiled: they compile what the profiled ones meet first
+    for s in range(args.warmup):
         track.run_sequence(tier, 10**6 + s, args.ops)
+
+    def sequences() -> tuple[dict, float]:
+        totals = {"sequences": 0, "ops": 0}
+        start = time.monotonic()
+        while time.monotonic() < start + args.seconds:
+            seq = track.run_sequence(tier, totals["sequences"], args.ops)
+            totals["ops"] += len(seq.ops)
+            totals["sequences"] += 1
+        return totals, time.monotonic() - start
+
+    return sequences
+
+
+def small(args, tier, limits) -> dict:
+    from torch.profiler import profile
+
+    sequences = _small(args, tier)  # its warm-up seeds are never profiled: they compile what the rest meet first
     acts, sync = _device(tier)
-    ops = seqs = 0
-    seed = 0
     cp = cProfile.Profile()
     with profile(activities=acts) as prof:
-        start = time.monotonic()  # inside: the profiler's own start takes seconds
         cpu0 = time.process_time()
         cp.enable()
-        while time.monotonic() < start + args.seconds:
-            seq = track.run_sequence(tier, seed, args.ops)
-            ops += len(seq.ops)
-            seqs += 1
-            seed += 1
+        totals, wall = sequences()  # its clock starts inside: the profiler's own start takes seconds
         sync()
         cp.disable()
-        wall = time.monotonic() - start
         cpu = time.process_time() - cpu0
     table, busy, top = _device_table(prof, args.top)
     print(table)
     _print_stats(cp, args.top)
-    return {"sequences": seqs, "ops": ops, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+    ops = totals["ops"]
+    return {**totals, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "ops_per_s": ops / wall, "us_per_op_cpu": round(1e6 * cpu / max(ops, 1), 1),
             "device_busy_s": round(busy, 3), "device_busy_share": round(busy / wall, 3) if wall else None,
             "top": top}
@@ -204,6 +214,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--set", default="kvkernels", help="kvkernels, or a foreign fixture's name (indep)")
     ap.add_argument("--mix", choices=("read-heavy", "default"), default="read-heavy")
+    ap.add_argument("--track", choices=("production", "small"), default="production", help="syncs: which track")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--ops", type=int, default=None, help="ops per sequence (24 production, 200 small)")
     ap.add_argument("--warmup", type=int, default=8)
@@ -221,7 +232,7 @@ def main(argv=None) -> int:
     tier = make_tier(backend, kernels_ref)
     limits = ScaleLimits.production() if args.device == "cuda" else ScaleLimits.small()
     if args.ops is None:
-        args.ops = 200 if args.part == "small" else 24
+        args.ops = 200 if args.part == "small" or args.track == "small" else 24
     res = {"kernels": kernels, "host": host, "syncs": syncs, "small": small}[args.part](args, tier, limits)
     res.update(part=args.part, set=args.set, mix=args.mix, device=args.device)
     line = json.dumps({k: v for k, v in res.items() if k != "top"})
