@@ -10,6 +10,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+import kvref
 from fuzz.engine import vector_oracle as vo
 from fuzz.sync.runtime import no_host_sync, record_host_syncs
 from kvref import kernels as ref
@@ -95,6 +96,58 @@ def check_read_table(case) -> None:
 @given(read_table_cases())
 def test_read_table_matches_kvref(case):
     check_read_table(case)
+
+
+@st.composite
+def entry_clause_cases(draw):
+    """A read_table case, maybe with a token past v2p and / or an entry that does not fit int32."""
+    case = draw(read_table_cases())
+    rows, ps = len(case["v2p"]), case["ps"]
+    if draw(st.booleans()) and case["req_to_token"][0]:  # a token on a page past the table
+        row = case["req_to_token"][draw(st.integers(0, len(case["req_to_token"]) - 1))]
+        row[draw(st.integers(0, len(row) - 1)) // ps * ps] = rows * ps + draw(st.integers(0, 2 * ps))
+    if draw(st.booleans()):  # v2p[page] * multiplier >= 2^31
+        case["v2p"][draw(st.integers(0, rows - 1))] = INT32_MAX // case["multiplier"] + 1 + draw(st.integers(0, 3))
+    return case
+
+
+def _entry_clauses_broken(case) -> set[str]:
+    """kvref's entry clauses over every live entry: the clauses some entry breaks."""
+    from kvref import preconditions as pre
+
+    ps, v2p, broken = case["ps"], case["v2p"], set()
+    for b, (r, n) in enumerate(zip(case["req_idx"], case["seq_lens"])):
+        for col in range(min(-(-n // ps), case["max_pages"])):
+            try:
+                pre.check_entry("read_table", tok=case["req_to_token"][r][col * ps], v2p_rows=len(v2p),
+                                v2p_value=lambda page: v2p[page], multiplier=case["multiplier"], page_size=ps,
+                                pos=None, where=f"[{b}][{col}]")
+            except kvref.ContractViolation as exc:
+                broken.add(exc.clause)
+    return broken
+
+
+@SETTINGS
+@given(entry_clause_cases())
+def test_read_tables_entry_flags_are_kvrefs_and_leave_the_valid_entries_alone(case):
+    """The oracle's token_in_table and entry_fits_int32 flags (marks in its lookup, one pass over
+    the gathered values) say what kvref's per-entry check says, and the entries it writes are the
+    ones it writes without clauses, a page past the table included (it reads 0)."""
+    bs, max_pages = len(case["req_idx"]), case["max_pages"]
+    args = dict(req_to_token=torch.tensor(case["req_to_token"], dtype=case["token_dtype"]),
+                req_pool_indices=torch.tensor(case["req_idx"], dtype=case["idx_dtype"]),
+                seq_lens=torch.tensor(case["seq_lens"], dtype=case["len_dtype"]), v2p=torch.tensor(case["v2p"]),
+                multiplier=case["multiplier"], page_size=case["ps"], max_pages=max_pages)
+    plain, flagged = (torch.full((bs, max_pages + 1), POISON, dtype=torch.int32) for _ in range(2))
+    vo.read_table(**args, out=plain[:, :max_pages])
+    flags = []
+    with no_host_sync():
+        vo.read_table(**args, out=flagged[:, :max_pages], clauses=flags)
+    named = {name: bool(f) for name, f in flags}
+    broken = _entry_clauses_broken(case)
+    assert {n for n in ("read_table.token_in_table", "read_table.entry_fits_int32") if named.get(n)} == broken
+    if "read_table.entry_fits_int32" not in broken:  # (past int32, an entry has no right value: kvfuzz refuses it)
+        assert vo.first_mismatch(plain, flagged) is None  # a page past the table reads 0 either way
 
 
 # --------------------------------------------------------------------------- read_table_packed
