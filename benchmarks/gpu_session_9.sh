@@ -6,6 +6,7 @@
 #   indep:  where kvkernels read-heavy synchronizes, and its device kernels; indep read-heavy and default mix with a scout over the timed window; an indep production
 #           campaign with --compile-ahead on and follow
 #   small:  pytest -m "cuda and not slow"; where the small track synchronizes, by call site
+#   oracle: kvkernels read-heavy and its device kernels, after the oracle's entry clauses became lookup marks
 #   first:  seconds to the first case over the mutant catalogue, cold and warm (first_case.py)
 set -u
 PART=${1:-defer}
@@ -51,6 +52,16 @@ PART=${1:-defer}
     step "small track: every synchronizing CUDA call by call site (profile_gpu syncs --track small)"
     timeout 120 $PY benchmarks/profile_gpu.py syncs --track small --seconds 8 --warmup 4 --top 20 \
       --out "$OUT/syncs-small.json" 2>&1 | grep -v -i "warn\|USDT" | tail -22 | cut -c1-300
+  fi
+  if [ "$PART" = oracle ]; then
+    cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
+    step "kvkernels read-heavy, the oracle's entry clauses as lookup marks (scale_gpu)"
+    timeout 150 $PY benchmarks/scale_gpu.py --only kvkernels/throughput --compile-ahead on \
+      --ahead-sequences 96 --cache-dir "$cache" --seconds 10 --warmup 8 --no-variants \
+      --out "$OUT/scale-kvkernels.json" 2>&1 | grep -vi warn | tail -2 | cut -c1-700
+    step "kvkernels read-heavy: device kernels (profile_gpu kernels)"
+    TRITON_CACHE_DIR=$cache timeout 150 $PY benchmarks/profile_gpu.py kernels --set kvkernels --seconds 4 --warmup 8 --top 12 \
+      --out "$OUT/kernels-kvkernels.json" 2>&1 | grep -v -i "warn\|USDT" | tail -14 | cut -c1-300
   fi
   if [ "$PART" = first ]; then
     step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py, fork daemon)"
