@@ -96,13 +96,61 @@ class RedZones:
         del self.buffers[name]
 
     def damage(self) -> list[str]:
+        return self.damage_later().result()
+
+    def _intact(self):
+        """(the guarded buffers, a 0-dim bool on the device: every guard zone holds its canary)."""
         named = [(name, g) for name, g in self.buffers.items() if g.zone]
         if not named:
-            return []
+            return named, None
         got = torch.cat([end for _, g in named for end in g.ends])  # one launch for every guard zone
-        if bool((got == torch.cat([g.expect for _, g in named])).all()):  # the common case: one read
+        return named, (got == torch.cat([g.expect for _, g in named])).all()
+
+    def damage_later(self) -> PendingDamage:
+        """``damage()``, read when asked (``result``): on a GPU the flag is copied to pinned host
+        memory without waiting, so the next read of the device (the state's snapshot) carries
+        it, and each op syncs once where it synced twice."""
+        named, intact = self._intact()
+        return PendingDamage(named, intact)
+
+    def damage_and(self, *tensors: torch.Tensor) -> tuple[list[str], list[list[int]]]:
+        """``damage()`` and the values of ``tensors`` (int64-able), in one read of the device."""
+        named, intact = self._intact()
+        parts = [t.reshape(-1).to(torch.int64) for t in tensors]
+        head = [] if intact is None else [intact.to(torch.int64).reshape(1)]
+        flat = torch.cat(head + parts).tolist()
+        at, values = len(head), []
+        for t in parts:
+            values.append(flat[at:at + t.numel()])
+            at += t.numel()
+        damaged = [] if intact is None or flat[0] else [name for name, g in named if bool(g.damaged())]
+        return damaged, values
+
+
+class PendingDamage:
+    """A red-zone check whose one flag is on its way to the host (``RedZones.damage_later``)."""
+
+    def __init__(self, named, intact):
+        self.named, self.event = named, None
+        if intact is None:
+            self.flag = None
+        elif intact.device.type == "cuda":
+            self.flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+            self.flag.copy_(intact, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.flag = intact
+
+    def result(self) -> list[str]:
+        """The damaged buffers' names (none: the common case, no further read)."""
+        if self.flag is None:
             return []
-        return [name for name, g in named if bool(g.damaged())]
+        if self.event is not None:
+            self.event.synchronize()  # done already when a read of the device came after it
+        if bool(self.flag):
+            return []
+        return [name for name, g in self.named if bool(g.damaged())]
 
 
 class RawTables:

@@ -113,9 +113,19 @@ class TargetSide:
 
     def damage(self) -> list[str]:
         """Damaged red zones (tables and inputs), then forget the inputs checked."""
-        damaged = self.zones.damage()
+        return self.damage_later().result()
+
+    def damage_later(self):
+        """``damage()``, its one flag read with the next read of the device (``PendingDamage``)."""
+        pending = self.zones.damage_later()
         self.forget_inputs()
-        return damaged
+        return pending
+
+    def damage_and(self, *tensors):
+        """``damage()`` and the values of ``tensors``, in one read of the device."""
+        out = self.zones.damage_and(*tensors)
+        self.forget_inputs()
+        return out
 
     def keep_inputs(self, step: int) -> None:
         """Leave this op's inputs in the zones, renamed per step, for a later check."""
@@ -203,9 +213,10 @@ class PoolRun:
         diff = first_difference(spec_out.result, out.result)
         if diff is not None:
             raise Divergence(i, op, "result", "result", diff[1], diff[2], f"{op.kind} returned different pages")
-        self._memory(i, op, t, "raw_")
-        for name in ("v2p", "p2v"):
-            diff = first_difference(self.raw_spec[name], getattr(self.raw_target, name).tolist())
+        damaged, tables = t.damage_and(self.raw_target.v2p, self.raw_target.p2v)  # one read: zones, then state
+        self._damaged(i, op, damaged, "raw_")
+        for name, got in zip(("v2p", "p2v"), tables):
+            diff = first_difference(self.raw_spec[name], got)
             if diff:
                 raise Divergence(i, op, "state", f"raw_{name}", diff[1], diff[2], f"raw {name}{diff[0]} differs")
         return spec_out
@@ -255,14 +266,16 @@ class PoolRun:
             where, a, b = diff
             raise Divergence(i, op, "result", op.result_field, a, b,
                              f"{op.kind} returned different values at {where or 'top level'}")
-        if self.strict or i % self.full_every == 0 or op.full_check:
-            self._memory(i, op, t)
-        else:
+        full = i % self.full_every == 0 or op.full_check
+        if not (self.strict or full):
             t.keep_inputs(i)  # their red zones are judged at the next check
-        if i % self.full_every == 0 or op.full_check:
-            self.check_state(i, op)
-        elif self.strict:
-            self._check_tables(i, op)
+            return spec_out
+        # The red zones, then the state: the zones' flag rides on the state's read of the device.
+        pending = t.damage_later()
+        if full:
+            self.check_state(i, op, before=lambda: self._damaged(i, op, pending.result()))
+        else:
+            self._check_tables(i, op, before=lambda: self._damaged(i, op, pending.result()))
         return spec_out
 
     @staticmethod
@@ -274,14 +287,23 @@ class PoolRun:
             raise Divergence(i, op, "contract", "spurious", None, str(out.error),
                              f"{who} refused a call the spec accepts: {out.error}")
 
-    def _check_tables(self, i: int, op: Op) -> None:
-        for name in ("v2p", "p2v"):
-            diff = first_difference(getattr(self.spec, name), getattr(self.target, name).tolist())
+    def _check_tables(self, i: int, op: Op, before=None) -> None:
+        v2p, p2v = self.target.v2p, self.target.p2v
+        flat = torch.cat([v2p.reshape(-1).to(torch.int64), p2v.reshape(-1).to(torch.int64)]).tolist()  # one read
+        got = [flat[:v2p.numel()], flat[v2p.numel():]]
+        if before is not None:
+            before()
+        for name, values in zip(("v2p", "p2v"), got):
+            diff = first_difference(getattr(self.spec, name), values)
             if diff:
                 raise Divergence(i, op, "state", name, diff[1], diff[2], f"{name}{diff[0]} differs")
 
-    def check_state(self, i: int, op: Op | None) -> None:
+    def check_state(self, i: int, op: Op | None, before=None) -> None:
+        """The state, field by field, then the invariants; ``before`` (the red zones' verdict)
+        is judged once the snapshots are read, ahead of any of their differences."""
         spec_snap, tgt_snap = self.spec.snapshot(), self.target.snapshot()
+        if before is not None:
+            before()
         for name in self.target.fields:  # STATE_FIELDS, less what the allocator lacks
             diff = first_difference(self.target.view(name, spec_snap[name]), tgt_snap[name])
             if diff:
@@ -293,11 +315,14 @@ class PoolRun:
         except InvariantViolation as exc:
             raise Divergence(i, op, "invariant", exc.name, None, None, str(exc)) from None
 
-    @staticmethod
-    def _memory(i: int, op: Op, t: TargetSide, tables: str = "") -> None:
+    @classmethod
+    def _memory(cls, i: int, op: Op, t: TargetSide, tables: str = "") -> None:
         """A memory divergence if a red zone changed; ``tables`` prefixes the tables' names
         (``raw_`` for the raw tables)."""
-        damaged = t.damage()
+        cls._damaged(i, op, t.damage(), tables)
+
+    @staticmethod
+    def _damaged(i: int, op: Op, damaged: list[str], tables: str = "") -> None:
         if damaged:
             names = [n[len(INPUT):].split("@")[0] if n.startswith(INPUT) else tables + n for n in damaged]
             raise Divergence(i, op, "memory", names[0], "canary", "overwritten",

@@ -119,6 +119,21 @@ def test_a_canary_read_as_a_page_lands_in_the_red_zone_of_the_table_it_indexes()
     assert v2p.numel() == p2v.numel() == rows
 
 
+def test_the_red_zones_read_with_the_tables_or_later_say_what_damage_says():
+    """``damage_and`` (the zones and the raw tables in one read of the device) and
+    ``damage_later`` (the zones' flag read with the next read) give ``damage()``'s names."""
+    zones = RedZones(8, "cpu")
+    v2p, p2v = zones("v2p", 5, -1), zones("p2v", 5, -1)
+    v2p[:2] = torch.tensor([0, 3])
+    assert zones.damage_and(v2p, p2v) == ([], [[0, 3, -1, -1, -1], [-1] * 5])
+    assert zones.damage_later().result() == []
+    zones.buffers["p2v"].buf[-1] = 7  # the back red zone of p2v
+    assert zones.damage() == ["p2v"]
+    assert zones.damage_and(v2p) == (["p2v"], [[0, 3, -1, -1, -1]])
+    assert zones.damage_later().result() == ["p2v"]
+    assert RedZones(8, "cpu").damage_and(v2p) == ([], [[0, 3, -1, -1, -1]])  # no zones: the values alone
+
+
 def test_token_canaries_scale_with_the_page_size():
     assert index_canary(9, 16, 4) == (9 + 8) * 4
     t = torch.tensor([index_canary(9, 16, 4)])
