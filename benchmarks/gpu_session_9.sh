@@ -7,6 +7,7 @@
 #           campaign with --compile-ahead on and follow
 #   small:  pytest -m "cuda and not slow"; where the small track synchronizes, by call site
 #   oracle: kvkernels read-heavy and its device kernels, after the oracle's entry clauses became lookup marks
+#   small2: pytest -m "cuda and not slow"; the small track's syncs and 1 / 8 workers after folding its reads
 #   first:  seconds to the first case over the mutant catalogue, cold and warm (first_case.py)
 set -u
 PART=${1:-defer}
@@ -62,6 +63,15 @@ PART=${1:-defer}
     step "kvkernels read-heavy: device kernels (profile_gpu kernels)"
     TRITON_CACHE_DIR=$cache timeout 150 $PY benchmarks/profile_gpu.py kernels --set kvkernels --seconds 4 --warmup 8 --top 12 \
       --out "$OUT/kernels-kvkernels.json" 2>&1 | grep -v -i "warn\|USDT" | tail -14 | cut -c1-300
+  fi
+  if [ "$PART" = small2 ]; then
+    step "pytest -m 'cuda and not slow' (the red zones' flag read with the state)"
+    timeout 240 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
+    step "small track: synchronizing CUDA calls by call site, after folding the harness's reads"
+    timeout 120 $PY benchmarks/profile_gpu.py syncs --track small --seconds 8 --warmup 4 --top 12 \
+      --out "$OUT/syncs-small.json" 2>&1 | grep -v -i "warn\|USDT" | tail -14 | cut -c1-300
+    export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
+    small_shapes 12 1 8
   fi
   if [ "$PART" = first ]; then
     step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py, fork daemon)"
