@@ -44,6 +44,8 @@ import math
 import zlib
 from pathlib import Path
 
+from .launches import _layout, _params
+
 DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress")
 _DOMAIN_BITS = 40
 _IDS: dict[str, int] = {}
@@ -100,22 +102,53 @@ def _is_tensor(v) -> bool:
     return hasattr(v, "data_ptr") and hasattr(v, "numel")
 
 
+_MEMO: dict[tuple, frozenset] = {}  # a launch's shape (``_shape``) -> its features but the trips'
+MEMO_MAX = 1 << 14  # shapes kept (then the memo starts again): a campaign's launches repeat few of them
+
+
 def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
-    (``_trip_features``): for its trip features, the row that reached them."""
-    from .launches import _params
-
-    kernel = launch.name
-    sig, _ = _params(getattr(launch.fn, "fn", launch.fn))
-    names = list(sig.parameters) if sig is not None else []
+    (``_trip_features``): for its trip features, the row that reached them. All but the trips come
+    from the launch's shape alone (kernel, grid, int arguments, tensor sizes, constexprs), so they
+    are memoized per shape (``_MEMO``): a repeated shape costs building its key, no names."""
+    pyfn = getattr(launch.fn, "fn", launch.fn)
+    layout = _layout(pyfn)
+    if layout is not None:
+        names = layout[0]
+    else:
+        sig, _ = _params(pyfn)
+        names = tuple(sig.parameters) if sig is not None else ()
     values = dict(zip(names, launch.args))
-    values.update({k: v for k, v in launch.kwargs.items() if k in names})
+    if launch.kwargs:
+        values.update({k: v for k, v in launch.kwargs.items() if k in names})
     grid = launch.grid_dims or ()
+    key = (pyfn, launch.name, grid, tuple(launch.constexprs.items()), tuple(map(_shape, values.values())), tuple(values))
+    shaped = _MEMO.get(key)
+    if shaped is None:
+        if len(_MEMO) >= MEMO_MAX:
+            _MEMO.clear()
+        shaped = _MEMO[key] = frozenset(_shape_features(launch.name, values, launch.constexprs, grid))
+    out |= shaped
+    if "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and launch.constexprs.get("BLOCK", 0) > 0:
+        _trip_features(launch.name, values, launch.constexprs, grid, out, {} if goals is None else goals)
+
+
+def _shape(v):
+    """What the shape features read of one argument: an int's value, a tensor's size, else nothing."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    return ("numel", v.numel()) if _is_tensor(v) else None
+
+
+def _shape_features(kernel: str, values: dict, constexprs: dict, grid: tuple) -> set[str]:
+    """A launch's features but the trips': the grid (log buckets per dimension), each size
+    argument's mask and distance to each block boundary, ints and tensor sizes near int32."""
+    out = set()
     for i, d in enumerate(grid):
         out.add(f"grid|{kernel}|dim{i}|{log_bucket(d)}")
-    blocks = {k: v for k, v in launch.constexprs.items() if "BLOCK" in k and v > 0}
+    blocks = {k: v for k, v in constexprs.items() if "BLOCK" in k and v > 0}
     ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)
-            and k not in launch.constexprs}
+            and k not in constexprs}
     for name, v in ints.items():
         if INT32 - abs(v) < (1 << 20):
             out.add(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
@@ -130,8 +163,7 @@ def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     for name, v in values.items():
         if _is_tensor(v) and INT32 - v.numel() < (1 << 20):
             out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
-    if "seq_lens_ptr" in values and "BLOCK" in blocks and "col_stride" in values and len(grid) >= 2:
-        _trip_features(kernel, values, launch.constexprs, grid, out, {} if goals is None else goals)
+    return out
 
 
 def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out: set[str], goals: dict) -> None:
