@@ -272,6 +272,7 @@ class Collector:
         self.op = -1  # the op running now (``at``), -1 before the first
         self.where: dict[str, int] = {}  # a value feature -> the op that first reached it
         self.goals: dict[str, list] = {}  # a trip feature -> [row length, short of one more trip, BLOCK, trips, stride]
+        self.programs = 0  # programs launched (the grids' sizes): what the sequence cost on the interpreter
 
     def at(self, marks: list, pos: int) -> None:
         """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""
@@ -279,6 +280,7 @@ class Collector:
         self.op += 1
 
     def __call__(self, launch) -> None:
+        self.programs += math.prod(launch.grid_dims or ())
         new: set[str] = set()
         goals: dict[str, list] = {}
         with contextlib.suppress(Exception):  # a launch shape we cannot read adds nothing, never fails a run
