@@ -102,15 +102,16 @@ def _is_tensor(v) -> bool:
     return hasattr(v, "data_ptr") and hasattr(v, "numel")
 
 
-_MEMO: dict[tuple, frozenset] = {}  # a launch's shape (``_shape``) -> its features but the trips'
-MEMO_MAX = 1 << 14  # shapes kept (then the memo starts again): a campaign's launches repeat few of them
+_MEMO: dict[tuple, tuple] = {}  # (kernel, grid) or (kernel, int argument, value, blocks) -> its features
+MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
 
 
 def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
-    (``_trip_features``): for its trip features, the row that reached them. All but the trips come
-    from the launch's shape alone (kernel, grid, int arguments, tensor sizes, constexprs), so they
-    are memoized per shape (``_MEMO``): a repeated shape costs building its key, no names."""
+    (``_trip_features``): for its trip features, the row that reached them. The grid's features
+    and each int argument's (its mask and distance to each block, to int32) are memoized
+    (``_MEMO``): a launch hook pays a few lookups per launch, the names are built once; a
+    tensor's size is only compared with int32's; the trips are read from the launch every time."""
     pyfn = getattr(launch.fn, "fn", launch.fn)
     layout = _layout(pyfn)
     if layout is not None:
@@ -121,48 +122,42 @@ def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     values = dict(zip(names, launch.args))
     if launch.kwargs:
         values.update({k: v for k, v in launch.kwargs.items() if k in names})
-    grid = launch.grid_dims or ()
-    key = (pyfn, launch.name, grid, tuple(launch.constexprs.items()), tuple(map(_shape, values.values())), tuple(values))
-    shaped = _MEMO.get(key)
-    if shaped is None:
-        if len(_MEMO) >= MEMO_MAX:
-            _MEMO.clear()
-        shaped = _MEMO[key] = frozenset(_shape_features(launch.name, values, launch.constexprs, grid))
-    out |= shaped
-    if "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and launch.constexprs.get("BLOCK", 0) > 0:
-        _trip_features(launch.name, values, launch.constexprs, grid, out, {} if goals is None else goals)
+    kernel, constexprs, grid = launch.name, launch.constexprs, launch.grid_dims or ()
+    if len(_MEMO) >= MEMO_MAX:
+        _MEMO.clear()
+    key = (kernel, grid)
+    if (got := _MEMO.get(key)) is None:
+        got = _MEMO[key] = tuple(f"grid|{kernel}|dim{i}|{log_bucket(d)}" for i, d in enumerate(grid))
+    out.update(got)
+    blocks = tuple((k, v) for k, v in constexprs.items() if "BLOCK" in k and v > 0)
+    for name, v in values.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            if name in constexprs:
+                continue
+            key = (kernel, name, v, blocks)
+            if (got := _MEMO.get(key)) is None:
+                got = _MEMO[key] = tuple(_int_features(kernel, name, v, blocks))
+            out.update(got)
+        elif _is_tensor(v) and INT32 - v.numel() < (1 << 20):
+            out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
+    if "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and constexprs.get("BLOCK", 0) > 0:
+        _trip_features(kernel, values, constexprs, grid, out, {} if goals is None else goals)
 
 
-def _shape(v):
-    """What the shape features read of one argument: an int's value, a tensor's size, else nothing."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    return ("numel", v.numel()) if _is_tensor(v) else None
-
-
-def _shape_features(kernel: str, values: dict, constexprs: dict, grid: tuple) -> set[str]:
-    """A launch's features but the trips': the grid (log buckets per dimension), each size
-    argument's mask and distance to each block boundary, ints and tensor sizes near int32."""
-    out = set()
-    for i, d in enumerate(grid):
-        out.add(f"grid|{kernel}|dim{i}|{log_bucket(d)}")
-    blocks = {k: v for k, v in constexprs.items() if "BLOCK" in k and v > 0}
-    ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)
-            and k not in constexprs}
-    for name, v in ints.items():
-        if INT32 - abs(v) < (1 << 20):
-            out.add(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
-        for b_name, b in blocks.items():
-            if name not in SIZES:
-                continue  # a stride or a row count: its remainder by a block means nothing
+def _int_features(kernel: str, name: str, v: int, blocks: tuple) -> list[str]:
+    """One int argument's features: how far it is from int32 (near ones only), and, for a size
+    argument (``SIZES``), its last block against each ``*BLOCK*`` constexpr (full, partial or
+    empty) and how far from a block boundary (log buckets)."""
+    out = []
+    if INT32 - abs(v) < (1 << 20):
+        out.append(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
+    if name in SIZES:  # a stride or a row count: its remainder by a block means nothing
+        for b_name, b in blocks:
             rem = v % b if v > 0 else 0
             mask = "empty" if v <= 0 else "full" if rem == 0 else "partial"
-            out.add(f"mask|{kernel}|{name}/{b_name}|{mask}")
+            out.append(f"mask|{kernel}|{name}/{b_name}|{mask}")
             if v > 0:
-                out.add(f"block_dist|{kernel}|{name}/{b_name}|{log_bucket(min(rem, b - rem))}")
-    for name, v in values.items():
-        if _is_tensor(v) and INT32 - v.numel() < (1 << 20):
-            out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
+                out.append(f"block_dist|{kernel}|{name}/{b_name}|{log_bucket(min(rem, b - rem))}")
     return out
 
 

@@ -86,11 +86,12 @@ def test_a_launch_shapes_features_are_memoized_and_its_trips_are_not():
     features._MEMO.clear()
     first, again, other, longer = set(), set(), set(), set()
     features.launch_features(launch([10]), first)
-    assert len(features._MEMO) == 1
+    held = len(features._MEMO)
+    assert held >= 2  # the grid's, and max_pages's
     features.launch_features(launch([10]), again)
-    assert again == first and len(features._MEMO) == 1
+    assert again == first and len(features._MEMO) == held
     features.launch_features(launch([10], max_pages=63), other)
-    assert "mask|read_table_kernel|max_pages/BLOCK|partial" in other - first and len(features._MEMO) == 2
+    assert "mask|read_table_kernel|max_pages/BLOCK|partial" in other - first and len(features._MEMO) == held + 1
     features.launch_features(launch([5]), longer)
     assert "trips|read_table_kernel|2|partial" in longer and "trips|read_table_kernel|3+|partial" in first - longer
 
