@@ -13,7 +13,8 @@ a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
 ``merge`` keeps the smallest subset of several corpora covering their union (libFuzzer's
 ``-merge=1``: greedy, fewest ops first).
 
-The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops,
+The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops
+(or ``FRESH_PROGRAMS`` programs launched, their cost on the interpreter),
 then a share ``FRESH`` of them fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
 table made the most trips (``Corpus.frontier``), most of them one edit aimed at the trips x
 last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
