@@ -8,6 +8,8 @@ Four parts, each printed as a table row and written as JSON (``--out``):
   guided spent planning (picking, mutating, the mutations' shadow runs on the spec) and the
   features reached per 1,000 ops (blind's measured by the same collector, off the clock);
 * ``overhead``: the same blind sequences bare and with features collected (``overhead``);
+* ``hook``: the value features' host cost per launch (describing it, collecting its features),
+  on the launches of blind sequences, CPU microseconds (what the CUDA tier pays per launch);
 * ``fixture``: time and ops to kill ``mutants.FIXTURES`` (read tables wrong only on a third
   or later trip over a partial last block, or over one ending exactly at the row's last live
   page), blind and guided, per seed;
@@ -105,6 +107,48 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
             seed, i = seed + 1, i + 1
     return [{"mode": m, "ops": ops, "cpu_s": round(c, 2), "ops_per_cpu_s": round(ops / c, 1)} for m, c in cpu.items()] + [
         {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3)}]
+
+
+def hook(n_seqs: int = 8, ops_per_seq: int = 100, rounds: int = 7) -> list[dict]:
+    """The value features' cost per launch on the host, as the CUDA tier pays it (where no code is
+    traced): the launches of ``n_seqs`` blind sequences recorded on the interpreter, then each
+    described again (``launches._describe``, what the hook does for an observer) and handed to a
+    ``features.Collector`` (one per sequence), in their order, the shape memo emptied first (so a
+    shape is new the first time it comes, as in a fresh worker); CPU microseconds per launch, the
+    least of ``rounds``. Twice: with the launches' CPU tensors, and with each tensor replaced by a
+    ``meta`` one of its shape (as a GPU tensor: its ``seq_lens`` not read, no trip features)."""
+    import torch
+
+    from fuzz.engine import features, launches, tracks
+    from fuzz.engine.tiers import make_tier
+
+    tier, track, per_seq = make_tier("interpret"), tracks.get("small"), []
+    for seed in range(n_seqs):
+        with launches.Recorder() as rec:
+            track.run_sequence(tier, seed, ops_per_seq)
+        per_seq.append(rec.launches)
+    n = sum(map(len, per_seq))
+
+    def meta(v):
+        return torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
+
+    rows = []
+    for label, conv in (("cpu", lambda v: v), ("meta (as cuda)", meta)):
+        seqs = [[(ln.fn, tuple(map(conv, ln.args)), {k: conv(v) for k, v in ln.kwargs.items()}, ln.grid, ln.run,
+                  ln.grid_dims) for ln in lns] for lns in per_seq]
+        best = float("inf")
+        for _ in range(rounds):
+            getattr(features, "_MEMO", {}).clear()
+            t0 = time.process_time()
+            for lns in seqs:
+                col = features.Collector()
+                for fn, args, kwargs, grid, run, dims in lns:
+                    launch = launches._describe(fn, args, {**kwargs, "grid": grid, "warmup": False}, run)
+                    launch.grid_dims = dims
+                    col(launch)
+            best = min(best, time.process_time() - t0)
+        rows.append({"tensors": label, "launches": n, "us_per_launch": round(1e6 * best / n, 1)})
+    return rows
 
 
 def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
@@ -271,6 +315,10 @@ def main() -> int:
     if "overhead" in parts:
         result["overhead"] = overhead(args.ops, backend=args.backend)
         for row in result["overhead"]:
+            print(json.dumps(row), flush=True)
+    if "hook" in parts:
+        result["hook"] = hook()
+        for row in result["hook"]:
             print(json.dumps(row), flush=True)
     if "throughput" in parts:
         result["throughput"] = throughput(args.ops)

@@ -44,6 +44,8 @@ import math
 import zlib
 from pathlib import Path
 
+from .launches import _layout, _params
+
 DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress")
 _DOMAIN_BITS = 40
 _IDS: dict[str, int] = {}
@@ -100,38 +102,63 @@ def _is_tensor(v) -> bool:
     return hasattr(v, "data_ptr") and hasattr(v, "numel")
 
 
+_MEMO: dict[tuple, tuple] = {}  # (kernel, grid) or (kernel, int argument, value, blocks) -> its features
+MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
+
+
 def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
-    (``_trip_features``): for its trip features, the row that reached them."""
-    from .launches import _params
-
-    kernel = launch.name
-    sig, _ = _params(getattr(launch.fn, "fn", launch.fn))
-    names = list(sig.parameters) if sig is not None else []
+    (``_trip_features``): for its trip features, the row that reached them. The grid's features
+    and each int argument's (its mask and distance to each block, to int32) are memoized
+    (``_MEMO``): a launch hook pays a few lookups per launch, the names are built once; a
+    tensor's size is only compared with int32's; the trips are read from the launch every time."""
+    pyfn = getattr(launch.fn, "fn", launch.fn)
+    layout = _layout(pyfn)
+    if layout is not None:
+        names = layout[0]
+    else:
+        sig, _ = _params(pyfn)
+        names = tuple(sig.parameters) if sig is not None else ()
     values = dict(zip(names, launch.args))
-    values.update({k: v for k, v in launch.kwargs.items() if k in names})
-    grid = launch.grid_dims or ()
-    for i, d in enumerate(grid):
-        out.add(f"grid|{kernel}|dim{i}|{log_bucket(d)}")
-    blocks = {k: v for k, v in launch.constexprs.items() if "BLOCK" in k and v > 0}
-    ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)
-            and k not in launch.constexprs}
-    for name, v in ints.items():
-        if INT32 - abs(v) < (1 << 20):
-            out.add(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
-        for b_name, b in blocks.items():
-            if name not in SIZES:
-                continue  # a stride or a row count: its remainder by a block means nothing
+    if launch.kwargs:
+        values.update({k: v for k, v in launch.kwargs.items() if k in names})
+    kernel, constexprs, grid = launch.name, launch.constexprs, launch.grid_dims or ()
+    if len(_MEMO) >= MEMO_MAX:
+        _MEMO.clear()
+    key = (kernel, grid)
+    if (got := _MEMO.get(key)) is None:
+        got = _MEMO[key] = tuple(f"grid|{kernel}|dim{i}|{log_bucket(d)}" for i, d in enumerate(grid))
+    out.update(got)
+    blocks = tuple((k, v) for k, v in constexprs.items() if "BLOCK" in k and v > 0)
+    for name, v in values.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            if name in constexprs:
+                continue
+            key = (kernel, name, v, blocks)
+            if (got := _MEMO.get(key)) is None:
+                got = _MEMO[key] = tuple(_int_features(kernel, name, v, blocks))
+            out.update(got)
+        elif _is_tensor(v) and INT32 - v.numel() < (1 << 20):
+            out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
+    if "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and constexprs.get("BLOCK", 0) > 0:
+        _trip_features(kernel, values, constexprs, grid, out, {} if goals is None else goals)
+
+
+def _int_features(kernel: str, name: str, v: int, blocks: tuple) -> list[str]:
+    """One int argument's features: how far it is from int32 (near ones only), and, for a size
+    argument (``SIZES``), its last block against each ``*BLOCK*`` constexpr (full, partial or
+    empty) and how far from a block boundary (log buckets)."""
+    out = []
+    if INT32 - abs(v) < (1 << 20):
+        out.append(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
+    if name in SIZES:  # a stride or a row count: its remainder by a block means nothing
+        for b_name, b in blocks:
             rem = v % b if v > 0 else 0
             mask = "empty" if v <= 0 else "full" if rem == 0 else "partial"
-            out.add(f"mask|{kernel}|{name}/{b_name}|{mask}")
+            out.append(f"mask|{kernel}|{name}/{b_name}|{mask}")
             if v > 0:
-                out.add(f"block_dist|{kernel}|{name}/{b_name}|{log_bucket(min(rem, b - rem))}")
-    for name, v in values.items():
-        if _is_tensor(v) and INT32 - v.numel() < (1 << 20):
-            out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
-    if "seq_lens_ptr" in values and "BLOCK" in blocks and "col_stride" in values and len(grid) >= 2:
-        _trip_features(kernel, values, launch.constexprs, grid, out, {} if goals is None else goals)
+                out.append(f"block_dist|{kernel}|{name}/{b_name}|{log_bucket(min(rem, b - rem))}")
+    return out
 
 
 def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out: set[str], goals: dict) -> None:
@@ -240,6 +267,7 @@ class Collector:
         self.op = -1  # the op running now (``at``), -1 before the first
         self.where: dict[str, int] = {}  # a value feature -> the op that first reached it
         self.goals: dict[str, list] = {}  # a trip feature -> [row length, short of one more trip, BLOCK, trips, stride]
+        self.programs = 0  # programs launched (the grids' sizes): what the sequence cost on the interpreter
 
     def at(self, marks: list, pos: int) -> None:
         """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""
@@ -247,6 +275,7 @@ class Collector:
         self.op += 1
 
     def __call__(self, launch) -> None:
+        self.programs += math.prod(launch.grid_dims or ())
         new: set[str] = set()
         goals: dict[str, list] = {}
         with contextlib.suppress(Exception):  # a launch shape we cannot read adds nothing, never fails a run

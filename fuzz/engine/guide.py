@@ -13,7 +13,8 @@ a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
 ``merge`` keeps the smallest subset of several corpora covering their union (libFuzzer's
 ``-merge=1``: greedy, fewest ops first).
 
-The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops,
+The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops
+(or ``FRESH_PROGRAMS`` programs launched, their cost on the interpreter),
 then a share ``FRESH`` of them fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
 table made the most trips (``Corpus.frontier``), most of them one edit aimed at the trips x
 last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
@@ -61,6 +62,7 @@ TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copi
 AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_edit``: resize, or shrink the knobs)
 AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
 FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
+FRESH_PROGRAMS = 400  # ... or less: it ends once its launches ran this many programs (its cost on the interpreter)
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 
@@ -337,7 +339,8 @@ class GuidedTrack(SmallTrack):
         t0 = time.process_time()  # CPU: the machine may be shared
         with (col := Collector(code)):
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
-                                       params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)), **kw)
+                                       params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)),
+                                       stop=(lambda: col.programs >= FRESH_PROGRAMS) if plan["how"] == ["fresh"] else None, **kw)
         col.add_run(seq.run)
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:
@@ -411,10 +414,13 @@ def aim(goal: list | None, why: str | None, counts, rng: random.Random) -> tuple
 
 def code_schedule(i: int) -> tuple[bool, bool]:
     """(code coverage on, the interpreted kernel bodies traced too) for a worker's sequence ``i``:
-    one in ``CODE_EVERY``, one in ``KERNEL_CODE_EVERY``, from the second sequence on. The first
-    is left untraced: most catalogue mutants die in it, and its coverage starting and tracing
-    the kernel bodies cost 4-5 CPU s for under 20 ops (guided-vs-blind-2026-12-02.md)."""
-    return i % CODE_EVERY == min(1, CODE_EVERY - 1), i % KERNEL_CODE_EVERY == min(1, KERNEL_CODE_EVERY - 1)
+    code on the last of every ``CODE_EVERY`` (the 4th, 8th, ...), the kernel bodies on the last of
+    every ``KERNEL_CODE_EVERY`` (the 32nd, 64th, ...). The first sequences run untraced: most
+    catalogue mutants and many fixture runs die in the fresh phase, and a traced sequence pays
+    the tracer's start (~0.15 CPU s the first time) and ~25 % more per op, a kernel-traced one
+    ~2.5x. Until the kills were timed in CPU seconds the second sequence was traced, kernel
+    bodies included: up to a third of a fixture's time to kill (guided-vs-blind-2026-12-02-s9.md)."""
+    return i % CODE_EVERY == CODE_EVERY - 1, i % KERNEL_CODE_EVERY == KERNEL_CODE_EVERY - 1
 
 
 def _begin(rng: ChoiceRandom, marks: list | None = None) -> int:

@@ -317,19 +317,58 @@ def _params(pyfn) -> tuple[inspect.Signature | None, frozenset]:
                           if "constexpr" in str(getattr(p.annotation, "__name__", p.annotation)))
 
 
+@functools.lru_cache(maxsize=None)
+def _layout(pyfn) -> tuple | None:
+    """(parameter names, {name: default}, constexpr names) of a kernel whose parameters are all
+    plain (positional or keyword, no ``*args``/``**kwargs``), so ``_bound`` can map a launch's
+    arguments without ``Signature.bind``; None otherwise (``bind`` then)."""
+    sig, const = _params(pyfn)
+    if sig is None or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in sig.parameters.values()):
+        return None
+    ps = sig.parameters.values()
+    return tuple(p.name for p in ps), {p.name: p.default for p in ps if p.default is not p.empty}, const
+
+
+def _bound(pyfn, args, kwargs) -> dict | None:
+    """The launch's arguments by parameter name, defaults applied, in parameter order, as
+    ``Signature.bind(...).apply_defaults()`` gives them (kwargs naming no parameter left out);
+    None where they do not bind (too many, a duplicate, a required one missing)."""
+    layout = _layout(pyfn)
+    if layout is None:
+        sig, _ = _params(pyfn)
+        if sig is None:
+            return None
+        try:
+            bound = sig.bind(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters})
+        except TypeError:
+            return None
+        bound.apply_defaults()
+        return dict(bound.arguments)
+    names, defaults, _ = layout
+    if len(args) > len(names) or any(k in kwargs for k in names[: len(args)]):
+        return None  # too many, or a positional argument named again
+    out = dict(zip(names, args))
+    for name in names[len(args):]:
+        if name in kwargs:
+            out[name] = kwargs[name]
+        elif name in defaults:
+            out[name] = defaults[name]
+        else:
+            return None
+    return out
+
+
 def _describe(fn, args, kwargs, original) -> Launch:
     grid = kwargs.get("grid")
     rest = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-    sig, const = _params(getattr(fn, "fn", fn))
+    pyfn = getattr(fn, "fn", fn)
+    const = _params(pyfn)[1]
     constexprs = {}
-    if sig is not None:
-        with contextlib.suppress(TypeError):
-            bound = sig.bind(*args, **{k: v for k, v in rest.items() if k in sig.parameters})
-            bound.apply_defaults()
-            for k, v in bound.arguments.items():
-                v = getattr(v, "value", v) if type(v).__name__ == "constexpr" else v
-                if k in const and isinstance(v, int) and not isinstance(v, bool):
-                    constexprs[k] = v
+    for k, v in (_bound(pyfn, args, rest) or {}).items():
+        if k in const:
+            v = getattr(v, "value", v) if type(v).__name__ == "constexpr" else v
+            if isinstance(v, int) and not isinstance(v, bool):
+                constexprs[k] = v
     launch = Launch(fn, grid, args, rest, original, constexprs)
     if grid is not None and not callable(grid):
         with contextlib.suppress(Exception):

@@ -70,6 +70,31 @@ def test_launch_features_count_trips_and_the_last_block_of_a_read_table():
     assert features.feature_id("code|a>b") != features.feature_id("code|b>a")
 
 
+
+def test_a_launch_shapes_features_are_memoized_and_its_trips_are_not():
+    """The same shape again gives the same features from the memo; another size others; and a
+    row of other contents in a tensor of the same size its own trips (read from it every time)."""
+    import torch
+
+    from kvkernels import triton_kernels
+
+    def launch(lens, max_pages=64):
+        return type("L", (), {"name": "read_table_kernel", "constexprs": {"BLOCK": 4, "PAGE_SIZE": 1},
+                              "fn": triton_kernels.read_table_kernel, "args": (), "grid_dims": (1, 1),
+                              "kwargs": {"seq_lens_ptr": torch.tensor(lens), "max_pages": max_pages, "col_stride": 4}})
+
+    features._MEMO.clear()
+    first, again, other, longer = set(), set(), set(), set()
+    features.launch_features(launch([10]), first)
+    held = len(features._MEMO)
+    assert held >= 2  # the grid's, and max_pages's
+    features.launch_features(launch([10]), again)
+    assert again == first and len(features._MEMO) == held
+    features.launch_features(launch([10], max_pages=63), other)
+    assert "mask|read_table_kernel|max_pages/BLOCK|partial" in other - first and len(features._MEMO) == held + 1
+    features.launch_features(launch([5]), longer)
+    assert "trips|read_table_kernel|2|partial" in longer and "trips|read_table_kernel|3+|partial" in first - longer
+
 def test_the_corpus_survives_a_killed_campaign_and_the_next_one_resumes_from_it(tmp_path):
     corpus = tmp_path / "corpus"
     cmd = [sys.executable, "-m", "fuzz", "run", "--corpus", str(corpus), "--budget-s", "300",

@@ -107,3 +107,20 @@ def test_a_frontier_plan_is_one_aimed_edit_and_a_fresh_one_is_short(tmp_path, mo
         e["knobs"], e["goals"] = dict(least), {name: [4, 5, 4, 1, 8]}  # the smallest knobs: 2 programs, stride 8
     plan = track.plan(tier, 11)
     assert plan["how"] != ["resize"] and plan["length"] == 4 + guide.TAIL, plan["how"]  # no pages, no feeds
+
+
+def test_a_fresh_sequence_ends_at_its_program_budget_and_rebuilds_as_it_ran(tmp_path, monkeypatch):
+    """Interpreter: a fresh sequence stops once its launches ran FRESH_PROGRAMS programs (its
+    cost there), fewer than FRESH_OPS ops; the entry kept says so, and the parent rebuilds the
+    ops it ran from the stream under .seq/."""
+    from fuzz.engine.tiers import make_tier
+
+    monkeypatch.setattr(guide, "FRESH_PROGRAMS", 6)
+    tier = make_tier("interpret")
+    track = guide.GuidedTrack(tmp_path)
+    track.plan(tier, 0)
+    seq = track.run_sequence(tier, 0, 200)
+    assert 0 < len(seq.ops) < guide.FRESH_OPS and seq.divergence is None
+    assert track.corpus.entries[0]["ops"] == len(seq.ops)
+    _, _, again = track.regenerate(0, len(seq.ops), {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
+    assert [op.to_json() for op in again] == [op.to_json() for op in seq.ops]

@@ -394,3 +394,23 @@ def test_the_interpreter_patches_the_language_once_per_launch_not_per_nested_cal
     assert got[1][1] == got[6][1] == want  # and the kernel computes what it says
     # After the launch its scope is restored: the language is Triton's own again.
     assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.tensor.__add__)
+
+
+def test_bound_maps_a_launchs_arguments_as_signature_bind_does():
+    """``_bound`` (the hook's binding, without ``Signature.bind``): positional and keyword
+    arguments, a default applied, launch options left out; None where bind refuses."""
+    import inspect
+
+    pyfn = _copy_kernel.fn
+    sig = inspect.signature(pyfn)
+    calls = [((1, 2, 3), {"B": 4}), ((1, 2), {"n": 3, "B": 4, "num_warps": 2}), ((1, 2, 3, 4, True), {}),
+             ((1, 2, 3), {}), ((1, 2, 3, 4), {"n": 5}), ((1, 2, 3, 4, True, 6), {})]
+    for args, kwargs in calls:
+        try:
+            ref = sig.bind(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters})
+            ref.apply_defaults()
+            want = dict(ref.arguments)
+        except TypeError:
+            want = None
+        assert launches._bound(pyfn, args, kwargs) == want, (args, kwargs)
+    assert launches._bound(pyfn, (1, 2, 3), {"B": 4}) == {"x_ptr": 1, "y_ptr": 2, "n": 3, "B": 4, "FLAG": False}

@@ -34,9 +34,10 @@ class SmallTrack(Track):
         return PoolRun(config, tier, **kw)
 
     def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
-                     check_every=1, palette_seed=None, params=None, r2t_dtype=None, on_op=None) -> Sequence:
+                     check_every=1, palette_seed=None, params=None, r2t_dtype=None, on_op=None, stop=None) -> Sequence:
         """``params``/``r2t_dtype``: what the seed would decide, given instead; ``on_op()``: called
-        before each op is drawn (a guided run marks where each op's draws begin, ``guide``)."""
+        before each op is drawn (a guided run marks where each op's draws begin, ``guide``);
+        ``stop()``: checked there too, true ends the sequence (a guided fresh one's work budget)."""
         config, scenario, rng = params or sequence_params(seed)
         gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
                           r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
@@ -45,7 +46,7 @@ class SmallTrack(Track):
         ops, d = [], None
         try:
             for _ in range(n_ops):
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline is not None and time.monotonic() >= deadline or stop is not None and stop():
                     break
                 if on_op is not None:
                     on_op()
