@@ -433,7 +433,7 @@ class Campaign:
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize,
                               rate_deadline=rate_by)
-        confirmer.mark = self.summary.marker(case.signature, self.start)
+        confirmer.mark = self.summary.marker(case.signature, self.start, executor)
         def publish(better: Case) -> None:
             with self.lock:
                 self.cases[case.signature] = better

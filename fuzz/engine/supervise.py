@@ -224,9 +224,12 @@ class Executor:
         self.used = False  # the current child has been sent a job (a child that ran none is fresh)
         self._standby: tuple | None = None  # (child, conn): a fresh child started ahead of the job that needs one
         self._keep_standby = False  # once asked (standby()), one is started again whenever one is taken
+        self.children = 0  # children started (standbys included): what a confirmation cost, counted
+        self.jobs = 0  # replays sent
 
     def _new_child(self) -> tuple:
         parent_end, child_end = CTX.Pipe()
+        self.children += 1
         child = Child("fuzz.engine.worker:executor_main", (self.tier_spec, child_end), log_dir=self.log_dir,
                       gpu=self.gpu, env=self.env)
         child_end.close()
@@ -291,6 +294,7 @@ class Executor:
         if self.child is None or not self.child.alive():
             self._start()
         self.conn.send(job)
+        self.jobs += 1
         self.used = True
         while True:
             conn, child = self.conn, self.child
