@@ -386,9 +386,9 @@ class Campaign:
     # ---- cases ---------------------------------------------------------------------------------
     def _record(self, finding, config, ops, seed, scenario, knobs, extra=None, history=None) -> None:
         sig = finding.signature
-        if self.opts.stop_on_first and not self.cases:  # the first: fuzz no further, confirm and minimize it
+        halt = self.opts.stop_on_first and not self.cases  # the first: fuzz no further, confirm and minimize it
+        if halt:
             self.stop = self.stop or "first-finding"
-            self._halt_workers()
         with self.lock:
             self.summary.occurrences[sig] = self.summary.occurrences.get(sig, 0) + 1
             if sig in self.cases:
@@ -410,6 +410,8 @@ class Campaign:
             _, minimize_by = self._confirm_deadlines(history)
             self.threads.append((t, minimize_by + self.op_timeout() + 10))
             t.start()
+        if halt:  # once its confirmation has begun: a worker's end (a CUDA context torn down) is not waited for first
+            self._halt_workers()
 
     def _confirm_deadlines(self, history) -> tuple[float, float]:
         """(rate by, minimize by) for a finding made now: the budget's end (plus --minimize-s
@@ -441,15 +443,13 @@ class Campaign:
                                                         same_length=True)
 
         try:
-            done = confirmer.confirm(case, history, publish)
+            publish(confirmer.confirm(case, history, publish))  # then its children stopped: not before
+            confirmer.mark("written")
         except (SetupFailed, HarnessFailed, TimeoutError, Cancelled) as exc:
             if isinstance(exc, HarnessFailed) and not self.stop:
                 self.summary.harness_errors.append(str(exc))
-            return
         finally:
             executor.close()
-        publish(done)
-        confirmer.mark("written")
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
     def ops_so_far(self) -> int:

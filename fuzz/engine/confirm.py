@@ -31,6 +31,7 @@ fail (the smaller case is kept only if it is seen to fail).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -52,6 +53,7 @@ class Rate:
     n: int = 0
     unknown: int = 0
     why: list[str] = field(default_factory=list)
+    failure: object = None  # the last replay that reproduced it (the minimizer need not replay it again)
 
     def to_json(self) -> dict:
         """``reproduced`` as a case writes it: ``{k, n}``, with ``unknown`` and a ``note`` when
@@ -134,6 +136,7 @@ class Confirmer:
             rate.n += 1
             if f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want):
                 rate.k += 1
+                rate.failure = f
             elif f is not None:  # it failed, as something else: said in the case, never counted
                 self.others.setdefault(str(f.signature), f.step)
         return rate
@@ -160,8 +163,8 @@ class Confirmer:
         smaller case), so a campaign that ends mid-way keeps what was learnt."""
         publish = publish or (lambda c: None)
         tries = self.tries_for(case)
-        if case.fault is not None:  # each replay that reproduces it kills its child: the next one is started ahead
-            self.executor.standby()
+        if case.fault is not None:  # each replay that reproduces it kills its child: the next ones are started ahead
+            self.executor.standby(depth=self.depth(case))
         rate = self.rate(case, tries=tries)
         needs = None
         history = history() if callable(history) and rate.k == 0 else history
@@ -192,13 +195,20 @@ class Confirmer:
         publish(case)
         if k == 0 or not self.minimize or self._late():
             return case
-        self.executor.standby()  # the minimized case's rate begins in a fresh process: started now, it is up by then
-        smaller = self.minimized(case)
+        # The minimized case's rate begins in a fresh process: started now, it is up by then (a
+        # crash case's candidates and replays each kill their child: children kept started ahead).
+        if case.fault is None:
+            self.executor.standby(fresh=1)
+        smaller = self.minimized(case, rate.failure)
         self.mark("minimized")
         if smaller is case:
             return case
+        if (smaller.config, smaller.ops) == (case.config, case.ops):  # nothing dropped: the rate stands
+            return smaller
         # A shorter sequence fails less often when the bug is a race per call: rate it again,
         # and keep the longer one if the shorter never fails on its own.
+        if case.fault is not None:
+            self.executor.standby(fresh=tries, depth=self.depth(case))
         again = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries,
                           floor=min(3, tries))
         self.mark("rerated")
@@ -231,14 +241,21 @@ class Confirmer:
                 n = min(len(kept), 2 * n)
         return kept
 
-    def minimized(self, case: Case) -> Case:
+    def depth(self, case: Case) -> int:
+        """Children set up side by side for a crash case's replays: its tries, as the cores allow
+        (a set-up is a core's work; on two cores one started ahead already overlaps the replays)."""
+        return min(self.tries_for(case), max(1, (os.cpu_count() or 1) // 2))
+
+    def minimized(self, case: Case, known=None) -> Case:
+        """The case minimized; ``known``: a replay of it that failed alike (from its rate), so the
+        minimizer does not replay the whole case once more before its first candidate."""
         history = (case.history or {}).get("sequences") or None
         judge = self._judge(case, history)
         flaky = bool(case.flaky)
         m = Minimizer(None, case.signature, deadline=self.deadline, judge=lambda c, o: judge(c, o),
                       hostile=hostile_kind(case), tries=self.tries if flaky else 1)
         try:
-            config, ops, failure = m.run(case.config, case.ops)
+            config, ops, failure = m.run(case.config, case.ops, known=known)
         except NotReproducible:
             return case
         return case.with_minimized(config, ops, failure, passes=m.report())

@@ -126,8 +126,12 @@ class Minimizer:
         if self._pass is not None:
             self.stats.setdefault(self._pass, [0, 0])[1] += 1
 
-    def run(self, config, ops: list[Op]):
-        """(config, ops, failure): the smallest candidate found that still fails alike."""
+    def run(self, config, ops: list[Op], known=None):
+        """(config, ops, failure): the smallest candidate found that still fails alike.
+        ``known``: a failure of ``(config, ops)`` seen already (a rate's replay), taken for its
+        first replay when it fails alike."""
+        if self.same(known):
+            self._tried[(config, tuple(ops))] = known
         d = self.fails(config, ops)
         if d is None:
             raise NotReproducible(f"the sequence does not fail with {self.signature}; nothing to minimize")

@@ -284,17 +284,43 @@ def test_a_standby_child_runs_the_next_fresh_job_and_another_is_started_behind_i
         assert ex.run(config, ops) is None
         first = ex.child.proc.pid
         ex.standby()
-        ahead = ex._standby[0].proc.pid
+        ahead = ex._standby[0][0].proc.pid
         assert ex.run(config, ops) is None and ex.child.proc.pid == first  # not fresh: the same child
         assert ex.run(config, ops, fresh=True) is None and ex.child.proc.pid == ahead
-        behind = ex._standby[0]
+        behind = ex._standby[0][0]
         assert behind.proc.pid not in (first, ahead) and behind.alive()
         ex.child.proc.kill()  # as if a replay had segfaulted it: the next job gets the one behind
         ex.child.proc.join()
         assert ex.run(config, ops) is None and ex.child.proc.pid == behind.proc.pid
     finally:
         ex.close()
-    assert ex._standby is None and not behind.alive()
+    assert ex._standby == [] and not behind.alive()
+
+
+def test_standby_for_a_number_of_fresh_jobs_starts_no_child_they_do_not_take(tmp_path):
+    """``standby(fresh=n)``: children started ahead for the next n fresh jobs, none behind the
+    last (a minimized case's rate needs one); ``depth``: set up side by side (a crash case's
+    replays). A child a fresh job replaced is not waited for then, and is gone after close."""
+    from fuzz.engine.kinds import parse_ops
+    from fuzz.engine.tiers import TierSpec
+
+    ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
+    config = kvref.PoolConfig(num_pages=8, page_size=2, multiplier=3)
+    ops = parse_ops([{"op": "alloc", "n": 2}])
+    try:
+        assert ex.run(config, ops) is None
+        first = ex.child
+        ex.standby(fresh=1)
+        [(ahead, _)] = ex._standby
+        assert ex.run(config, ops, fresh=True) is None and ex.child is ahead
+        assert ex._standby == [] and ex.children == 2  # nothing started behind the one it took
+        ex.standby(fresh=2, depth=2)
+        assert len(ex._standby) == 2 and ex.children == 4
+        ex.standby(fresh=1)  # fewer fresh jobs left than children ahead: the spare one is closed
+        assert len(ex._standby) == 1 and ex.children == 4
+    finally:
+        ex.close()
+    assert not first.alive() and not ahead.alive() and ex._standby == [] and ex._retiring == []
 
 
 def test_a_cuda_fault_has_one_name_however_it_surfaced():
