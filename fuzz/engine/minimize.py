@@ -165,8 +165,10 @@ class Minimizer:
 @minimize_pass("keep-prerequisites")
 def keep_prerequisites(m: Minimizer, c: Candidate) -> Candidate | None:
     """The failing op alone with the last op of each prerequisite kind before it (a
-    production read table needs only its setup and its rows): one replay that, when it
-    holds, spares most of delta debugging's. Ops mark themselves ``prerequisite``."""
+    production read table needs only its setup and its rows; a small-track kernel bug that
+    needs no state, none): one replay that, when it holds, spares most of delta debugging's
+    (its halves and quarters of a long sequence, each replayed). Ops mark themselves
+    ``prerequisite``."""
     last = len(c.ops) - 1
     keep = {last}
     seen: set[str] = set()
@@ -175,7 +177,7 @@ def keep_prerequisites(m: Minimizer, c: Candidate) -> Candidate | None:
         if getattr(op, "prerequisite", False) and op.kind not in seen:
             seen.add(op.kind)
             keep.add(j)
-    if not seen or len(keep) == len(c.ops):
+    if len(keep) == len(c.ops):
         return None
     core = [c.ops[j] for j in sorted(keep)]
     if m.fails(c.config, core):

@@ -147,6 +147,21 @@ def test_a_flaky_candidate_counts_when_it_fails_once_in_its_tries():
     assert len(kept) < len(ops) and m.report()
 
 
+def test_a_failing_op_that_needs_nothing_before_it_is_tried_alone_first():
+    """A kernel bug that needs no state (a read table's missing guard) fails with its op alone:
+    one replay of one op, before delta debugging would replay halves and quarters of the case."""
+    sig = Signature("free", "state", "p2v")
+    ops = [Alloc(1), Alloc(2), Free((1,)), Alloc(3), Alloc(1), Free((2, 3)), Alloc(2), Free((4,))]
+
+    def judge(config, cand):  # the last op fails whatever ran before it
+        return _finding(sig, None) if cand and cand[-1] == ops[-1] else None
+
+    m = Minimizer(None, sig, judge=judge)
+    _, kept, _ = m.run(kvref.PoolConfig(num_pages=16), ops)
+    assert kept == [ops[-1]], kept
+    assert m.stats["keep-prerequisites"] == [1, 1] and "drop-ops" not in m.stats, m.stats
+
+
 @pytest.mark.slow
 @needs_interpreter
 def test_a_case_found_with_hostile_all_replays_in_that_mode(tmp_path):
