@@ -438,10 +438,13 @@ class Campaign:
             self._gpu_turn += 1
             executor, self._spare = self._spare or self._executor(self._gpu_turn, timeout), None
             executor.op_timeout = timeout
+        # --stop-on-first on a CPU: the halted worker's core is free for a second child taking half the
+        # rate's replays (on a GPU its set-up would outlast them)
+        helps = self.opts.stop_on_first and self.opts.backend != "cuda" and self.opts.reproduce > 1
+        helper = self._executor(self._gpu_turn, timeout) if helps and case.fault is None else None
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
-                              minimize=self.opts.minimize,
-                              rate_deadline=rate_by)
-        confirmer.mark = self.summary.marker(case.signature, self.start, executor)
+                              minimize=self.opts.minimize, rate_deadline=rate_by, helper=helper)
+        confirmer.mark = self.summary.marker(case.signature, self.start, executor, helper)
         def publish(better: Case) -> None:
             with self.lock:
                 self.cases[case.signature] = better

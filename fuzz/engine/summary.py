@@ -57,15 +57,16 @@ class Summary:
             self.timeline["ready"] = at
             self.timeline.update(hello.get("setup_s", {}))
 
-    def marker(self, signature, start: float, executor=None):
+    def marker(self, signature, start: float, *executors):
         """A confirmation's ``mark``: the end of each of its steps, in seconds since ``start``, and
-        the children ``executor`` started and the replays it ran so far (``confirm_work``)."""
+        the children its ``executors`` started and the replays they ran so far (``confirm_work``)."""
         steps, work = self.confirm_timeline.setdefault(signature, {}), self.confirm_work.setdefault(signature, {})
+        executors = [e for e in executors if e is not None]
 
         def mark(step: str) -> None:
             steps[step] = time.monotonic() - start
-            if executor is not None:
-                work[step] = {"children": executor.children, "replays": executor.jobs}
+            if executors:
+                work[step] = {"children": sum(e.children for e in executors), "replays": sum(e.jobs for e in executors)}
         return mark
 
     @property

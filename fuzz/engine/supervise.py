@@ -254,6 +254,11 @@ class Executor:
         if self.child is None:
             self._start()
 
+    def ready(self) -> bool:
+        """Its child is set up and has run no job (a fresh process, waiting): a job sent now starts at once."""
+        child = self.child
+        return child is not None and not self.used and child.alive() and child.slots[PHASE] == IDLE
+
     def standby(self, fresh: int | None = None, depth: int = 1) -> None:
         """From now on, keep ``depth`` fresh children started beside the current one, for the
         next ``fresh`` jobs that must run in a fresh process (None: every one): the first replay
@@ -377,6 +382,15 @@ class Executor:
             else:
                 _close_child(*retired)
         self._retiring = still
+
+    def release(self) -> None:
+        """Stop its children without waiting for them (``close`` does): it is not needed any more."""
+        self._retire()
+        standby, self._standby = self._standby, []
+        for child, conn in standby:
+            conn.close()
+            child.proc.terminate()
+            self._retiring.append((child, None))
 
     def close(self) -> None:
         """Stop the current child and the standbys; wait for every child it stopped."""

@@ -323,6 +323,38 @@ def test_standby_for_a_number_of_fresh_jobs_starts_no_child_they_do_not_take(tmp
     assert not first.alive() and not ahead.alive() and ex._standby == [] and ex._retiring == []
 
 
+def test_a_helper_executor_takes_some_of_the_rate_replays_side_by_side(tmp_path):
+    """The first rate of a divergence (not a crash) is shared with a second executor once its
+    child is up: the replays are counted as one rate, each child's first fresh, and the helper's
+    child is stopped after it."""
+    from fuzz.engine.case import Case
+    from fuzz.engine.confirm import Confirmer
+    from fuzz.engine.kinds import parse_ops
+    from fuzz.engine.tiers import TierSpec
+
+    spec = TierSpec("torch", str(FAKES / "past_prefix.py"))
+    ex, helper = (supervise.Executor(spec, op_timeout=30, log_dir=tmp_path) for _ in range(2))
+    config = kvref.PoolConfig(num_pages=8, page_size=2, multiplier=3)
+    ops = parse_ops([{"op": "alloc", "n": 6}, {"op": "read_table", "rows": [[2, 3, 4, 5, 6, 7]], "req_idx": [0],
+                                                "seq_lens": [3], "max_pages": 3, "width": 6, "legacy": False}])
+    try:
+        found = ex.run(config, ops)
+        helper.prestart()
+        deadline = time.monotonic() + 120
+        while not helper.ready():
+            assert time.monotonic() < deadline and helper.child.alive(), "the helper did not set up"
+            time.sleep(0.05)
+        case = Case.found(config=config, ops=ops, divergence=found, original_len=len(ops))
+        done = Confirmer(ex, tries=5, minimize=False, helper=helper).confirm(case)
+        assert done.reproduced == {"k": 5, "n": 5} and not done.flaky, done.reproduced
+        # the executor's own child had run a job: its first replay waited for a fresh one, the helper's did not
+        assert helper.jobs >= 1 and ex.jobs - 1 + helper.jobs == 5, (ex.jobs, helper.jobs)
+        assert helper.child is None
+    finally:
+        ex.close()
+        helper.close()
+
+
 def test_a_cuda_fault_has_one_name_however_it_surfaced():
     from fuzz.engine.runner import crash_field, is_cuda_error
 
