@@ -63,6 +63,7 @@ from .supervise import (
     Executor,
     HarnessFailed,
     SetupFailed,
+    a_core_is_free,
     process_age,
     visible_gpus,
 )
@@ -439,8 +440,8 @@ class Campaign:
             executor, self._spare = self._spare or self._executor(self._gpu_turn, timeout), None
             executor.op_timeout = timeout
         # --stop-on-first on a CPU: the halted worker's core is free for a second child taking half the
-        # rate's replays (on a GPU its set-up would outlast them)
-        helps = self.opts.stop_on_first and self.opts.backend != "cuda" and self.opts.reproduce > 1
+        # rate's replays (on a GPU its set-up would outlast them), unless other processes hold the cores
+        helps = self.opts.stop_on_first and self.opts.backend != "cuda" and self.opts.reproduce > 1 and a_core_is_free()
         helper = self._executor(self._gpu_turn, timeout) if helps and case.fault is None else None
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize, rate_deadline=rate_by, helper=helper)

@@ -159,6 +159,17 @@ def process_age(pid: int | str = "self") -> float | None:
         return None
 
 
+def a_core_is_free() -> bool:
+    """Whether the machine is not already oversubscribed (its 1-minute load average below its
+    cores): a second child doing the same work side by side only helps on a core nobody uses;
+    on a loaded machine it takes its share from the same cores (measured: no faster on two
+    cores at a load of 4-6). True where the load cannot be read."""
+    try:
+        return os.getloadavg()[0] < (os.cpu_count() or 1)
+    except OSError:
+        return True
+
+
 def waited_for_cpu(pid: int | None) -> float:
     """Seconds the process's main thread spent runnable but waiting for a CPU (Linux
     ``/proc/PID/schedstat``, its second field); 0 where the kernel does not say."""
