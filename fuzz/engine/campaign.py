@@ -289,9 +289,9 @@ class Campaign:
         if kind == "hello":
             slot.hello = msg[2]
             first = self.opts.stop_on_first and self._spare is None and not self.cases
-            if first and (self.opts.reproduce or self.opts.minimize):
+            if first and (self.opts.reproduce or self.opts.minimize) and a_core_is_free():
                 # the first case is all it waits for: its first replay's child set up beside the worker
-                # (on a CPU, once the worker is up: not before, the two would share its set-up's cores)
+                # (on a CPU, once the worker is up, and on a core nobody uses: else it slows the worker)
                 self._spare = self._executor(1, self.op_timeout())
                 self._spare.prestart()
             self.summary.worker_ready(time.monotonic() - self.start, slot.hello)
