@@ -37,6 +37,7 @@ import json
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -108,6 +109,23 @@ def _env(scratch: Path, zdir: Path) -> dict:
             "PYTHONPATH": os.pathsep.join([str(scratch), str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
+def daemon_cpu(zdir: Path) -> float:
+    """CPU seconds of the fork daemons serving ``zdir`` and of the children they reaped (the
+    workers and executors: ``/proc/PID/stat``'s utime, stime, cutime, cstime): a campaign's
+    children are the daemon's, not the campaign's, so ``RUSAGE_CHILDREN`` misses them."""
+    total = 0.0
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(zdir) not in (proc / "cmdline").read_bytes().decode(errors="replace") or \
+                    b"daemon.main" not in (proc / "cmdline").read_bytes():
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -> dict:
     """One ``kvfuzz run --stop-on-first`` from a fresh process: seconds to its case file."""
     out = Path(tempfile.mkdtemp(prefix="cases-", dir=scratch))
@@ -115,16 +133,22 @@ def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -
     cmd = [sys.executable, "-m", "fuzz", "run", "--backend", args.backend, "--scale", target["scale"],
            *target["flags"], "--seed", str(args.seed), "--budget-s", str(args.budget_s), "--stop-on-first",
            "--cache-dir", str(cache), "--out", str(out / "cases"), "--summary", str(summary)]
-    env = _env(scratch, zygote_dir(args, scratch, cache_state))
+    zdir = zygote_dir(args, scratch, cache_state)
+    env = _env(scratch, zdir)
+    cpu0 = (resource.getrusage(resource.RUSAGE_CHILDREN), daemon_cpu(zdir))
     start = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.budget_s * 4 + 300)
     wall = time.time() - start
+    time.sleep(1.0)  # the daemon reaps the campaign's last children (they leave with their client)
+    own = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = {"command": round(own.ru_utime + own.ru_stime - cpu0[0].ru_utime - cpu0[0].ru_stime, 2),
+           "children": round(daemon_cpu(zdir) - cpu0[1], 2)}
     cases = sorted((out / "cases").glob("*.json")) if (out / "cases").is_dir() else []
     first = min((p.stat().st_mtime for p in cases), default=None)
     s = json.loads(summary.read_text()) if summary.is_file() else {}
     failures = s.get("failures") or []
     row = {"target": target["name"], "kind": target["kind"], "scale": target["scale"], "cache": cache_state,
-           "exit_code": proc.returncode, "process_s": round(wall, 2),
+           "exit_code": proc.returncode, "process_s": round(wall, 2), "cpu_s": cpu,
            "first_case_s": None if first is None else round(first - start, 2),
            "found_after_s": failures[0].get("found_after_s") if failures else None,
            "signature": failures[0].get("signature") if failures else None,
@@ -135,7 +159,9 @@ def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -
            "compile_s": s.get("compile_s"), "loads": s.get("loads"), "load_s": s.get("load_s"),
            # where the seconds went (the summary's, from the campaign's start): the process, the first
            # worker set up and its first op; the case's rate, minimization, second rate, rewrite
-           "timeline": s.get("timeline"), "confirm_timeline": failures[0].get("confirm_timeline") if failures else None}
+           "timeline": s.get("timeline"), "confirm_timeline": failures[0].get("confirm_timeline") if failures else None,
+           # what confirming ran: children started and replays sent, so far, at the end of each step
+           "confirm_work": failures[0].get("confirm_work") if failures else None}
     rep = row["reproduced"]
     row["confirmed"] = bool(rep and rep.get("k"))  # a case written at once and never confirmed is not the figure
     if proc.returncode not in (0, 1):
@@ -162,22 +188,54 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _cpu(cpu: dict | None) -> str:
+    return "-" if not cpu else f"{cpu['command']:.1f} + {cpu['children']:.1f}"
+
+
+def _work(work: dict | None) -> str:
+    """Children started and replays run by the end of confirming (the last step marked)."""
+    if not work:
+        return "-"
+    last = work[next(reversed(work))]
+    return f"{last['children']} / {last['replays']}"
+
+
+def _step(row: dict, name: str) -> str:
+    """A confirmation step's end (seconds into the run), with the children and replays by then."""
+    steps, work = row.get("confirm_timeline") or {}, row.get("confirm_work") or {}
+    if name not in steps:
+        return "-"
+    w = work.get(name)
+    return f"{steps[name]:.2f}" + (f" ({w['children']} / {w['replays']})" if w else "")
+
+
 def markdown(report: dict) -> str:
     lines = [f"# Seconds to the first case: `kvfuzz run --stop-on-first`, backend {report['backend']}", "",
              f"Machine: {report['machine']}. {report['note']}", "",
              f"Budget {report['budget_s']:.0f} s per campaign, seed {report['seed']}; process start to the case "
              "file written (confirmed, minimized); `found_after_s` is the summary's (inside the run, before "
              "confirmation).", "",
-             "| target | scale | cache | first case (s) | found after (s) | process (s) | case ops | reproduced | "
-             "signature |", "|---|---|---|---|---|---|---|---|---|"]
+             "| target | scale | cache | first case (s) | found after (s) | process (s) | CPU s (command + children) | "
+             "case ops | reproduced | confirming: children / replays | signature |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     unconfirmed = " (unconfirmed: not counted)"
     for r in report["campaigns"]:
         rep = r["reproduced"]
         lines.append(f"| {r['target']} | {r['scale']} | {r['cache']} | {_fmt(r['first_case_s'])}"
                      f"{'' if r.get('confirmed') or r['first_case_s'] is None else unconfirmed} | "
-                     f"{_fmt(r['found_after_s'])} | {_fmt(r['process_s'])} | "
+                     f"{_fmt(r['found_after_s'])} | {_fmt(r['process_s'])} | {_cpu(r.get('cpu_s'))} | "
                      f"{_fmt(r['original_ops'])} -> {_fmt(r['minimized_ops'])} | "
-                     f"{'-' if not rep else str(rep['k']) + '/' + str(rep['n'])} | {_fmt(r['signature'])} |")
+                     f"{'-' if not rep else str(rep['k']) + '/' + str(rep['n'])} | {_work(r.get('confirm_work'))} | "
+                     f"{_fmt(r['signature'])} |")
+    lines += ["", "Where the seconds went, from the campaign's start (the process started `process` before it); "
+              "confirming's steps with the children started and replays run by each step's end:", "",
+              "| target | cache | process | worker ready | first op | found | rated | minimized | rerated | written |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["campaigns"]:
+        t = r.get("timeline") or {}
+        lines.append(f"| {r['target']} | {r['cache']} | {_fmt(t.get('process_start'))} | {_fmt(t.get('ready'))} | "
+                     f"{_fmt(t.get('first_op'))} | {_fmt(r.get('found_after_s'))} | "
+                     + " | ".join(_step(r, n) for n in ("rated", "minimized", "rerated", "written")) + " |")
     lines += ["", "| cache | campaigns | found | median (s) | worst (s) |", "|---|---|---|---|---|"]
     for state, st in report["summary"].items():
         if st.get("n"):
@@ -218,6 +276,7 @@ def main(argv=None) -> int:
     ap.add_argument("--render", type=Path, help="only rewrite OUT/first_case.md (and its summary) from this JSON")
     args = ap.parse_args(argv)
     if args.render:
+        args.out.mkdir(parents=True, exist_ok=True)
         report = json.loads(args.render.read_text())
         for r in report["campaigns"]:
             r.setdefault("confirmed", bool(r.get("reproduced") and r["reproduced"].get("k")))

@@ -43,8 +43,8 @@ def every_minimized_case_keeps_its_signature(monkeypatch):
 
     real = minimize.Minimizer.run
 
-    def checked(self, config, ops):
-        config2, ops2, failure = real(self, config, ops)
+    def checked(self, config, ops, known=None):
+        config2, ops2, failure = real(self, config, ops, known=known)
         assert failure.signature == self.signature, f"minimized to {failure.signature}, not {self.signature}"
         from fuzz.engine.supervise import Cancelled
 

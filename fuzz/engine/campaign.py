@@ -63,6 +63,7 @@ from .supervise import (
     Executor,
     HarnessFailed,
     SetupFailed,
+    a_core_is_free,
     process_age,
     visible_gpus,
 )
@@ -316,6 +317,12 @@ class Campaign:
         slot = self.slots[w]
         if kind == "hello":
             slot.hello = msg[2]
+            first = self.opts.stop_on_first and self._spare is None and not self.cases
+            if first and (self.opts.reproduce or self.opts.minimize) and a_core_is_free():
+                # the first case is all it waits for: its first replay's child set up beside the worker
+                # (on a CPU, once the worker is up, and on a core nobody uses: else it slows the worker)
+                self._spare = self._executor(1, self.op_timeout())
+                self._spare.prestart()
             self.summary.worker_ready(time.monotonic() - self.start, slot.hello)
             for note in slot.hello.get("notes", ()):
                 if note not in self.summary.notes:
@@ -415,9 +422,9 @@ class Campaign:
     # ---- cases ---------------------------------------------------------------------------------
     def _record(self, finding, config, ops, seed, scenario, knobs, extra=None, history=None) -> None:
         sig = finding.signature
-        if self.opts.stop_on_first and not self.cases:  # the first: fuzz no further, confirm and minimize it
+        halt = self.opts.stop_on_first and not self.cases  # the first: fuzz no further, confirm and minimize it
+        if halt:
             self.stop = self.stop or "first-finding"
-            self._halt_workers()
         with self.lock:
             self.summary.occurrences[sig] = self.summary.occurrences.get(sig, 0) + 1
             if sig in self.cases:
@@ -439,6 +446,8 @@ class Campaign:
             _, minimize_by = self._confirm_deadlines(history)
             self.threads.append((t, minimize_by + self.op_timeout() + 10))
             t.start()
+        if halt:  # once its confirmation has begun: a worker's end (a CUDA context torn down) is not waited for first
+            self._halt_workers()
 
     def _confirm_deadlines(self, history) -> tuple[float, float]:
         """(rate by, minimize by) for a finding made now: the budget's end (plus --minimize-s
@@ -459,10 +468,13 @@ class Campaign:
             self._gpu_turn += 1
             executor, self._spare = self._spare or self._executor(self._gpu_turn, timeout), None
             executor.op_timeout = timeout
+        # --stop-on-first on a CPU: the halted worker's core is free for a second child taking half the
+        # rate's replays (on a GPU its set-up would outlast them), unless other processes hold the cores
+        helps = self.opts.stop_on_first and self.opts.backend != "cuda" and self.opts.reproduce > 1 and a_core_is_free()
+        helper = self._executor(self._gpu_turn, timeout) if helps and case.fault is None else None
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
-                              minimize=self.opts.minimize,
-                              rate_deadline=rate_by)
-        confirmer.mark = self.summary.marker(case.signature, self.start)
+                              minimize=self.opts.minimize, rate_deadline=rate_by, helper=helper)
+        confirmer.mark = self.summary.marker(case.signature, self.start, executor, helper)
         def publish(better: Case) -> None:
             with self.lock:
                 self.cases[case.signature] = better
@@ -470,15 +482,13 @@ class Campaign:
                                                         same_length=True)
 
         try:
-            done = confirmer.confirm(case, history, publish)
+            publish(confirmer.confirm(case, history, publish))  # then its children stopped: not before
+            confirmer.mark("written")
         except (SetupFailed, HarnessFailed, TimeoutError, Cancelled) as exc:
             if isinstance(exc, HarnessFailed) and not self.stop:
                 self.summary.harness_errors.append(str(exc))
-            return
         finally:
             executor.close()
-        publish(done)
-        confirmer.mark("written")
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
     def ops_so_far(self) -> int:

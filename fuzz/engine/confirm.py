@@ -5,7 +5,9 @@ confirmed here, in an executor child that never saw the worker's history:
 
 1. **Reproduction rate.** The case is replayed ``tries`` times (``--reproduce``, default
    5; a hang once, since each try costs an op-timeout). The first try runs in a fresh
-   process; the rest in that same child (fresh again after any fault). The case records
+   process; the rest in that same child (fresh again after any fault), or, for the first
+   rate of a case that kills no child, shared with a ``helper`` executor's fresh child once
+   it is up (``_replays``: two cores, about three replays' time for five). The case records
    ``reproduced: {k, n}`` and ``flaky: true`` when ``0 < k < n``: a race on a GPU looks
    exactly like a kernel that fails one call in three.
 2. **History.** A finding that never reproduces from its own sequence may need what its
@@ -15,9 +17,11 @@ confirmed here, in an executor child that never saw the worker's history:
    dropped while it still does. The case keeps the history it needs (``history``), and
    replays with it. If even that does not reproduce, the case is kept as found and says so.
 3. **Minimization**, with the one minimizer: the same signature, the same hostile class,
-   and for a flaky case "fails at least once in ``tries`` runs". The minimized case is rated
+   and for a flaky case "fails at least once in ``tries`` runs"; it starts from a failing
+   replay of the rate (the whole case is not replayed again). The minimized case is rated
    again (a sequence with fewer calls of a racy kernel fails less often), and when it never
-   fails on its own, the case stays as it was.
+   fails on its own, the case stays as it was; a minimized case that is the case as found
+   keeps its rate.
 
 Every replay runs in the case's mode (hostile, check_every, program order).
 
@@ -31,6 +35,8 @@ fail (the smaller case is kept only if it is seen to fail).
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -52,6 +58,7 @@ class Rate:
     n: int = 0
     unknown: int = 0
     why: list[str] = field(default_factory=list)
+    failure: object = None  # the last replay that reproduced it (the minimizer need not replay it again)
 
     def to_json(self) -> dict:
         """``reproduced`` as a case writes it: ``{k, n}``, with ``unknown`` and a ``note`` when
@@ -77,8 +84,9 @@ class Confirmer:
     """Runs the three steps for one case in its own executor (one thread per case)."""
 
     def __init__(self, executor: Executor, *, tries: int = DEFAULT_TRIES, deadline: float | None = None,
-                 minimize: bool = True, rate_deadline: float | None = None):
+                 minimize: bool = True, rate_deadline: float | None = None, helper: Executor | None = None):
         self.executor = executor
+        self.helper = helper  # a second executor for the first rate's replays (``_replays``), closed after it
         self.tries = max(1, tries)
         self.deadline = deadline  # for minimizing
         self.rate_deadline = rate_deadline if rate_deadline is not None else deadline  # for the rate and history
@@ -91,14 +99,16 @@ class Confirmer:
         deadline = self.rate_deadline if rating else self.deadline
         return deadline is not None and time.monotonic() >= deadline
 
-    def _judge(self, case: Case, history: list | None, unrun=None):
+    def _judge(self, case: Case, history: list | None, unrun=None, executor: Executor | None = None):
         """A judge of ``(config, ops)``; a replay that could not run answers ``unrun`` (default:
         None, as a candidate that does not fail; ``rate`` counts it apart)."""
+        executor = executor or self.executor
+
         def judge(config, ops, fresh=False):
             end = max(d for d in (self.deadline, self.rate_deadline, 0.0) if d is not None)
             try:
-                return self.executor.run(config, ops, case.knobs, case.run_mode, deadline=end + 5 if end else None,
-                                         history=history, fresh=fresh)
+                return executor.run(config, ops, case.knobs, case.run_mode, deadline=end + 5 if end else None,
+                                    history=history, fresh=fresh)
             except NotRun as exc:
                 return unrun(exc) if unrun is not None else None
         return judge
@@ -115,17 +125,8 @@ class Confirmer:
         """Failures alike over up to ``tries`` replays: at least ``floor`` of them, the rest
         while the deadline allows (the first in a fresh process); those that could not run
         (after their retries) apart."""
-        judge, want = self._judge(case, history, unrun=lambda exc: exc), hostile_kind(case)
-        rate = Rate()
-        for i in range(tries or self.tries):
-            if i >= floor and self._late(rating=True):
-                break
-            f = judge(case.config, case.ops, fresh=i == 0)
-            for _ in range(UNKNOWN_RETRIES):
-                if not isinstance(f, NotRun) or self._late(rating=True):
-                    break
-                self.wait(UNKNOWN_WAIT_S)
-                f = judge(case.config, case.ops, fresh=True)
+        want, rate = hostile_kind(case), Rate()
+        for f in self._replays(case, history, tries or self.tries, floor):
             if isinstance(f, NotRun):  # neither a reproduction nor a pass
                 rate.unknown += 1
                 if str(f) not in rate.why:
@@ -134,9 +135,71 @@ class Confirmer:
             rate.n += 1
             if f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want):
                 rate.k += 1
+                rate.failure = f
             elif f is not None:  # it failed, as something else: said in the case, never counted
                 self.others.setdefault(str(f.signature), f.step)
         return rate
+
+    def _replays(self, case: Case, history: list | None, tries: int, floor: int) -> list:
+        """The rate's replays' answers, in order (a Finding, None, or NotRun after its retries);
+        each child's first in a fresh process. A case found without history that does not kill
+        its child is replayed by the ``helper`` executor too, side by side, once its child is set
+        up (each takes the next replay when it is free): the rate's five replays on two cores
+        cost about three replays' time. A crash case's replays each need a fresh child anyway."""
+        judge = self._judge(case, history, unrun=lambda exc: exc)
+        helper, self.helper = self.helper, None  # the first rate's only
+        if helper is not None and not (history is None and case.fault is None and tries > 1):
+            helper.release()
+            helper = None
+        taken, answers, lock = [0], {}, threading.Lock()
+
+        def replays(judge, ready=lambda: True) -> None:
+            fresh = True
+            while fresh and not ready():  # a helper still setting up: the other child takes the replays meanwhile
+                if taken[0] >= tries or helper.child is None or not helper.child.alive():
+                    return
+                time.sleep(0.02)
+            while True:
+                with lock:
+                    i, taken[0] = taken[0], taken[0] + 1
+                if i >= tries or (i >= floor and self._late(rating=True)):
+                    return
+                answers[i] = self._replay(case, judge, fresh)
+                fresh = False
+
+        side = None
+        if helper is not None:
+            helper.prestart()
+
+            def helping() -> None:
+                try:
+                    replays(self._judge(case, None, unrun=lambda exc: exc, executor=helper), helper.ready)
+                except Exception:  # noqa: BLE001 - it only helps: the executor's own replays stand alone
+                    pass
+                finally:
+                    helper.release()
+            side = threading.Thread(target=helping, daemon=True)
+            side.start()
+        try:
+            replays(judge)
+        except BaseException:
+            if helper is not None:
+                helper.shutdown()  # its replay in flight ends (Cancelled) and nobody waits for it
+            raise
+        finally:
+            if side is not None:
+                side.join()
+        return [answers[i] for i in sorted(answers)]
+
+    def _replay(self, case: Case, judge, fresh: bool):
+        """One replay of the case, tried again (fresh, after a wait) while it could not run."""
+        f = judge(case.config, case.ops, fresh=fresh)
+        for _ in range(UNKNOWN_RETRIES):
+            if not isinstance(f, NotRun) or self._late(rating=True):
+                break
+            self.wait(UNKNOWN_WAIT_S)
+            f = judge(case.config, case.ops, fresh=True)
+        return f
 
     def _otherwise(self) -> str:
         """What the replays that did not reproduce the case failed as instead (a trigger that
@@ -160,8 +223,8 @@ class Confirmer:
         smaller case), so a campaign that ends mid-way keeps what was learnt."""
         publish = publish or (lambda c: None)
         tries = self.tries_for(case)
-        if case.fault is not None:  # each replay that reproduces it kills its child: the next one is started ahead
-            self.executor.standby()
+        if case.fault is not None:  # each replay that reproduces it kills its child: the next ones are started ahead
+            self.executor.standby(depth=self.depth(case))
         rate = self.rate(case, tries=tries)
         needs = None
         history = history() if callable(history) and rate.k == 0 else history
@@ -192,13 +255,20 @@ class Confirmer:
         publish(case)
         if k == 0 or not self.minimize or self._late():
             return case
-        self.executor.standby()  # the minimized case's rate begins in a fresh process: started now, it is up by then
-        smaller = self.minimized(case)
+        # The minimized case's rate begins in a fresh process: started now, it is up by then (a
+        # crash case's candidates and replays each kill their child: children kept started ahead).
+        if case.fault is None:
+            self.executor.standby(fresh=1)
+        smaller = self.minimized(case, rate.failure)
         self.mark("minimized")
         if smaller is case:
             return case
+        if (smaller.config, smaller.ops) == (case.config, case.ops):  # nothing dropped: the rate stands
+            return smaller
         # A shorter sequence fails less often when the bug is a race per call: rate it again,
         # and keep the longer one if the shorter never fails on its own.
+        if case.fault is not None:
+            self.executor.standby(fresh=tries, depth=self.depth(case))
         again = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries,
                           floor=min(3, tries))
         self.mark("rerated")
@@ -231,14 +301,21 @@ class Confirmer:
                 n = min(len(kept), 2 * n)
         return kept
 
-    def minimized(self, case: Case) -> Case:
+    def depth(self, case: Case) -> int:
+        """Children set up side by side for a crash case's replays: its tries, as the cores allow
+        (a set-up is a core's work; on two cores one started ahead already overlaps the replays)."""
+        return min(self.tries_for(case), max(1, (os.cpu_count() or 1) // 2))
+
+    def minimized(self, case: Case, known=None) -> Case:
+        """The case minimized; ``known``: a replay of it that failed alike (from its rate), so the
+        minimizer does not replay the whole case once more before its first candidate."""
         history = (case.history or {}).get("sequences") or None
         judge = self._judge(case, history)
         flaky = bool(case.flaky)
         m = Minimizer(None, case.signature, deadline=self.deadline, judge=lambda c, o: judge(c, o),
                       hostile=hostile_kind(case), tries=self.tries if flaky else 1)
         try:
-            config, ops, failure = m.run(case.config, case.ops)
+            config, ops, failure = m.run(case.config, case.ops, known=known)
         except NotReproducible:
             return case
         return case.with_minimized(config, ops, failure, passes=m.report())

@@ -126,8 +126,12 @@ class Minimizer:
         if self._pass is not None:
             self.stats.setdefault(self._pass, [0, 0])[1] += 1
 
-    def run(self, config, ops: list[Op]):
-        """(config, ops, failure): the smallest candidate found that still fails alike."""
+    def run(self, config, ops: list[Op], known=None):
+        """(config, ops, failure): the smallest candidate found that still fails alike.
+        ``known``: a failure of ``(config, ops)`` seen already (a rate's replay), taken for its
+        first replay when it fails alike."""
+        if self.same(known):
+            self._tried[(config, tuple(ops))] = known
         d = self.fails(config, ops)
         if d is None:
             raise NotReproducible(f"the sequence does not fail with {self.signature}; nothing to minimize")
@@ -161,8 +165,10 @@ class Minimizer:
 @minimize_pass("keep-prerequisites")
 def keep_prerequisites(m: Minimizer, c: Candidate) -> Candidate | None:
     """The failing op alone with the last op of each prerequisite kind before it (a
-    production read table needs only its setup and its rows): one replay that, when it
-    holds, spares most of delta debugging's. Ops mark themselves ``prerequisite``."""
+    production read table needs only its setup and its rows; a small-track kernel bug that
+    needs no state, none): one replay that, when it holds, spares most of delta debugging's
+    (its halves and quarters of a long sequence, each replayed). Ops mark themselves
+    ``prerequisite``."""
     last = len(c.ops) - 1
     keep = {last}
     seen: set[str] = set()
@@ -171,7 +177,7 @@ def keep_prerequisites(m: Minimizer, c: Candidate) -> Candidate | None:
         if getattr(op, "prerequisite", False) and op.kind not in seen:
             seen.add(op.kind)
             keep.add(j)
-    if not seen or len(keep) == len(c.ops):
+    if len(keep) == len(c.ops):
         return None
     core = [c.ops[j] for j in sorted(keep)]
     if m.fails(c.config, core):

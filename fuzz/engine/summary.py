@@ -46,6 +46,7 @@ class Summary:
     # per signature, its confirmation's steps ("rated", "minimized", "rerated", "written").
     timeline: dict = field(default_factory=dict)
     confirm_timeline: dict = field(default_factory=dict)  # signature -> {step: seconds}
+    confirm_work: dict = field(default_factory=dict)  # signature -> {step: {"children", "replays"}}, so far
     op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
     notes: list = field(default_factory=list)  # what the workers said of the run (e.g. the boundaries drawn at)
     workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts
@@ -56,10 +57,17 @@ class Summary:
             self.timeline["ready"] = at
             self.timeline.update(hello.get("setup_s", {}))
 
-    def marker(self, signature, start: float):
-        """A confirmation's ``mark``: the end of each of its steps, in seconds since ``start``."""
-        steps = self.confirm_timeline.setdefault(signature, {})
-        return lambda step: steps.__setitem__(step, time.monotonic() - start)
+    def marker(self, signature, start: float, *executors):
+        """A confirmation's ``mark``: the end of each of its steps, in seconds since ``start``, and
+        the children its ``executors`` started and the replays they ran so far (``confirm_work``)."""
+        steps, work = self.confirm_timeline.setdefault(signature, {}), self.confirm_work.setdefault(signature, {})
+        executors = [e for e in executors if e is not None]
+
+        def mark(step: str) -> None:
+            steps[step] = time.monotonic() - start
+            if executors:
+                work[step] = {"children": sum(e.children for e in executors), "replays": sum(e.jobs for e in executors)}
+        return mark
 
     @property
     def ops_per_s(self) -> float:

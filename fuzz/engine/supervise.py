@@ -159,6 +159,18 @@ def process_age(pid: int | str = "self") -> float | None:
         return None
 
 
+def a_core_is_free() -> bool:
+    """Whether the machine is not already oversubscribed (its 1-minute load average below its
+    cores): a child started ahead, or a second one doing the same work side by side, only helps
+    on a core nobody uses; on a loaded machine it takes its share from the same cores (measured
+    on two cores at a load of 4-6: the rate no faster, the worker's finding later by 0.1-2.6 s).
+    True where the load cannot be read."""
+    try:
+        return os.getloadavg()[0] < (os.cpu_count() or 1)
+    except OSError:
+        return True
+
+
 def waited_for_cpu(pid: int | None) -> float:
     """Seconds the process's main thread spent runnable but waiting for a CPU (Linux
     ``/proc/PID/schedstat``, its second field); 0 where the kernel does not say."""
@@ -222,21 +234,28 @@ class Executor:
         self.closed = False  # for good (shutdown): a job in flight ends with Cancelled
         self.notes: dict = {}  # what the child said besides the verdict (e.g. knobs it dropped)
         self.used = False  # the current child has been sent a job (a child that ran none is fresh)
-        self._standby: tuple | None = None  # (child, conn): a fresh child started ahead of the job that needs one
-        self._keep_standby = False  # once asked (standby()), one is started again whenever one is taken
+        self._standby: list[tuple] = []  # (child, conn): fresh children started ahead of the jobs that need one
+        self._depth = 0  # how many to keep started (standby()); 0: none
+        self._ahead: int | None = None  # how many more may be started ahead (None: no end)
+        self._retiring: list[tuple] = []  # children told to stop, not yet waited for (close() does)
+        self.children = 0  # children started (standbys included): what a confirmation cost, counted
+        self.jobs = 0  # replays sent
 
     def _new_child(self) -> tuple:
         parent_end, child_end = CTX.Pipe()
+        self.children += 1
         child = Child("fuzz.engine.worker:executor_main", (self.tier_spec, child_end), log_dir=self.log_dir,
                       gpu=self.gpu, env=self.env)
         child_end.close()
         return child, parent_end
 
     def _start(self) -> None:
-        standby, self._standby = self._standby, None
-        if standby is not None and not standby[0].alive():  # it died waiting (its set-up failed): start again
-            _close_child(*standby)
-            standby = None
+        standby = None
+        while self._standby and standby is None:
+            standby = self._standby.pop(0)
+            if not standby[0].alive():  # it died waiting (its set-up failed): the next, or start again
+                _close_child(*standby)
+                standby = None
         self.child, self.conn = standby or self._new_child()
         self.used = False
         self._replenish()
@@ -247,18 +266,31 @@ class Executor:
         if self.child is None:
             self._start()
 
-    def standby(self) -> None:
-        """From now on, keep a fresh child started beside the current one, for the next job that
-        must run in a fresh process: the first replay of a minimized case's rate, and every
-        replay after a fault (a crash case's replays each kill their child). On a GPU a child's
-        set-up (CUDA context, kernel set, smoke test) takes about a second, which the replays
-        before it then hide; the price is one idle child, closed with the executor."""
-        self._keep_standby = True
+    def ready(self) -> bool:
+        """Its child is set up and has run no job (a fresh process, waiting): a job sent now starts at once."""
+        child = self.child
+        return child is not None and not self.used and child.alive() and child.slots[PHASE] == IDLE
+
+    def standby(self, fresh: int | None = None, depth: int = 1) -> None:
+        """From now on, keep ``depth`` fresh children started beside the current one, for the
+        next ``fresh`` jobs that must run in a fresh process (None: every one): the first replay
+        of a minimized case's rate, and every replay after a fault (a crash case's replays each
+        kill their child). On a GPU a child's set-up (CUDA context, kernel set, smoke test) takes
+        about a second, which the replays before it then hide, and ``depth`` children set up side
+        by side, not one after the other; the price is idle children, closed with the executor.
+        Children already started beyond ``fresh`` are closed (nothing would use them)."""
+        self._depth = max(1, depth)
+        if fresh is not None:
+            while len(self._standby) > fresh:
+                _close_child(*self._standby.pop())
+        self._ahead = None if fresh is None else fresh - len(self._standby)
         self._replenish()
 
     def _replenish(self) -> None:
-        if self._keep_standby and self._standby is None and not self.closed:
-            self._standby = self._new_child()
+        while len(self._standby) < self._depth and self._ahead != 0 and not self.closed:
+            self._standby.append(self._new_child())
+            if self._ahead is not None:
+                self._ahead -= 1
 
     def run(self, config, ops: list[Op], knobs: dict | None = None, mode: dict | None = None,
             deadline: float | None = None, strict_knobs: bool = True, history: list | None = None,
@@ -291,6 +323,7 @@ class Executor:
         if self.child is None or not self.child.alive():
             self._start()
         self.conn.send(job)
+        self.jobs += 1
         self.used = True
         while True:
             conn, child = self.conn, self.child
@@ -343,17 +376,41 @@ class Executor:
         return Finding.of_fault(fault, ops, step)
 
     def _retire(self) -> None:
-        """Stop the current child (the next job starts a fresh one: the standby, if started)."""
+        """Stop the current child (the next job starts a fresh one: the standby, if started).
+        It is told to stop and waited for later (``close``): the next job does not wait for a
+        process to end (on a GPU, its CUDA context torn down: a tenth of a second or more)."""
         child, conn = self.child, self.conn
         self.child = self.conn = None
-        _close_child(child, conn)
+        if conn is not None:
+            conn.close()
+        if child is not None:
+            if child.alive():
+                child.proc.terminate()
+            self._retiring.append((child, None))
+        still = []
+        for retired in self._retiring:  # those already ended are reaped now
+            if retired[0].alive():
+                still.append(retired)
+            else:
+                _close_child(*retired)
+        self._retiring = still
+
+    def release(self) -> None:
+        """Stop its children without waiting for them (``close`` does): it is not needed any more."""
+        self._retire()
+        standby, self._standby = self._standby, []
+        for child, conn in standby:
+            conn.close()
+            child.proc.terminate()
+            self._retiring.append((child, None))
 
     def close(self) -> None:
-        """Stop the current child and the standby."""
+        """Stop the current child and the standbys; wait for every child it stopped."""
         self._retire()
-        standby, self._standby = self._standby, None
-        if standby is not None:
-            _close_child(*standby)
+        standby, self._standby = self._standby, []
+        for child, conn in standby + self._retiring:
+            _close_child(child, conn)
+        self._retiring = []
 
     def shutdown(self) -> None:
         """Close for good, from another thread too: a job in flight raises Cancelled."""

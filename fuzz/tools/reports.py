@@ -75,6 +75,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
                       "found_after_s": round(summary.found_after.get(c.signature, 0.0), 3),
                       "confirm_timeline": {k: round(v, 3) for k, v in
                                            getattr(summary, "confirm_timeline", {}).get(c.signature, {}).items()},
+                      "confirm_work": getattr(summary, "confirm_work", {}).get(c.signature),
                       "reproduced": c.reproduced, "flaky": bool(c.flaky), "mode": c.mode,
                       "needs_history": bool((c.history or {}).get("sequences")),
                       "history_note": (c.history or {}).get("note"),
@@ -98,7 +99,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
 TIMING = ("ops_per_s", "steady_ops_per_s", "elapsed_s", "elements_per_s", "compile_s", "load_s", "op_timeout_s",
           "compile_ahead", "timeline")
 TIMING_WORKER = ("last_op_s", "longest_op_s")
-TIMING_FAILURE = ("found_after_s", "confirm_timeline")
+TIMING_FAILURE = ("found_after_s", "confirm_timeline", "confirm_work")
 
 
 def without_timing(data: dict) -> dict:

@@ -75,7 +75,7 @@ class _Replays:
     def __init__(self, answers):
         self.answers, self.calls = list(answers), 0
 
-    def standby(self):  # a fresh child started ahead: nothing to start here
+    def standby(self, fresh=None, depth=1):  # fresh children started ahead: nothing to start here
         pass
 
     def run(self, config, ops, knobs=None, mode=None, **kw):

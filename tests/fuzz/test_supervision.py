@@ -284,17 +284,75 @@ def test_a_standby_child_runs_the_next_fresh_job_and_another_is_started_behind_i
         assert ex.run(config, ops) is None
         first = ex.child.proc.pid
         ex.standby()
-        ahead = ex._standby[0].proc.pid
+        ahead = ex._standby[0][0].proc.pid
         assert ex.run(config, ops) is None and ex.child.proc.pid == first  # not fresh: the same child
         assert ex.run(config, ops, fresh=True) is None and ex.child.proc.pid == ahead
-        behind = ex._standby[0]
+        behind = ex._standby[0][0]
         assert behind.proc.pid not in (first, ahead) and behind.alive()
         ex.child.proc.kill()  # as if a replay had segfaulted it: the next job gets the one behind
         ex.child.proc.join()
         assert ex.run(config, ops) is None and ex.child.proc.pid == behind.proc.pid
     finally:
         ex.close()
-    assert ex._standby is None and not behind.alive()
+    assert ex._standby == [] and not behind.alive()
+
+
+def test_standby_for_a_number_of_fresh_jobs_starts_no_child_they_do_not_take(tmp_path):
+    """``standby(fresh=n)``: children started ahead for the next n fresh jobs, none behind the
+    last (a minimized case's rate needs one); ``depth``: set up side by side (a crash case's
+    replays). A child a fresh job replaced is not waited for then, and is gone after close."""
+    from fuzz.engine.kinds import parse_ops
+    from fuzz.engine.tiers import TierSpec
+
+    ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
+    config = kvref.PoolConfig(num_pages=8, page_size=2, multiplier=3)
+    ops = parse_ops([{"op": "alloc", "n": 2}])
+    try:
+        assert ex.run(config, ops) is None
+        first = ex.child
+        ex.standby(fresh=1)
+        [(ahead, _)] = ex._standby
+        assert ex.run(config, ops, fresh=True) is None and ex.child is ahead
+        assert ex._standby == [] and ex.children == 2  # nothing started behind the one it took
+        ex.standby(fresh=2, depth=2)
+        assert len(ex._standby) == 2 and ex.children == 4
+        ex.standby(fresh=1)  # fewer fresh jobs left than children ahead: the spare one is closed
+        assert len(ex._standby) == 1 and ex.children == 4
+    finally:
+        ex.close()
+    assert not first.alive() and not ahead.alive() and ex._standby == [] and ex._retiring == []
+
+
+def test_a_helper_executor_takes_some_of_the_rate_replays_side_by_side(tmp_path):
+    """The first rate of a divergence (not a crash) is shared with a second executor once its
+    child is up: the replays are counted as one rate, each child's first fresh, and the helper's
+    child is stopped after it."""
+    from fuzz.engine.case import Case
+    from fuzz.engine.confirm import Confirmer
+    from fuzz.engine.kinds import parse_ops
+    from fuzz.engine.tiers import TierSpec
+
+    spec = TierSpec("torch", str(FAKES / "past_prefix.py"))
+    ex, helper = (supervise.Executor(spec, op_timeout=30, log_dir=tmp_path) for _ in range(2))
+    config = kvref.PoolConfig(num_pages=8, page_size=2, multiplier=3)
+    ops = parse_ops([{"op": "alloc", "n": 6}, {"op": "read_table", "rows": [[2, 3, 4, 5, 6, 7]], "req_idx": [0],
+                                                "seq_lens": [3], "max_pages": 3, "width": 6, "legacy": False}])
+    try:
+        found = ex.run(config, ops)
+        helper.prestart()
+        deadline = time.monotonic() + 120
+        while not helper.ready():
+            assert time.monotonic() < deadline and helper.child.alive(), "the helper did not set up"
+            time.sleep(0.05)
+        case = Case.found(config=config, ops=ops, divergence=found, original_len=len(ops))
+        done = Confirmer(ex, tries=5, minimize=False, helper=helper).confirm(case)
+        assert done.reproduced == {"k": 5, "n": 5} and not done.flaky, done.reproduced
+        # the executor's own child had run a job: its first replay waited for a fresh one, the helper's did not
+        assert helper.jobs >= 1 and ex.jobs - 1 + helper.jobs == 5, (ex.jobs, helper.jobs)
+        assert helper.child is None
+    finally:
+        ex.close()
+        helper.close()
 
 
 def test_a_cuda_fault_has_one_name_however_it_surfaced():

@@ -147,6 +147,21 @@ def test_a_flaky_candidate_counts_when_it_fails_once_in_its_tries():
     assert len(kept) < len(ops) and m.report()
 
 
+def test_a_failing_op_that_needs_nothing_before_it_is_tried_alone_first():
+    """A kernel bug that needs no state (a read table's missing guard) fails with its op alone:
+    one replay of one op, before delta debugging would replay halves and quarters of the case."""
+    sig = Signature("free", "state", "p2v")
+    ops = [Alloc(1), Alloc(2), Free((1,)), Alloc(3), Alloc(1), Free((2, 3)), Alloc(2), Free((4,))]
+
+    def judge(config, cand):  # the last op fails whatever ran before it
+        return _finding(sig, None) if cand and cand[-1] == ops[-1] else None
+
+    m = Minimizer(None, sig, judge=judge)
+    _, kept, _ = m.run(kvref.PoolConfig(num_pages=16), ops)
+    assert kept == [ops[-1]], kept
+    assert m.stats["keep-prerequisites"] == [1, 1] and "drop-ops" not in m.stats, m.stats
+
+
 @pytest.mark.slow
 @needs_interpreter
 def test_a_case_found_with_hostile_all_replays_in_that_mode(tmp_path):
@@ -191,7 +206,7 @@ def test_replays_that_fail_as_another_signature_are_named_in_the_case_never_coun
     found.step = 2
 
     class Replays:  # an executor whose fresh replays hang at step 1, in a free
-        def standby(self):
+        def standby(self, fresh=None, depth=1):
             pass
 
         def run(self, config, ops, knobs=None, mode=None, **kw):
@@ -204,3 +219,31 @@ def test_replays_that_fail_as_another_signature_are_named_in_the_case_never_coun
     done = Confirmer(Replays(), tries=3, minimize=False).confirm(case)
     assert done.reproduced["k"] == 0 and done.reproduced["n"] >= 1 and not done.flaky  # a hang: one try
     assert "replayed, it failed as free/timeout/no-progress at step 1 instead" in done.history["note"], done.history
+
+
+def test_confirming_replays_the_whole_case_only_for_its_rates_and_an_unchanged_case_is_not_rated_again():
+    """The minimizer takes a failing replay of the rate for its first (the case as found is not
+    replayed a sixth time), and a minimized case that is the case as found keeps its rate: no
+    second rate of the same sequence. Its candidates still run."""
+    from fuzz.engine.case import Case
+    from fuzz.engine.confirm import Confirmer
+
+    sig = Signature("free", "state", "holes")
+    ops = [Alloc(2), Free((1, 2)), Alloc(2)]
+
+    class Replays:  # fails only as found: no candidate is smaller
+        calls: list = []
+
+        def standby(self, fresh=None, depth=1):
+            pass
+
+        def run(self, config, replayed, knobs=None, mode=None, **kw):
+            self.calls.append((config, list(replayed)))
+            return _finding(sig, None) if (config, list(replayed)) == found else None
+
+    replays, found = Replays(), (kvref.PoolConfig(num_pages=8), ops)
+    case = Case.found(config=found[0], ops=ops, divergence=_finding(sig, None), original_len=3)
+    done = Confirmer(replays, tries=5).confirm(case)
+    assert done.reproduced == {"k": 5, "n": 5} and done.ops == ops and done.minimize, done
+    # its five rates, and the suite's own check that a minimized case fails alike (tests/conftest.py)
+    assert replays.calls.count(found) == 5 + 1 and len(replays.calls) > 6, replays.calls

@@ -121,6 +121,10 @@ def test_stop_on_first_returns_once_the_first_case_is_written_and_minimized(tmp_
     marks = [t["process_start"], 0.0, t["ready"], t["first_op"], failure["found_after_s"], steps["rated"],
              steps["minimized"], steps["rerated"], steps["written"], data["elapsed_s"]]
     assert marks == sorted(marks) and t["process_start"] < 0, (t, steps)
+    # what confirming ran, counted at each step's end: the rate's replays, then the minimizer's
+    work = failure["confirm_work"]
+    assert work["rated"]["replays"] == failure["reproduced"]["n"] >= 1 <= work["rated"]["children"], work
+    assert work["rated"]["replays"] < work["minimized"]["replays"] <= work["written"]["replays"], work
 
 
 def test_a_work_limit_the_budget_cut_short_is_not_clean(tmp_path):
