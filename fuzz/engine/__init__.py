@@ -3,12 +3,12 @@
 Leaf modules first (README.md's table; ``tests/test_layout.py`` holds the engine to
 importing only downwards): ``verdict`` (what a run concluded), ``oplang``/``ops`` (the op
 records), the primitives (``memory`` red zones, ``boundary``, ``knobs``, ``vector_oracle``,
-``launches``: the one hook on Triton's launch path, ``tiers``, ``zygote``: how a child
+``signatures``, ``launches``: the one hook on Triton's launch path, ``tiers``, ``zygote``: how a child
 starts, ``supervise``: child processes), the spec side and the generators (``spec_side``, ``shapes``, ``generate``,
 ``strategies``), the small runner (``runner``), the production track's parts
 (``production/``), the tracks, ``kinds``/``dispatch`` (every op kind; replay on the owning
-track), ``case``/``minimize``/``slot``, ``worker`` (inside a child), and on top ``confirm``
-(a finding made trustworthy), ``summary`` and ``campaign``.
+track), ``case``/``minimize``/``slot``, ``worker`` (inside a child), and on top ``options``
+(what a campaign is asked), ``confirm`` (a finding made trustworthy), ``summary`` and ``campaign``.
 
 May import ``kvref``, ``kvkernels``, torch and hypothesis; never ``fuzz.tools`` or the
 CLI. Importing this package imports no Triton: a kernel set (and with it Triton) is

@@ -44,7 +44,7 @@ import math
 import zlib
 from pathlib import Path
 
-from .launches import _layout, _params
+from .signatures import _layout, _params
 
 DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress")
 _DOMAIN_BITS = 40

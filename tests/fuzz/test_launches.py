@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fuzz.engine import launches, tiers
+from fuzz.engine import launches, signatures, tiers
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEV = "cpu" if INTERPRET else "cuda"
@@ -412,5 +412,5 @@ def test_bound_maps_a_launchs_arguments_as_signature_bind_does():
             want = dict(ref.arguments)
         except TypeError:
             want = None
-        assert launches._bound(pyfn, args, kwargs) == want, (args, kwargs)
-    assert launches._bound(pyfn, (1, 2, 3), {"B": 4}) == {"x_ptr": 1, "y_ptr": 2, "n": 3, "B": 4, "FLAG": False}
+        assert signatures._bound(pyfn, args, kwargs) == want, (args, kwargs)
+    assert signatures._bound(pyfn, (1, 2, 3), {"B": 4}) == {"x_ptr": 1, "y_ptr": 2, "n": 3, "B": 4, "FLAG": False}
