@@ -8,6 +8,7 @@
 #   small:  pytest -m "cuda and not slow"; where the small track synchronizes, by call site
 #   oracle: kvkernels read-heavy and its device kernels, after the oracle's entry clauses became lookup marks
 #   small2: pytest -m "cuda and not slow"; the small track's syncs and 1 / 8 workers after folding its reads
+#   final:  pytest -m "cuda and not slow"; guided collection cost on CUDA; the first case, cold and warm
 #   first:  seconds to the first case over the mutant catalogue, cold and warm (first_case.py)
 set -u
 PART=${1:-defer}
@@ -72,6 +73,19 @@ PART=${1:-defer}
       --out "$OUT/syncs-small.json" 2>&1 | grep -v -i "warn\|USDT" | tail -14 | cut -c1-300
     export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
     small_shapes 12 1 8
+  fi
+  if [ "$PART" = final ]; then
+    step "pytest -m 'cuda and not slow' (the merged confirm path and guided hook)"
+    timeout 150 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
+    step "guided collection cost on CUDA, value features only (guided_vs_blind --parts overhead)"
+    timeout 120 $PY benchmarks/guided_vs_blind.py --backend cuda --parts overhead --ops 1500 \
+      --note "one H200, nothing else running" --out "$OUT/guided-overhead-cuda.json" 2>&1 | grep -v -i warn | tail -4
+    step "first case over the mutant catalogue, cold then warm (first_case.py; rows as they come)"
+    timeout 330 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+      --note "one H200, nothing else running; fork daemon (default): cold = no daemon, warm = one left running" \
+      --out "$OUT/fc" > "$OUT/first-case-cuda.log" 2>&1
+    echo "exit $?"
+    tail -12 "$OUT/fc/first_case.md" 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
   fi
   if [ "$PART" = first ]; then
     step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py, fork daemon)"
