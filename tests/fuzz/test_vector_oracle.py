@@ -127,7 +127,7 @@ def _entry_clauses_broken(case) -> set[str]:
     return broken
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=100)  # each example runs the oracle twice and kvref once
 @given(entry_clause_cases())
 def test_read_tables_entry_flags_are_kvrefs_and_leave_the_valid_entries_alone(case):
     """The oracle's token_in_table and entry_fits_int32 flags (marks in its lookup, one pass over
