@@ -49,3 +49,12 @@ small_shapes() {  # small_shapes SECONDS W...: a 10 s 8-worker warm-up of the ca
     echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-small-$w.txt | cut -c1-400)"
   done
 }
+cuda_tests() {  # cuda_tests WHY: pytest -m "cuda and not slow" on 8 workers, its result lines
+  step "pytest -m 'cuda and not slow' ($1)"
+  timeout 240 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
+}
+syncs_small() {  # syncs_small WHY TOP: the small track's synchronizing CUDA calls by call site ($OUT/syncs-small.json)
+  step "small track: synchronizing CUDA calls by call site ($1)"
+  timeout 120 $PY benchmarks/profile_gpu.py syncs --track small --seconds 8 --warmup 4 --top "$2" \
+    --out "$OUT/syncs-small.json" 2>&1 | grep -v -i "warn\|USDT" | tail -$(( $2 + 2 )) | cut -c1-300
+}

@@ -9,15 +9,13 @@
 #   oracle: kvkernels read-heavy and its device kernels, after the oracle's entry clauses became lookup marks
 #   small2: pytest -m "cuda and not slow"; the small track's syncs and 1 / 8 workers after folding its reads
 #   final:  pytest -m "cuda and not slow"; guided collection cost on CUDA; the first case, cold and warm
-#   first:  seconds to the first case over the mutant catalogue, cold and warm (first_case.py)
 set -u
 PART=${1:-defer}
-. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign, util, environment
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign, util, environment, cuda_tests, syncs_small
 {
   environment
   if [ "$PART" = defer ]; then
-    step "pytest -m 'cuda and not slow'"
-    timeout 240 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
+    cuda_tests "deferred checks: on by default on CUDA only"
     cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
     for d in 1 8; do
       step "kvkernels read-heavy, KVFUZZ_DEFER_CHECKS=$d (scale_gpu)"
@@ -49,11 +47,8 @@ PART=${1:-defer}
     done
   fi
   if [ "$PART" = small ]; then
-    step "pytest -m 'cuda and not slow' (compile-ahead auto now follows)"
-    timeout 240 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
-    step "small track: every synchronizing CUDA call by call site (profile_gpu syncs --track small)"
-    timeout 120 $PY benchmarks/profile_gpu.py syncs --track small --seconds 8 --warmup 4 --top 20 \
-      --out "$OUT/syncs-small.json" 2>&1 | grep -v -i "warn\|USDT" | tail -22 | cut -c1-300
+    cuda_tests "compile-ahead auto now follows"
+    syncs_small "profile_gpu syncs --track small" 20
   fi
   if [ "$PART" = oracle ]; then
     cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
@@ -66,17 +61,13 @@ PART=${1:-defer}
       --out "$OUT/kernels-kvkernels.json" 2>&1 | grep -v -i "warn\|USDT" | tail -14 | cut -c1-300
   fi
   if [ "$PART" = small2 ]; then
-    step "pytest -m 'cuda and not slow' (the red zones' flag read with the state)"
-    timeout 240 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
-    step "small track: synchronizing CUDA calls by call site, after folding the harness's reads"
-    timeout 120 $PY benchmarks/profile_gpu.py syncs --track small --seconds 8 --warmup 4 --top 12 \
-      --out "$OUT/syncs-small.json" 2>&1 | grep -v -i "warn\|USDT" | tail -14 | cut -c1-300
+    cuda_tests "the red zones' flag read with the state"
+    syncs_small "after folding the harness's reads" 12
     export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
     small_shapes 12 1 8
   fi
   if [ "$PART" = final ]; then
-    step "pytest -m 'cuda and not slow' (the merged confirm path and guided hook)"
-    timeout 150 $PY -m pytest -q -p no:cacheprovider -n 8 -rf -m "cuda and not slow" tests 2>&1 | grep -E "passed|failed|FAILED" | head -12
+    cuda_tests "the merged confirm path and guided hook"
     step "guided collection cost on CUDA, value features only (guided_vs_blind --parts overhead)"
     timeout 120 $PY benchmarks/guided_vs_blind.py --backend cuda --parts overhead --ops 1500 \
       --note "one H200, nothing else running" --out "$OUT/guided-overhead-cuda.json" 2>&1 | grep -v -i warn | tail -4
@@ -86,14 +77,5 @@ PART=${1:-defer}
       --out "$OUT/fc" > "$OUT/first-case-cuda.log" 2>&1
     echo "exit $?"
     tail -12 "$OUT/fc/first_case.md" 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
-  fi
-  if [ "$PART" = first ]; then
-    step "first case over the mutant catalogue, cold then warm (benchmarks/first_case.py, fork daemon)"
-    timeout 540 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
-      --note "one H200, nothing else running; fork daemon (default): cold = no daemon, warm = one left running" \
-      --out /tmp/fc > "$OUT/first-case-cuda.log" 2>&1
-    echo "exit $?"
-    tail -8 /tmp/fc/first_case.md 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
-    cp /tmp/fc/first_case.json /tmp/fc/first_case.md "$OUT/" 2>/dev/null
   fi
 } 2>&1 | tee "$OUT/session-$PART.log"
