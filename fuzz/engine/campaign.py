@@ -197,8 +197,20 @@ class Campaign:
             return
         self._overrun_said = True
         w, step, took = max(running, key=lambda r: r[2])
-        note = (f"budget over: waiting for worker {w}'s op {step}, running for {took:.0f} s, up to the op timeout "
-                f"({self.op_timeout():g} s{'' if self.opts.op_timeout is not None else ', auto'}): a hang is a case")
+        self._say(f"budget over: waiting for worker {w}'s op {step}, running for {took:.0f} s, up to the op timeout "
+                  f"({self.op_timeout():g} s{'' if self.opts.op_timeout is not None else ', auto'}): a hang is a case")
+
+    def _say_confirming(self) -> None:
+        """Past the budget with confirmations still running, say why the run goes on: a finding
+        made late is still rated and shrunk (``_confirm_deadlines``' floors), up to when."""
+        alive = [until for t, until in self.threads if t.is_alive()]
+        if not alive or time.monotonic() < self.deadline:
+            return
+        self._say(f"budget over: confirming {len(alive)} finding(s) made late (each gets {REPRODUCE_S:g} s to rate and "
+                  f"{MINIMIZE_FLOOR_S:g} s more to shrink), for up to {max(alive) - time.monotonic():.0f} s more")
+
+    def _say(self, note: str) -> None:
+        """A note for the summary and, as it happens, the progress stream."""
         self.summary.notes.append(note)
         if self.progress is not None:
             self.progress.write(f"[kvfuzz] {note}\n")
@@ -435,6 +447,7 @@ class Campaign:
         if self.stop in ("SIGTERM", "SIGINT"):
             for executor in list(self.executors):
                 executor.shutdown()
+        self._say_confirming()
         for t, until in self.threads:
             t.join(timeout=max(1.0, until - time.monotonic()))
         for executor in list(self.executors):  # a confirmation still running past its time: stop its child

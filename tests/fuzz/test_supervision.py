@@ -400,7 +400,8 @@ def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, m
 
 def test_past_the_budget_the_campaign_says_once_which_op_it_still_waits_for():
     """A run that waits past its budget for an op in progress (a late hang is a case, so it is
-    waited for up to the op timeout) says so once, in the progress stream and the summary."""
+    waited for up to the op timeout) says so once, in the progress stream and the summary; and
+    so does one still confirming findings made late (they get their floors past the budget)."""
     import io
     from types import SimpleNamespace
 
@@ -422,6 +423,24 @@ def test_past_the_budget_the_campaign_says_once_which_op_it_still_waits_for():
     assert lines == ["[kvfuzz] budget over: waiting for worker 1's op 7, running for 41 s, up to the op timeout "
                      "(60 s): a hang is a case"]
     assert camp.summary.notes == [lines[0].removeprefix("[kvfuzz] ")]
+    # ... and, once the workers are done, that it still confirms what was found late (and until when)
+    import threading
+    import time
+
+    done = threading.Event()
+    t = threading.Thread(target=done.wait)
+    t.start()
+    try:
+        camp.deadline, camp.threads = time.monotonic() - 1, [(t, time.monotonic() + 30)]
+        camp._say_confirming()
+    finally:
+        done.set()
+        t.join()
+    last = progress.getvalue().splitlines()[-1]
+    assert last.startswith("[kvfuzz] budget over: confirming 1 finding(s) made late"), last
+    assert int(last.rsplit("up to ", 1)[1].split(" s more")[0]) in (29, 30), last
+    camp._say_confirming()  # none alive now: nothing more said
+    assert progress.getvalue().splitlines()[-1] == last and len(camp.summary.notes) == 2
     quiet = Campaign.__new__(Campaign)  # nothing running past the budget: nothing said
     quiet.opts, quiet.progress, quiet.summary, quiet._overrun_said = CampaignOptions(), io.StringIO(), Summary(), False
     quiet.slots = [slot(0, 0.0)]
