@@ -61,8 +61,9 @@ class ScaleRun:
     ``defer``: how many ops' checks may wait for one host read (default ``DEFER_CUDA`` on a
     GPU, 1 elsewhere; ``KVFUZZ_DEFER_CHECKS`` overrides it). Each check is one host read,
     and on a GPU that read waits for the device, which then idles while the host draws
-    the next op: the read-heavy phase was host-bound two thirds of its time (s8's profile).
-    A check that compares results only (no state due) is queued instead, with its flags
+    the next op. Measured on one H200 (benchmarks/results/h200-2026-12-02-s9): reads 3x
+    fewer, elements/s within noise, since the phase is bound by the oracle's device passes
+    and the host's own work per op, not by its reads. A check that compares results only (no state due) is queued instead, with its flags
     already computed on the device, and read with the next check that reads state, when
     ``defer`` are queued, or at ``finish``. The verdict is the one an immediate read gives:
     the flags of op ``k`` are taken before op ``k + 1`` runs, and the earliest op with a
@@ -104,8 +105,7 @@ class ScaleRun:
         self.last: list[Compare] = []  # the results the last check compared (tests read them)
         self.clauses: list = []  # the vector oracle's precondition flags, read with the next check
         self.defer = max(1, defer if defer is not None else _default_defer(tier))
-        self.pending: list[tuple[int, Op | None, list]] = []  # queued checks: (step, op, flags)
-        self._pending_bytes = 0
+        self.pending: list[tuple[int, Op | None, list, int]] = []  # queued checks: (step, op, flags, bytes held)
         self.host_reads = 0  # host reads of check flags (tests and benchmarks read it)
 
     # ---- state the ops share ----------------------------------------------------------------
@@ -211,23 +211,22 @@ class ScaleRun:
             for name, oracle, guarded in tables:
                 flags.append(("state", (name, oracle, guarded.view), torch.ne(oracle, guarded.view).any()))
         if flags:
-            self.pending.append((i, op, flags))
-            self._pending_bytes += sum(2 * c.expected.numel() * c.expected.element_size() for c in compares)
+            self.pending.append((i, op, flags, sum(2 * c.expected.nbytes for c in compares)))
         if not self.pending or (deferrable and not state and len(self.pending) < self.defer
-                                and self._pending_bytes < DEFER_BYTES):
+                                and sum(p[3] for p in self.pending) < DEFER_BYTES):
             return
         self._read_pending(i, op)
 
     def _read_pending(self, i: int, op: Op | None) -> None:
         """One host read of every queued check's flags; the earliest step with a hit is raised."""
-        pending, self.pending, self._pending_bytes = self.pending, [], 0
+        pending, self.pending = self.pending, []
         self.host_reads += 1
         try:
-            bad = torch.stack([f for _, _, flags in pending for _, _, f in flags]).tolist()  # the one host read
+            bad = torch.stack([f for _, _, flags, _ in pending for _, _, f in flags]).tolist()  # the one host read
         except Exception as exc:  # noqa: BLE001 - an asynchronous device fault of the target surfaces here
             raise crash(i, op, exc, f"the device faulted after {op.kind if op else 'the run'}: {exc}") from None
         at = 0
-        for step, step_op, flags in pending:
+        for step, step_op, flags, _ in pending:
             hits = [(what, item) for (what, item, _), b in zip(flags, bad[at:at + len(flags)]) if b]
             at += len(flags)
             if hits:
