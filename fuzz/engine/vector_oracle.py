@@ -32,6 +32,8 @@ tensor each, appended as ``(clause, flag)`` for the caller's one host read
 clauses (``token_in_table``, ``entry_fits_int32``) are marks in its lookup (``_flagged_lookup``),
 found by two compares over the values it gathers anyway: on the CPU that made the clauses cost
 a third of the oracle's time instead of as much again (a second int64 gather and five masks).
+``read_table_packed`` gathers its entries through an int64 lookup (``_packed_lookup``) when it
+checks clauses, so both entry clauses are compares over the entries it writes.
 
 Rules chosen where the spec is silent: ``read_table`` writes no column at or past
 ``max_pages`` (SPEC) and ``read_table_packed`` none at or past ``max_tokens`` (the same
@@ -320,13 +322,33 @@ def read_table_packed(
     live &= col_ok  # pos < 0 gives a negative token column: masked here
     tok = req_to_token[row_req.index_select(0, k), col_safe]
 
-    page = _pages_of_tokens(tok, ps, v2p.shape[0])
-    if clauses is not None:
-        clauses += _entry_flags("read_table_packed", v2p, multiplier, ps, page, live, pos)
-    value = _scaled_lookup(v2p, multiplier).index_select(0, page).mul_(ps)  # fits int32 (precondition)
-    value += pos.remainder_(ps)
+    rows = v2p.shape[0]
+    page = _pages_of_tokens(tok, ps, rows)
+    if clauses is None:
+        value = _scaled_lookup(v2p, multiplier).index_select(0, page).mul_(ps)  # fits int32 (precondition)
+        if ps != 1:
+            value += pos.remainder_(ps)
+    else:  # the entry clauses from the int64 entries themselves: one gather, two compares
+        value = _packed_lookup(v2p, multiplier, ps).index_select(0, page)
+        if ps != 1:
+            value += pos.remainder_(ps)
+        clauses += [(f"{fn}.token_in_table", (page.eq(rows) & live).any()),
+                    (f"{fn}.entry_fits_int32", (value.ge(pre.INT32_LIMIT) & live).any())]
+        value = value.to(torch.int32)  # exact where every live entry fits (else the op is refused)
     torch.where(live, value, out, out=out)
     return out
+
+
+def _packed_lookup(v2p: torch.Tensor, multiplier: int, ps: int) -> torch.Tensor:
+    """int64 ``max(v2p[page] * multiplier, 0) * ps`` for page in [0, rows), 0 at index rows (a
+    page past the table, as ``_scaled_lookup``): in int64 nothing wraps, so an entry past 2^31
+    is seen as one, and it stays exact for every entry that fits."""
+    rows = v2p.shape[0]
+    lookup = torch.empty(rows + 1, dtype=torch.int64, device=v2p.device)
+    lookup[:rows].copy_(v2p)
+    lookup[:rows].mul_(multiplier * ps).clamp_(min=0)
+    lookup[rows:].fill_(0)
+    return lookup
 
 
 def _shape_clauses(fn: str, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> None:
@@ -336,20 +358,6 @@ def _shape_clauses(fn: str, req_pool_indices: torch.Tensor, seq_lens: torch.Tens
 
 def _out_of(idx: torch.Tensor, rows: int) -> torch.Tensor:
     return (idx < 0) | (idx >= rows)
-
-
-def _entry_flags(fn: str, v2p: torch.Tensor, multiplier: int, ps: int, page: torch.Tensor, live: torch.Tensor,
-                 pos: torch.Tensor | None) -> list:
-    """token_in_table and entry_fits_int32 over the live lanes (``page``: clamped to ``rows``,
-    the slot of a page past the table; ``pos``: the packed positions, None for read_table)."""
-    rows = v2p.shape[0]
-    inside = page < rows
-    scaled = v2p.to(torch.int64).mul(multiplier).clamp_(min=0).index_select(0, page.clamp(max=rows - 1).reshape(-1))
-    scaled = scaled.view(page.shape)
-    if pos is not None:
-        scaled = scaled * ps + pos.remainder(ps)
-    return [(f"{fn}.token_in_table", (live & ~inside).any()),
-            (f"{fn}.entry_fits_int32", (live & inside & (scaled >= pre.INT32_LIMIT)).any())]
 
 
 def broken_clause(clauses: list) -> str | None:

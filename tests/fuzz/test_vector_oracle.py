@@ -113,17 +113,24 @@ def entry_clause_cases(draw):
 
 def _entry_clauses_broken(case) -> set[str]:
     """kvref's entry clauses over every live entry: the clauses some entry breaks."""
+    ps = case["ps"]
+    return _kvref_entry_clauses("read_table", case, ((b, col, r, col * ps, None)
+                                                      for b, (r, n) in enumerate(zip(case["req_idx"], case["seq_lens"]))
+                                                      for col in range(min(-(-n // ps), case["max_pages"]))))
+
+
+def _kvref_entry_clauses(fn: str, case, entries) -> set[str]:
+    """The clauses kvref's per-entry check finds broken over ``entries``: (row, column, request
+    row, token column, packed position or None)."""
     from kvref import preconditions as pre
 
-    ps, v2p, broken = case["ps"], case["v2p"], set()
-    for b, (r, n) in enumerate(zip(case["req_idx"], case["seq_lens"])):
-        for col in range(min(-(-n // ps), case["max_pages"])):
-            try:
-                pre.check_entry("read_table", tok=case["req_to_token"][r][col * ps], v2p_rows=len(v2p),
-                                v2p_value=lambda page: v2p[page], multiplier=case["multiplier"], page_size=ps,
-                                pos=None, where=f"[{b}][{col}]")
-            except kvref.ContractViolation as exc:
-                broken.add(exc.clause)
+    v2p, broken = case["v2p"], set()
+    for b, col, r, tok_col, pos in entries:
+        try:
+            pre.check_entry(fn, tok=case["req_to_token"][r][tok_col], v2p_rows=len(v2p), v2p_value=lambda page: v2p[page],
+                            multiplier=case["multiplier"], page_size=case["ps"], pos=pos, where=f"[{b}][{col}]")
+        except kvref.ContractViolation as exc:
+            broken.add(exc.clause)
     return broken
 
 
@@ -210,6 +217,69 @@ def check_packed(case) -> None:
 @given(packed_cases())
 def test_read_table_packed_matches_kvref(case):
     check_packed(case)
+
+
+@st.composite
+def packed_entry_clause_cases(draw):
+    """A packed case, maybe with a token past v2p and / or an entry past int32 (at the page's
+    last slot: ``v2p * multiplier * ps + pos % ps`` crosses 2^31 by a few)."""
+    case = draw(packed_cases())
+    rows, ps = len(case["v2p"]), case["ps"]
+    if draw(st.booleans()):
+        row = case["req_to_token"][draw(st.integers(0, len(case["req_to_token"]) - 1))]
+        row[draw(st.integers(0, len(row) - 1)) // ps * ps] = rows * ps + draw(st.integers(0, 2 * ps))
+    if draw(st.booleans()):  # pages at the int32 edge: whether an entry crosses depends on its pos % ps
+        edge = (INT32_MAX - draw(st.integers(0, ps))) // ps // case["multiplier"] + draw(st.integers(0, 1))
+        case["v2p"] = [edge if draw(st.booleans()) else v for v in case["v2p"]]
+    return case
+
+
+def _packed_entry_clauses_broken(case) -> set[str]:
+    ps, starts = case["ps"], case["kv_start"] or [0] * len(case["req_idx"])
+
+    def entries():
+        for b, (r, n) in enumerate(zip(case["req_idx"], case["seq_lens"])):
+            for col in range(min(n, case["max_tokens"] - case["indptr"][b])):
+                pos = starts[b] + col
+                yield b, col, r, pos // ps * ps, pos
+    return _kvref_entry_clauses("read_table_packed", case, entries())
+
+
+@settings(SETTINGS, max_examples=100)  # each example runs the oracle twice and kvref once
+@given(packed_entry_clause_cases())
+def test_packed_entry_flags_are_kvrefs_and_leave_the_valid_entries_alone(case):
+    """read_table_packed's entry flags (compares over its int64 entries) say what kvref's
+    per-entry check says, the last slot of a page that crosses 2^31 included, and the
+    entries it writes are the ones it writes without clauses."""
+    args = dict(req_to_token=torch.tensor(case["req_to_token"], dtype=case["token_dtype"]),
+                req_pool_indices=torch.tensor(case["req_idx"], dtype=case["idx_dtype"]),
+                seq_lens=torch.tensor(case["seq_lens"], dtype=case["idx_dtype"]),
+                indptr=torch.tensor(case["indptr"], dtype=case["indptr_dtype"]),
+                kv_start_idx=None if case["kv_start"] is None else torch.tensor(case["kv_start"], dtype=case["idx_dtype"]),
+                v2p=torch.tensor(case["v2p"]), multiplier=case["multiplier"], page_size=case["ps"],
+                max_tokens=case["max_tokens"])
+    plain, flagged = (torch.full((case["out_len"],), POISON, dtype=torch.int32) for _ in range(2))
+    vo.read_table_packed(**args, out=plain)
+    flags = []
+    with no_host_sync():
+        vo.read_table_packed(**args, out=flagged, clauses=flags)
+    named = {name: bool(f) for name, f in flags}
+    broken = _packed_entry_clauses_broken(case)
+    entry = ("read_table_packed.token_in_table", "read_table_packed.entry_fits_int32")
+    assert {n for n in entry if named.get(n)} == broken
+    if "read_table_packed.entry_fits_int32" not in broken:
+        assert vo.first_mismatch(plain, flagged) is None
+
+
+def test_a_packed_entry_past_int32_by_its_slot_alone_is_flagged():
+    """v2p[1] * 3 = 2^31 - 2 fits; its page's slots 0 and 1 fit, slot 2 (2^31) does not."""
+    v2p = torch.tensor([0, (INT32_MAX - 1) // 3, 1])
+    args = dict(req_to_token=torch.tensor([[3, 4, 5, 6, 7, 8]], dtype=torch.int32), req_pool_indices=torch.tensor([0]),
+                v2p=v2p, multiplier=1, page_size=3, max_tokens=6, out=torch.zeros(6, dtype=torch.int32))
+    for n, past in ((2, False), (3, True)):
+        flags = []
+        vo.read_table_packed(**args, seq_lens=torch.tensor([n]), indptr=torch.tensor([0, n]), clauses=flags)
+        assert dict(flags)["read_table_packed.entry_fits_int32"].item() is past
 
 
 # --------------------------------------------------------------------------- translate
