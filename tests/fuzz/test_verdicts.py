@@ -221,6 +221,38 @@ def test_replays_that_fail_as_another_signature_are_named_in_the_case_never_coun
     assert "replayed, it failed as free/timeout/no-progress at step 1 instead" in done.history["note"], done.history
 
 
+@pytest.mark.parametrize("fails_at", [9, None])
+def test_a_finding_its_first_replays_miss_is_replayed_longer_before_it_is_kept_as_found(fails_at):
+    """A race that fails one replay in eight passes the rate's five most of the time; the
+    finding was seen, so it is replayed RARE_TRIES times more: found again, it is a flaky case
+    with its real rate (and no "kept as found" note); never, it is kept as found after all of them."""
+    from fuzz.engine.case import Case
+    from fuzz.engine.confirm import RARE_TRIES, Confirmer
+
+    sig = Signature("free", "state", "p2v")
+
+    class Replays:  # the replay numbered fails_at fails as found, every other passes
+        calls = 0
+
+        def standby(self, fresh=None, depth=1):
+            pass
+
+        def run(self, config, ops, knobs=None, mode=None, **kw):
+            self.calls += 1
+            return _finding(sig, None) if self.calls == fails_at else None
+
+    ops = [Alloc(2), Free((1, 2)), Alloc(2)]
+    case = Case.found(config=kvref.PoolConfig(num_pages=8), ops=ops, divergence=_finding(sig, None), original_len=3)
+    replays = Replays()
+    done = Confirmer(replays, tries=5, minimize=False).confirm(case)
+    assert replays.calls == 5 + RARE_TRIES
+    if fails_at:
+        assert done.reproduced == {"k": 1, "n": 5 + RARE_TRIES} and done.flaky and not done.history, done
+    else:
+        assert done.reproduced == {"k": 0, "n": 5 + RARE_TRIES} and not done.flaky
+        assert "kept as found" in done.history["note"], done.history
+
+
 def test_confirming_replays_the_whole_case_only_for_its_rates_and_an_unchanged_case_is_not_rated_again():
     """The minimizer takes a failing replay of the rate for its first (the case as found is not
     replayed a sixth time), and a minimized case that is the case as found keeps its rate: no
