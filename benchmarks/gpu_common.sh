@@ -58,3 +58,12 @@ syncs_small() {  # syncs_small WHY TOP: the small track's synchronizing CUDA cal
   timeout 120 $PY benchmarks/profile_gpu.py syncs --track small --seconds 8 --warmup 4 --top "$2" \
     --out "$OUT/syncs-small.json" 2>&1 | grep -v -i "warn\|USDT" | tail -$(( $2 + 2 )) | cut -c1-300
 }
+first_case_cuda() {  # first_case_cuda TIMEOUT: the first case over the mutant catalogue, cold then warm
+  # (first_case.py, one JSON row per campaign as it comes: $OUT/first-case-cuda.log; the table: $OUT/fc)
+  step "first case over the mutant catalogue, cold then warm (first_case.py; rows as they come)"
+  timeout "$1" $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+    --note "one H200, nothing else running; fork daemon (default): cold = no daemon, warm = one left running" \
+    --out "$OUT/fc" > "$OUT/first-case-cuda.log" 2>&1
+  echo "exit $?"
+  tail -14 "$OUT/fc/first_case.md" 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
+}

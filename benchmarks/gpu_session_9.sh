@@ -11,7 +11,7 @@
 #   final:  pytest -m "cuda and not slow"; guided collection cost on CUDA; the first case, cold and warm
 set -u
 PART=${1:-defer}
-. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign, util, environment, cuda_tests, syncs_small
+. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign, util, environment, cuda_tests, syncs_small, first_case_cuda
 {
   environment
   if [ "$PART" = defer ]; then
@@ -71,11 +71,6 @@ PART=${1:-defer}
     step "guided collection cost on CUDA, value features only (guided_vs_blind --parts overhead)"
     timeout 120 $PY benchmarks/guided_vs_blind.py --backend cuda --parts overhead --ops 1500 \
       --note "one H200, nothing else running" --out "$OUT/guided-overhead-cuda.json" 2>&1 | grep -v -i warn | tail -4
-    step "first case over the mutant catalogue, cold then warm (first_case.py; rows as they come)"
-    timeout 330 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
-      --note "one H200, nothing else running; fork daemon (default): cold = no daemon, warm = one left running" \
-      --out "$OUT/fc" > "$OUT/first-case-cuda.log" 2>&1
-    echo "exit $?"
-    tail -12 "$OUT/fc/first_case.md" 2>/dev/null || tail -5 "$OUT/first-case-cuda.log"
+    first_case_cuda 330
   fi
 } 2>&1 | tee "$OUT/session-$PART.log"

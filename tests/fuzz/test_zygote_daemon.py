@@ -154,6 +154,65 @@ def test_the_digest_covers_the_server_key_and_the_daemons_own_files(monkeypatch)
     real = daemon._stamp
     monkeypatch.setattr(daemon, "_stamp", lambda p: (p, 0, 0) if str(p).endswith("verdict.py") else real(p))
     assert daemon.digest(key({}, True)) != before, "an edited module the daemon holds must start a new daemon"
+    for warmed in ("tracks/small.py", "kvref/allocator.py"):  # imported once it forked a child (WARM)
+        monkeypatch.setattr(daemon, "_stamp", lambda p, w=warmed: (p, 0, 0) if str(p).endswith(w) else real(p))
+        assert daemon.digest(key({}, True)) != before, warmed
+
+
+# Children until one finds the engine loaded (the daemon imports it once it has forked one, while idle).
+WARM_CLIENT = """
+import json, sys, time
+from fuzz.engine import zygote
+def probe(q):
+    q.put(all(m in sys.modules for m in ("fuzz.engine.worker", "fuzz.engine.confirm", "kvref")))
+if __name__ == "__main__":
+    import multiprocessing as mp
+    q, seen = mp.get_context("spawn").Queue(), []
+    while len(seen) < 100 and not any(seen):
+        child = zygote.start(probe, (q,), extra_env={}, interpret=True)
+        seen.append(q.get(timeout=120))
+        child.join(60)
+        time.sleep(0.05)
+    print(json.dumps(seen))
+"""
+
+
+def test_children_forked_after_the_first_find_the_engine_imported(tmp_path, sockets):
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_CLIENT)
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True, timeout=300)
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not seen[0], "the first child is forked before the engine is imported (a cold first worker waits for nothing)"
+    assert seen[-1], f"no child of {len(seen)} found the engine imported"
+
+
+def test_what_a_daemon_imports_of_kvfuzz_reads_nothing_at_import_that_a_client_sets():
+    """A module the daemon imports for many commands must not fix, at import, what a command
+    may set: the environment, the device, a thread, the time (read them at use)."""
+    import ast
+
+    found = []
+    for package in daemon.WARM_PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(_module_level(ast.parse(path.read_text()))):
+                text = ast.unparse(node) if isinstance(node, (ast.Attribute, ast.Call)) else ""
+                if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv") or (
+                        isinstance(node, ast.Call) and any(w in text.split("(")[0] for w in ("cuda", "Thread", "time."))):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}: {text[:80]}")
+    assert not found, found
+
+
+def _module_level(tree):
+    """``tree`` without its function bodies (what runs when the module is imported)."""
+    import ast
+
+    class Strip(ast.NodeTransformer):
+        def visit_FunctionDef(self, node):
+            return None
+        visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+    return Strip().visit(tree)
 
 
 def test_a_socket_directory_others_can_write_to_is_refused(tmp_path, monkeypatch):

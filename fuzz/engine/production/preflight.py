@@ -28,8 +28,9 @@ from operator import add
 
 from kvref import preconditions as pre
 
-# Every FULL_EVERY-th call is checked by kvref too (1: every call, as KVFUZZ_PREFLIGHT=full asks).
-FULL_EVERY = 1 if os.environ.get("KVFUZZ_PREFLIGHT") == "full" else 64
+# Every FULL_EVERY-th call is checked by kvref too; KVFUZZ_PREFLIGHT=full: every call (read at
+# each call, not at import: a fork daemon imports this module once for many commands).
+FULL_EVERY = 64
 _calls = [0]  # calls so far in this process (the sample's clock)
 
 
@@ -93,7 +94,7 @@ def packed_ok(*, r2t_rows: int, width: int, req_idx, seq_lens, indptr, kv_start,
 
 def _sampled() -> bool:
     _calls[0] += 1
-    return _calls[0] % FULL_EVERY == 0
+    return os.environ.get("KVFUZZ_PREFLIGHT") == "full" or _calls[0] % FULL_EVERY == 0
 
 
 def check_table_call(ctx, *, r2t_rows: int, width: int, req_idx, seq_lens, max_pages: int, out_rows: int,

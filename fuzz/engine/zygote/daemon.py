@@ -25,6 +25,15 @@ change would make stale: kvfuzz's own modules it imports (this package, ``verdic
 preloaded libraries' entry files (``pip install`` rewrites them). A checkout edited, a venv
 upgraded, or another ``TORCH_*`` setting: another socket, another daemon.
 
+What it adds, once it has forked its first child: kvfuzz's own engine and what Triton imports
+at its first launch (``WARM``), one module at a time while no request waits (``_warm_one``),
+so a child forked later finds what a worker, an executor and a minimizer import already loaded
+(about 0.5 CPU s and 100 modules a child; a test suite or a campaign's confirmation starts hundreds). Not
+before the first fork: a cold command's first worker would wait for it (``zygote.PRELOAD``).
+Each of those modules is in the key (``_warm_files``: every file of the packages they come
+from), so an edited checkout gets a daemon of its own; none of them reads the environment,
+touches a device or starts a thread when imported (``test_zygote_daemon`` holds them to that).
+
 What differs from a per-process server, and what is done about it:
 
 - *A child is not in its client's process group*: a campaign killed with its group
@@ -72,6 +81,15 @@ OWN_FILES = ("__init__.py", "engine/__init__.py", "engine/verdict.py", "engine/z
              "engine/zygote/daemon.py", "engine/zygote/interpret.py", "engine/zygote/compiled.py")
 _RLIMITS = ("RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_RSS", "RLIMIT_CPU", "RLIMIT_NOFILE", "RLIMIT_NPROC",
             "RLIMIT_STACK", "RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_MEMLOCK")
+# What a daemon imports once it has forked a child, while idle (``_warm_one``), in this order (each
+# pulls in what it imports): kvfuzz's modules that every worker, executor and minimizer child
+# imports, and the Triton front-end modules its first launch imports (Triton 3.6-3.9: the code
+# generator and ``triton.experimental.gluon``'s 50 modules, about 0.3 CPU s a child; no driver).
+WARM = ("kvref", "fuzz.engine.verdict", "fuzz.engine.kinds", "fuzz.engine.runner", "fuzz.engine.tiers",
+        "fuzz.engine.production.run", "fuzz.engine.tracks.small", "fuzz.engine.tracks.production",
+        "fuzz.engine.minimize", "fuzz.engine.confirm", "fuzz.engine.worker", "triton.compiler.code_generator",
+        "triton.experimental.gluon", "triton.language.extra.libdevice")
+WARM_PACKAGES = ("fuzz", "kvref")  # the packages WARM imports from: every file of theirs keys the daemon
 _CHILD: list[bool] = []  # set in a child the daemon forked (watch_client reads it)
 _STARTED: list[subprocess.Popen] = []  # daemons this process started: reaped, never waited for
 
@@ -152,10 +170,41 @@ def _context() -> tuple:
 def digest(key: tuple) -> str:
     """The socket's name for a server key: see the module's docstring for what it covers."""
     own = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the ``fuzz`` package
-    stamps = [_stamp(os.path.join(own, f)) for f in OWN_FILES]
+    stamps = [_stamp(os.path.join(own, f)) for f in OWN_FILES] + _warm_files(os.path.dirname(own))
     stamps += [_stamp(_library_entry(n)) for n in ("torch", "triton", "numpy")]
     text = repr((key, sys.executable, sys.version, util._args_from_interpreter_flags(), stamps, _context()))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _warm_files(root: str) -> list[tuple]:
+    """The stamps of every Python file of ``WARM_PACKAGES`` as this client would import them
+    (``root``: the folder holding this ``fuzz``; ``kvref`` wherever it is found from here)."""
+    stamps = []
+    for name in WARM_PACKAGES:
+        folder = os.path.join(root, name) if name == "fuzz" else os.path.dirname(_library_entry(name) or "")
+        if not folder or not os.path.isdir(folder):
+            stamps.append((name, None))
+            continue
+        for where, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            stamps += [_stamp(os.path.join(where, f)) for f in sorted(files) if f.endswith(".py")]
+    return stamps
+
+
+def _warm_one(warm: list[str]) -> None:
+    """Import the next module of ``warm`` (removed from it). A module that fails here is left
+    to the child, which meets the error itself; once the list is done, the new objects are
+    frozen with the rest (their pages stay shared)."""
+    name = warm.pop(0)
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001, S110 - a cache only
+        pass
+    if not warm:
+        import gc
+
+        gc.collect()
+        gc.freeze()
 
 
 class DaemonServer:
@@ -292,13 +341,17 @@ def main(listener_fd: int, interpret: bool, idle: float, path: str) -> None:
     selector.register(listener, selectors.EVENT_READ)
     selector.register(sig_r, selectors.EVENT_READ)
     last = time.monotonic()
+    warm, forked = list(WARM), False
     while True:
-        ready = {key.fileobj for key, _ in selector.select(timeout=min(idle, 5.0))}
+        busy = warm and forked  # the engine to import: look for requests often, import between them
+        ready = {key.fileobj for key, _ in selector.select(timeout=0.0 if busy else min(idle, 5.0))}
         if sig_r in ready:
             _reap(sig_r, status)
         if listener in ready:
-            _serve(listener, status, closing=(selector, listener, sig_r, sig_w))
+            forked = _serve(listener, status, closing=(selector, listener, sig_r, sig_w)) or forked
             last = time.monotonic()
+        elif busy:
+            _warm_one(warm)
         if not status and (time.monotonic() - last > idle or not _still_ours(path, mine)):
             break
     if _still_ours(path, mine):
@@ -343,18 +396,20 @@ def _reap(sig_r: int, status: dict[int, int]) -> None:
         os.close(fd)
 
 
-def _serve(listener: socket.socket, status: dict[int, int], *, closing: tuple) -> None:
+def _serve(listener: socket.socket, status: dict[int, int], *, closing: tuple) -> bool:
+    """Fork the child a connection asks for; whether it did (a client that only checked the
+    daemon answers sends nothing)."""
     conn, _ = listener.accept()
     with conn:
         conn.setblocking(True)
         try:
             fds = reduction.recvfds(conn, MAX_FDS + 1)
         except (OSError, EOFError, RuntimeError):  # a client that gave up halfway
-            return
+            return False
     if len(fds) < 3:
         for fd in fds:
             os.close(fd)
-        return
+        return False
     child_r, child_w, tracker, *inherited = fds
     pid = os.fork()
     if pid == 0:
@@ -381,3 +436,4 @@ def _serve(listener: socket.socket, status: dict[int, int], *, closing: tuple) -
     status[pid] = child_w
     for fd in (child_r, tracker, *inherited):
         os.close(fd)
+    return True
