@@ -164,12 +164,16 @@ WARM_CLIENT = """
 import json, sys, time
 from fuzz.engine import zygote
 def probe(q):
-    q.put(all(m in sys.modules for m in ("fuzz.engine.worker", "fuzz.engine.confirm", "kvref")))
+    loaded = all(m in sys.modules for m in ("fuzz.engine.worker", "fuzz.engine.confirm", "kvref"))
+    if loaded and sys.argv[-1] == "compiled":  # Triton's key computed by the daemon: cached in the child
+        from triton.runtime.cache import triton_key
+        loaded = triton_key.cache_info().currsize == 1
+    q.put(loaded)
 if __name__ == "__main__":
     import multiprocessing as mp
     q, seen = mp.get_context("spawn").Queue(), []
     while len(seen) < 100 and not any(seen):
-        child = zygote.start(probe, (q,), extra_env={}, interpret=True)
+        child = zygote.start(probe, (q,), extra_env={}, interpret=sys.argv[1] == "interpret")
         seen.append(q.get(timeout=120))
         child.join(60)
         time.sleep(0.05)
@@ -177,10 +181,11 @@ if __name__ == "__main__":
 """
 
 
-def test_children_forked_after_the_first_find_the_engine_imported(tmp_path, sockets):
+@pytest.mark.parametrize("mode", ["interpret", "compiled"])
+def test_children_forked_after_the_first_find_the_engine_imported(tmp_path, sockets, mode):
     script = tmp_path / "warm.py"
     script.write_text(WARM_CLIENT)
-    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+    r = subprocess.run([sys.executable, str(script), mode], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
                        capture_output=True, text=True, timeout=300)
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert not seen[0], "the first child is forked before the engine is imported (a cold first worker waits for nothing)"

@@ -89,6 +89,10 @@ WARM = ("kvref", "fuzz.engine.verdict", "fuzz.engine.kinds", "fuzz.engine.runner
         "fuzz.engine.production.run", "fuzz.engine.tracks.small", "fuzz.engine.tracks.production",
         "fuzz.engine.minimize", "fuzz.engine.confirm", "fuzz.engine.worker", "triton.compiler.code_generator",
         "triton.experimental.gluon", "triton.language.extra.libdevice")
+# And, for a compiled-mode daemon, what the first compile or cache lookup of a child computes:
+# Triton's own key (``triton_key``: a hash of its files and libtriton, 0.4-0.7 s on an H200 per
+# process; lru-cached, so computed here it is every child's). Its files key the daemon too.
+WARM_COMPILED = ("triton.runtime.cache:triton_key",)
 WARM_PACKAGES = ("fuzz", "kvref")  # the packages WARM imports from: every file of theirs keys the daemon
 _CHILD: list[bool] = []  # set in a child the daemon forked (watch_client reads it)
 _STARTED: list[subprocess.Popen] = []  # daemons this process started: reaped, never waited for
@@ -192,12 +196,14 @@ def _warm_files(root: str) -> list[tuple]:
 
 
 def _warm_one(warm: list[str]) -> None:
-    """Import the next module of ``warm`` (removed from it). A module that fails here is left
-    to the child, which meets the error itself; once the list is done, the new objects are
-    frozen with the rest (their pages stay shared)."""
-    name = warm.pop(0)
+    """Import the next module of ``warm`` (removed from it; ``module:function``: then call it).
+    What fails here is left to the child, which meets the error itself; once the list is done,
+    the new objects are frozen with the rest (their pages stay shared)."""
+    name, _, call = warm.pop(0).partition(":")
     try:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
+        if call:
+            getattr(module, call)()
     except Exception:  # noqa: BLE001, S110 - a cache only
         pass
     if not warm:
@@ -341,7 +347,7 @@ def main(listener_fd: int, interpret: bool, idle: float, path: str) -> None:
     selector.register(listener, selectors.EVENT_READ)
     selector.register(sig_r, selectors.EVENT_READ)
     last = time.monotonic()
-    warm, forked = list(WARM), False
+    warm, forked = list(WARM) + ([] if interpret else list(WARM_COMPILED)), False
     while True:
         busy = warm and forked  # the engine to import: look for requests often, import between them
         ready = {key.fileobj for key, _ in selector.select(timeout=0.0 if busy else min(idle, 5.0))}
