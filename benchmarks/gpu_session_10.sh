@@ -5,6 +5,8 @@
 #      compares over its int64 entries
 #   b: the first case over the whole mutant catalogue, cold then warm, with the fork daemon that
 #      imports the engine once it has forked a child
+#   c: b again (pytest -m "cuda and not slow" first), once the compiled-mode daemon also computes
+#      Triton's key (triton_key) for its children
 set -u
 PART=${1:-a}
 . benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step, campaign, util, environment, cuda_tests, syncs_small, first_case_cuda
@@ -22,7 +24,8 @@ PART=${1:-a}
         --cache-dir "$cache" --seconds 10 --warmup 8 --no-variants --out "$OUT/scale-$set.json" 2>&1 | grep -vi warn | tail -4 | cut -c1-900
     done
   fi
-  if [ "$PART" = b ]; then
+  if [ "$PART" = b ] || [ "$PART" = c ]; then
+    [ "$PART" = c ] && cuda_tests "the compiled-mode daemon computes Triton's key"
     step "what a worker's first launch imports and spends on CUDA, in a fresh process (profile_ready --modes launch)"
     timeout 100 $PY benchmarks/profile_ready.py --backend cuda --repeats 2 --modes launch,tier \
       --out "$OUT/ready-launch.json" 2>&1 | grep -vi warn | head -60 | cut -c1-3000
