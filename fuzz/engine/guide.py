@@ -232,12 +232,14 @@ class KnownReads:
     a read again, and the features its launches reached are replayed into ``collector`` as at
     that op (``Collector.take``): a run's features, and so the corpus and every later plan, are
     those of running it. Only for one tier at a time, every op checked, the interpreter's
-    program order, kvfuzz's own allocator, and no code traced (``GuidedTrack.run_sequence``)."""
+    program order and kvfuzz's own allocator; a run whose code is traced runs every read (its
+    arcs come from its own launches) and records them (``replaying`` off: ``GuidedTrack.run_sequence``)."""
 
     def __init__(self):
         self.memo: dict[tuple, tuple] = {}
         self.tier = None
         self.collector: Collector | None = None
+        self.replaying = True
 
     def begin(self, tier, start: str) -> bytes:
         """The history of a run's first op (``start``: what it runs under)."""
@@ -252,7 +254,7 @@ class KnownReads:
 
     def replay(self, key: tuple) -> bool:
         """Whether ``key`` (history, op) is known; if so, its launches' features are taken again."""
-        launches = self.memo.get(key)
+        launches = self.memo.get(key) if self.replaying else None
         if launches is None:
             return False
         for programs, names, goals in launches:
@@ -276,12 +278,12 @@ class GuidedTrack(SmallTrack):
     (``track_for``): a worker keeps its corpus in memory and on disk; the parent only reads
     the ``.seq/`` streams back (``regenerate``)."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, known_reads: bool = True):
         self.root = Path(root).resolve()
         self._corpus: Corpus | None = None
         self._plans: dict[int, dict] = {}
         self._code: CodeCoverage | None = None
-        self.known = KnownReads()
+        self.known = KnownReads() if known_reads else None  # off: every read runs (benchmarks/guided_vs_blind.py)
         self.sequences = 0
         self.kept = 0
         self._seq_seeds: list[int] = []  # the seeds whose streams are under .seq/, oldest first
@@ -392,9 +394,9 @@ class GuidedTrack(SmallTrack):
         self.sequences += 1
         t0 = time.process_time()  # CPU: the machine may be shared
         col = Collector(code)
-        known = None  # a traced run's arcs come from its own launches; another allocator may keep hidden state
-        if code is None and tier.allocator_cls is None and program_order_mode() == "launch":
-            known, self.known.collector = self.known, col
+        known = None  # another allocator may keep hidden state; another program order, a race a read would meet
+        if self.known is not None and tier.allocator_cls is None and program_order_mode() == "launch":
+            known, self.known.collector, self.known.replaying = self.known, col, code is None
         with col:
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
                                        params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)),

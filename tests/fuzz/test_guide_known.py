@@ -111,3 +111,21 @@ def test_a_guided_run_with_known_reads_is_the_run_without_them(tmp_path, monkeyp
     (ops, entries, hits), (ops_off, entries_off, hits_off) = out
     assert hits > 0 and hits_off == 0
     assert ops == ops_off and entries == entries_off
+
+
+def test_a_run_not_replaying_runs_every_read_and_records_them_for_the_next():
+    """A code-traced run (``replaying`` off) meets its reads' arcs by running them, and what it
+    ran is known to the next untraced run."""
+    spy = Spy()
+    tier, known = _tier(spy), _known()
+    known.replaying = False
+    run = PoolRun(CONFIG, tier, known=known)
+    run.step(Alloc(3))
+    run.step(TABLE)
+    run.step(TABLE)
+    assert spy.read_tables == 2 and run.known_hits == 0 and len(known.memo) == 1
+    known.replaying = True
+    again = PoolRun(CONFIG, tier, known=known)
+    again.step(Alloc(3))
+    again.step(TABLE)
+    assert spy.read_tables == 2 and again.known_hits == 1
