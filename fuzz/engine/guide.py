@@ -21,6 +21,9 @@ last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, 
 ``AIM_TAIL`` ops past the stone; the rest are picked by rarity (``Corpus.pick``), one to three
 drawn edits near the op that reached the feature, run ``TAIL`` past it
 (benchmarks/results/guided-vs-blind-2026-12-04.md).
+
+A read the target already ran and passed from the same history of state-changing ops (a plan's
+replayed prefix, a repeated read table) is not run again, its features replayed (``KnownReads``).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need,
 FRESH_PROGRAMS = 400  # ... or less: it ends once its launches ran this many programs (its cost on the interpreter)
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
-KNOWN_MAX = 1 << 15  # ``KnownReads``: reads kept (then it starts again)
+KNOWN_MAX = 1 << 12  # ``KnownReads``: reads kept (then it starts again; each holds its launches' features, a few KB)
 
 
 def _write_json(path: Path, data: dict) -> None:
