@@ -235,8 +235,10 @@ class KnownReads:
     a read again, and the features its launches reached are replayed into ``collector`` as at
     that op (``Collector.take``): a run's features, and so the corpus and every later plan, are
     those of running it. Only for one tier at a time, every op checked, the interpreter's
-    program order and kvfuzz's own allocator; a run whose code is traced runs every read (its
-    arcs come from its own launches) and records them (``replaying`` off: ``GuidedTrack.run_sequence``)."""
+    program order and kvfuzz's own allocator. A run whose code is traced runs every read (its
+    arcs come from its own calls: running only a read's host code, its launches recorded, left
+    the line tracer's arcs around the launch other than a launch that ran leaves them) and
+    records them for the next (``replaying`` off: ``GuidedTrack.run_sequence``)."""
 
     def __init__(self):
         self.memo: dict[tuple, tuple] = {}
