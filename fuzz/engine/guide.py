@@ -229,7 +229,7 @@ class KnownReads:
     check, by the history of state-changing ops before them (a hash chain from the run's
     config, knobs and hostile mode) and the op, with what their launches reached: a mutated
     plan replays its entry's ops up to its first edit, and a repeated read table leaves the
-    state where it was, so the same read from the same state comes again and again (a third
+    state where it was, so the same read from the same state comes again and again (a quarter
     of a guided run's CPU seconds, guided-vs-blind-2026-12-02-s10.md). The target is a function
     of its history (a case replays from its ops alone), so ``runner.PoolRun`` does not run such
     a read again, and the features its launches reached are replayed into ``collector`` as at
