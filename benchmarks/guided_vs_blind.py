@@ -3,8 +3,9 @@
 Four parts, each printed as a table row and written as JSON (``--out``):
 
 * ``throughput``: in one process, ``--ops`` ops of small-track sequences blind (the seeded
-  generator, no features) and guided (``guide.GuidedTrack``: features, corpus, mutations),
-  seeds from 0: ops per CPU second (process time: the machine is shared), the CPU seconds
+  generator, no features) and guided (``guide.GuidedTrack``: features, corpus, mutations; and
+  ``guided-rerun``, without its known reads, where ``--modes`` names it), seeds from 0, one
+  sequence of each mode in turn: ops per CPU second (process time: the machine is shared), the CPU seconds
   guided spent planning (picking, mutating, the mutations' shadow runs on the spec) and the
   features reached per 1,000 ops (blind's measured by the same collector, off the clock);
 * ``overhead``: the same blind sequences bare and with features collected (``overhead``);
@@ -32,39 +33,63 @@ import tempfile
 import time
 
 
-def throughput(n_ops: int, ops_per_seq: int = 100) -> list[dict]:
+def _track(mode: str, root: str):
+    """The track a mode runs: ``blind`` (the seeded generator), ``guided`` (``guide.GuidedTrack``),
+    ``guided-rerun`` (guided with every read run again: no ``guide.KnownReads``, as before s10)."""
+    from fuzz.engine import guide, tracks
+
+    if mode not in MODES:
+        raise SystemExit(f"mode {mode!r}: choose from {', '.join(MODES)}")
+    return tracks.get("small") if mode == "blind" else guide.GuidedTrack(root, known_reads=mode == "guided")
+
+
+MODES = ("blind", "guided", "guided-rerun")
+
+
+def throughput(n_ops: int, ops_per_seq: int = 100, modes=("blind", "guided")) -> list[dict]:
+    """Each mode's sequences (seeds from 0, ``ops_per_seq`` ops, guided's as its plans cut them)
+    until ``n_ops``, one sequence of each mode in turn (so a load on the shared machine falls
+    on every mode alike). Ops are every op drawn and run (spec, checks, the target's result);
+    ``known`` of them were reads whose target result ``guide.KnownReads`` knew (not run on the
+    target again), so ``target_ops_per_cpu_s`` counts only the others (blind has none)."""
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
     tier = make_tier("interpret")
     blind = tracks.get("small")
     blind.run_sequence(tier, 10**6, 20)  # warm the interpreter's caches
-    rows = []
     with tempfile.TemporaryDirectory() as root:
-        for name in ("blind", "guided"):
-            track = guide.GuidedTrack(root) if name == "guided" else blind
-            ops, cpu, plan_cpu, seen, seed = 0, 0.0, 0.0, set(), 0
-            code = features.CodeCoverage(features.files_under_test(tier))
-            while ops < n_ops:
+        state = {m: {"track": _track(m, f"{root}/{m}"), "ops": 0, "known": 0, "cpu": 0.0, "plan_cpu": 0.0,
+                     "seen": set(), "seed": 0} for m in modes}
+        code = features.CodeCoverage(features.files_under_test(tier))
+        while any(st["ops"] < n_ops for st in state.values()):
+            for name, st in state.items():
+                if st["ops"] >= n_ops:
+                    continue
+                track, seed = st["track"], st["seed"]
                 t0 = time.process_time()
-                if name == "guided":  # picking and mutating an entry, its shadow runs: guidance's own cost
+                if name != "blind":  # picking and mutating an entry, its shadow runs: guidance's own cost
                     track.plan(tier, seed)
-                    plan_cpu += time.process_time() - t0
+                    st["plan_cpu"] += time.process_time() - t0
                 seq = track.run_sequence(tier, seed, ops_per_seq)
-                cpu += time.process_time() - t0
-                ops += len(seq.ops)
+                st["cpu"] += time.process_time() - t0
+                st["ops"] += len(seq.ops)
+                st["known"] += getattr(seq.run, "known_hits", 0)
                 if name == "blind":  # its features, off the clock: the same sequence again, collected
                     traced, code.trace_kernels = guide.code_schedule(seed)  # guided's schedule, kernels too
                     col = features.Collector(code if traced else None)
                     with col:
                         again = blind.run_sequence(tier, seed, ops_per_seq)
                     col.add_run(again.run)
-                    seen |= col.ids()
-                seed += 1
-            if name == "guided":
-                seen = track.corpus.features
-            rows.append({"mode": name, "ops": ops, "cpu_s": round(cpu, 2), "plan_cpu_s": round(plan_cpu, 2),
-                         "ops_per_cpu_s": round(ops / cpu, 1),
+                    st["seen"] |= col.ids()
+                st["seed"] += 1
+        rows = []
+        for name, st in state.items():
+            seen = st["seen"] if name == "blind" else st["track"].corpus.features
+            ops, cpu = st["ops"], st["cpu"]
+            rows.append({"mode": name, "ops": ops, "known": st["known"], "sequences": st["seed"], "cpu_s": round(cpu, 2),
+                         "plan_cpu_s": round(st["plan_cpu"], 2), "ops_per_cpu_s": round(ops / cpu, 1),
+                         "target_ops_per_cpu_s": round((ops - st["known"]) / cpu, 1),
                          "features": len(seen), "features_per_1000_ops": round(1000 * len(seen) / ops, 1)})
     return rows
 
@@ -177,7 +202,6 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
     timeouts a loaded machine trips): the sequences a one-worker campaign of seed ``s`` runs
     (sequence seeds ``s * 1_000_003 + k``, 200 ops each, guided's as its plans cut them), blind and guided (a
     fresh corpus each), until the first divergence or ``max_ops``; ops and CPU seconds."""
-    from fuzz.engine import guide, tracks
     from fuzz.tools.mutants import mutant_tier_named
 
     rows = []
@@ -186,22 +210,23 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
         for seed in seeds:
             for mode in modes:
                 with tempfile.TemporaryDirectory() as root:
-                    track = guide.GuidedTrack(root) if mode == "guided" else tracks.get("small")
-                    ops, k, seq, t0 = 0, 0, None, time.process_time()
+                    track = _track(mode, root)
+                    ops, k, seq, t0, known = 0, 0, None, time.process_time(), 0
                     found = None
                     while ops < max_ops and found is None:
                         s = seed * 1_000_003 + k
-                        if mode == "guided":
+                        if mode != "blind":
                             track.plan(tier, s)
                         try:
                             seq = track.run_sequence(tier, s, ops_per_seq)
                         except Exception as exc:  # a mutant that crashes the run itself: killed too
                             found, k = f"raised {type(exc).__name__}", k + 1
                             break
-                        ops, k = ops + len(seq.ops), k + 1
+                        ops, k, known = ops + len(seq.ops), k + 1, known + getattr(seq.run, "known_hits", 0)
                         found = None if seq.divergence is None else str(seq.divergence.signature)
                 rows.append({"mutant": name, "seed": seed, "mode": mode, "killed": found is not None, "ops": ops,
-                             "sequences": k, "seconds": round(time.process_time() - t0, 1), "signature": found})
+                             "known": known, "sequences": k, "seconds": round(time.process_time() - t0, 1),
+                             "signature": found})
                 print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -270,7 +295,7 @@ def medians(rows: list[dict]) -> list[dict]:
     lower bound, marked ``>``). Ops first: on a shared machine wall seconds are noise."""
     out = []
     for name in dict.fromkeys(r["mutant"] for r in rows):
-        for mode in ("blind", "guided"):
+        for mode in MODES:
             mine = [r for r in rows if r["mutant"] == name and r["mode"] == mode]
             if not mine:
                 continue
@@ -299,7 +324,7 @@ def main() -> int:
     p.add_argument("--fixtures", default="read-table-third-trip-partial-edge,read-table-third-trip-full-edge",
                    help="comma list of mutants.FIXTURES")
     p.add_argument("--note", default="", help="what else ran on the machine (a shared CPU: say so)")
-    p.add_argument("--modes", default="blind,guided", help="kill-ops: the modes run (comma list)")
+    p.add_argument("--modes", default="blind,guided", help=f"kill-ops, throughput: the modes run (comma list of {', '.join(MODES)})")
     p.add_argument("--reuse-blind", metavar="JSON",
                    help="kill-ops: blind's rows taken from an earlier run's JSON (same mutants, seeds, --max-ops) "
                         "instead of run again: the blind generator's streams are unchanged, so its ops are too")
@@ -321,7 +346,7 @@ def main() -> int:
         for row in result["hook"]:
             print(json.dumps(row), flush=True)
     if "throughput" in parts:
-        result["throughput"] = throughput(args.ops)
+        result["throughput"] = throughput(args.ops, modes=args.modes.split(","))
         for row in result["throughput"]:
             print(json.dumps(row), flush=True)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))

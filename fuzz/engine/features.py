@@ -268,6 +268,7 @@ class Collector:
         self.where: dict[str, int] = {}  # a value feature -> the op that first reached it
         self.goals: dict[str, list] = {}  # a trip feature -> [row length, short of one more trip, BLOCK, trips, stride]
         self.programs = 0  # programs launched (the grids' sizes): what the sequence cost on the interpreter
+        self.log: list | None = None  # while a list: each launch's (programs, features, goals), for ``take``
 
     def at(self, marks: list, pos: int) -> None:
         """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""
@@ -275,15 +276,23 @@ class Collector:
         self.op += 1
 
     def __call__(self, launch) -> None:
-        self.programs += math.prod(launch.grid_dims or ())
         new: set[str] = set()
         goals: dict[str, list] = {}
         with contextlib.suppress(Exception):  # a launch shape we cannot read adds nothing, never fails a run
             launch_features(launch, new, goals)
+        programs = math.prod(launch.grid_dims or ())
+        if self.log is not None:
+            self.log.append((programs, frozenset(new), {k: tuple(v) for k, v in goals.items()}))
+        self.take(programs, new, goals)
+
+    def take(self, programs: int, new, goals: dict) -> None:
+        """One launch's programs and value features (its trip features' ``goals``), as at the op
+        running now: a launch seen, or one of a known read's replayed (``guide.KnownReads``)."""
+        self.programs += programs
         for name in new - self.names:
             self.where[name] = self.op
             if name in goals:
-                self.goals[name] = goals[name]
+                self.goals[name] = list(goals[name])
         self.names |= new
 
     def __enter__(self):

@@ -21,10 +21,14 @@ last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, 
 ``AIM_TAIL`` ops past the stone; the rest are picked by rarity (``Corpus.pick``), one to three
 drawn edits near the op that reached the feature, run ``TAIL`` past it
 (benchmarks/results/guided-vs-blind-2026-12-04.md).
+
+A read the target already ran and passed from the same history of state-changing ops (a plan's
+replayed prefix, a repeated read table) is not run again, its features replayed (``KnownReads``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -46,10 +50,11 @@ from .features import (
 )
 from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
+from .launches import program_order_mode
 from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, smallest
 from .tracks.small import SmallTrack
 
-__all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "merge", "mutate", "params_of", "track_for"]
+__all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "merge", "mutate", "params_of", "track_for"]
 FORMAT = "kvfuzz-corpus/3"  # /3: replayed op-aligned at the marks; /2: read sequentially; /1: integers not one draw
 SEED_ENTRIES = 4  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
@@ -65,6 +70,7 @@ FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need,
 FRESH_PROGRAMS = 400  # ... or less: it ends once its launches ran this many programs (its cost on the interpreter)
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
+KNOWN_MAX = 1 << 12  # ``KnownReads``: reads kept (then it starts again; each holds its launches' features, a few KB)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -218,16 +224,71 @@ def _yield(entry: dict) -> float:
     return entry.get("yielded", 0) / spent
 
 
+class KnownReads:
+    """The pure ops (``Op.pure``: reads, read tables) that ran on the target and passed every
+    check, by the history of state-changing ops before them (a hash chain from the run's
+    config, knobs and hostile mode) and the op, with what their launches reached: a mutated
+    plan replays its entry's ops up to its first edit, and a repeated read table leaves the
+    state where it was, so the same read from the same state comes again and again (a quarter
+    of a guided run's CPU seconds, guided-vs-blind-2026-12-02-s10.md). The target is a function
+    of its history (a case replays from its ops alone), so ``runner.PoolRun`` does not run such
+    a read again, and the features its launches reached are replayed into ``collector`` as at
+    that op (``Collector.take``): a run's features, and so the corpus and every later plan, are
+    those of running it. Only for one tier at a time, every op checked, the interpreter's
+    program order and kvfuzz's own allocator. A run whose code is traced runs every read (its
+    arcs come from its own calls: running only a read's host code, its launches recorded, left
+    the line tracer's arcs around the launch other than a launch that ran leaves them) and
+    records them for the next (``replaying`` off: ``GuidedTrack.run_sequence``)."""
+
+    def __init__(self):
+        self.memo: dict[tuple, tuple] = {}
+        self.tier = None
+        self.collector: Collector | None = None
+        self.replaying = True
+
+    def begin(self, tier, start: str) -> bytes:
+        """The history of a run's first op (``start``: what it runs under)."""
+        if tier is not self.tier or len(self.memo) >= KNOWN_MAX:
+            self.memo.clear()
+            self.tier = tier
+        return hashlib.sha1(start.encode()).digest()
+
+    @staticmethod
+    def after(history: bytes, op) -> bytes:
+        return hashlib.sha1(history + repr(op).encode()).digest()
+
+    def replay(self, key: tuple) -> bool:
+        """Whether ``key`` (history, op) is known; if so, its launches' features are taken again."""
+        launches = self.memo.get(key) if self.replaying else None
+        if launches is None:
+            return False
+        for programs, names, goals in launches:
+            self.collector.take(programs, names, goals)
+        return True
+
+    @contextlib.contextmanager
+    def recording(self, key: tuple):
+        """Around the op's run: its launches logged, and known once it passed (no Divergence)."""
+        col = self.collector
+        col.log = []
+        try:
+            yield
+            self.memo[key] = tuple(col.log)
+        finally:
+            col.log = None
+
+
 class GuidedTrack(SmallTrack):
     """The small track, its sequences planned from a corpus. One per process and corpus
     (``track_for``): a worker keeps its corpus in memory and on disk; the parent only reads
     the ``.seq/`` streams back (``regenerate``)."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, known_reads: bool = True):
         self.root = Path(root).resolve()
         self._corpus: Corpus | None = None
         self._plans: dict[int, dict] = {}
         self._code: CodeCoverage | None = None
+        self.known = KnownReads() if known_reads else None  # off: every read runs (benchmarks/guided_vs_blind.py)
         self.sequences = 0
         self.kept = 0
         self._seq_seeds: list[int] = []  # the seeds whose streams are under .seq/, oldest first
@@ -337,10 +398,15 @@ class GuidedTrack(SmallTrack):
             code = self._code
         self.sequences += 1
         t0 = time.process_time()  # CPU: the machine may be shared
-        with (col := Collector(code)):
+        col = Collector(code)
+        known = None  # another allocator may keep hidden state; another program order, a race a read would meet
+        if self.known is not None and tier.allocator_cls is None and program_order_mode() == "launch":
+            known, self.known.collector, self.known.replaying = self.known, col, code is None
+        with col:
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
                                        params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)),
-                                       stop=(lambda: col.programs >= FRESH_PROGRAMS) if plan["how"] == ["fresh"] else None, **kw)
+                                       stop=(lambda: col.programs >= FRESH_PROGRAMS) if plan["how"] == ["fresh"] else None,
+                                       known=known, **kw)
         col.add_run(seq.run)
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:

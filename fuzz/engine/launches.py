@@ -451,6 +451,11 @@ def set_program_order(mode: str = "launch", seed: int = 0) -> None:
         _install_order()
 
 
+def program_order_mode() -> str:
+    """The order interpreted launches run their programs in now (``MODES``; "launch": the interpreter's own)."""
+    return _ORDER["mode"]
+
+
 @contextlib.contextmanager
 def program_order(mode: str, seed: int = 0):
     """``set_program_order`` for a block; the previous order (and its counter) comes back."""

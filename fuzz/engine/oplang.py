@@ -87,6 +87,7 @@ class Op:
     kind: ClassVar[str] = ""
     track: ClassVar[str] = "small"  # the track whose runner runs this op (``tracks``)
     registry: ClassVar[dict[str, type[Op]]] = {}
+    pure: ClassVar[bool] = False  # a read: the target's state is the same after it (SPEC: it writes only its output)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

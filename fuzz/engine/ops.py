@@ -215,6 +215,7 @@ class Write(PoolOp):
 class Read(_TokenOp):
     kind = "read"
     calls_kernels = True
+    pure = True
 
     def spec(self, s):
         return s.read(list(self.tokens))
@@ -233,6 +234,7 @@ class Read(_TokenOp):
 class Translate(PoolOp):
     kind = "translate"
     checked_refusal = False  # translate has no checked mode: bad ids go to the padding sink
+    pure = True
     loc: Ints
 
     def token_ids(self):
@@ -275,6 +277,7 @@ class _TableOp(PoolOp):
 
     result_field = "out"
     calls_kernels = True
+    pure = True
 
     def __post_init__(self):
         super().__post_init__()

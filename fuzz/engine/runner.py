@@ -167,7 +167,8 @@ class PoolRun:
     (``allocators.Driven``), so ops it lacks are skipped and its snapshot is adapted."""
 
     def __init__(self, config: kvref.PoolConfig, tier, *, guard_rows: int = GUARD_ROWS, check_every: int = 1,
-                 knobs: dict | None = None, hostile: str = "spec", beat=None, strict_knobs: bool = True):
+                 knobs: dict | None = None, hostile: str = "spec", beat=None, strict_knobs: bool = True,
+                 known=None):
         if hostile not in HOSTILE:
             raise ValueError(f"hostile must be one of {HOSTILE}, got {hostile!r}")
         self.config = config
@@ -190,6 +191,11 @@ class PoolRun:
         self.stats = RunStats()
         self.step_no = 0
         self.raw_target = RawTables(config.table_rows, guard_rows, tier.device)
+        # ``known``: pure ops already checked from the same history (``guide.KnownReads``), every op checked only
+        self.known = known if self.strict else None
+        self.known_hits = 0  # pure ops whose target result was known, not run again (``_known_step``)
+        self.history = None if self.known is None else self.known.begin(
+            tier, repr((config, sorted((knobs or {}).items()), hostile, guard_rows)))
 
     @property
     def spec(self) -> kvref.Allocator:
@@ -243,6 +249,11 @@ class PoolRun:
         spec_out = self.side.apply(op)
         if generated_valid and spec_refusal(spec_out.error):
             raise GeneratedInvalid(i, op, spec_out.error)
+        if self.known is not None:
+            if not op.pure:  # the target's state is a function of these ops (refused ones too: it must not move)
+                self.history = self.known.after(self.history, op)
+            elif spec_out.error is None:
+                return self._known_step(i, op, spec_out)
         if spec_out.error is not None:
             self.stats.contract_ops += 1
             try:
@@ -251,6 +262,18 @@ class PoolRun:
                 d.refusal = str(spec_out.error)
                 raise
         return self._step_on(i, op, spec_out)
+
+    def _known_step(self, i: int, op: Op, spec_out: Outcome) -> Outcome:
+        """A pure op the spec accepts: not run on the target where the same op, from the same
+        history of state-changing ops, already ran and passed every check (``known``): the
+        target is a function of that history, so it would again; what its launches reached is
+        replayed instead (``known.replay``). Otherwise run, and known once it passed."""
+        key = (self.history, op)
+        if self.known.replay(key):
+            self.known_hits += 1
+            return spec_out
+        with self.known.recording(key):
+            return self._step_on(i, op, spec_out)
 
     def _step_on(self, i: int, op: Op, spec_out: Outcome) -> Outcome:
         if isinstance(op, KernelOp):

@@ -34,15 +34,16 @@ class SmallTrack(Track):
         return PoolRun(config, tier, **kw)
 
     def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
-                     check_every=1, palette_seed=None, params=None, r2t_dtype=None, on_op=None, stop=None) -> Sequence:
+                     check_every=1, palette_seed=None, params=None, r2t_dtype=None, on_op=None, stop=None, known=None) -> Sequence:
         """``params``/``r2t_dtype``: what the seed would decide, given instead; ``on_op()``: called
         before each op is drawn (a guided run marks where each op's draws begin, ``guide``);
-        ``stop()``: checked there too, true ends the sequence (a guided fresh one's work budget)."""
+        ``stop()``: checked there too, true ends the sequence (a guided fresh one's work budget);
+        ``known``: the reads already checked (``runner.PoolRun``, ``guide.KnownReads``)."""
         config, scenario, rng = params or sequence_params(seed)
         gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
                           r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
         run = PoolRun(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
-                      beat=beat, check_every=check_every)
+                      beat=beat, check_every=check_every, known=known)
         ops, d = [], None
         try:
             for _ in range(n_ops):
