@@ -5,6 +5,7 @@
 #      compares over its int64 entries
 #   b: the first case over the whole mutant catalogue, cold then warm, with the fork daemon that
 #      imports the engine once it has forked a child
+#   d: small shapes, 1 and 8 workers, on a cache warmed by a 25 s 8-worker campaign first
 #   c: b again (pytest -m "cuda and not slow" first), once the compiled-mode daemon also computes
 #      Triton's key (triton_key) for its children
 set -u
@@ -30,5 +31,11 @@ PART=${1:-a}
     timeout 100 $PY benchmarks/profile_ready.py --backend cuda --repeats 2 --modes launch,tier \
       --out "$OUT/ready-launch.json" 2>&1 | grep -vi warn | head -60 | cut -c1-3000
     first_case_cuda 480
+  fi
+  if [ "$PART" = d ]; then
+    export TRITON_CACHE_DIR=/tmp/kvfuzz-cache-small
+    step "warming the small track's cache: 8 workers, 25 s (untimed)"
+    timeout 90 $PY -m fuzz run --backend cuda --budget-s 25 --workers 8 --out /tmp/warm0 --progress-s 1000 2>&1 | grep -E "^kvfuzz run" | cut -c1-300
+    small_shapes 15 1 8
   fi
 } 2>&1 | tee "$OUT/session-$PART.log"
