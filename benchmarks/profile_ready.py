@@ -40,6 +40,7 @@ import torch, triton  # noqa: E401
 from fuzz.engine import tiers, worker  # noqa: F401
 t = mark("import", t0)
 backend, kernels, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+device = "cuda" if backend == "cuda" else "cpu"
 tiers.select_backend(backend)
 if mode == "parts":
     if backend == "cuda":
@@ -49,17 +50,7 @@ if mode == "parts":
     t = mark("device", t)
     module = tiers.load_kernels(kernels)
     t = mark("kernels", t)
-    device = "cuda" if backend == "cuda" else "cpu"
-    ids = lambda *xs: torch.tensor(xs, dtype=torch.int64, device=device)  # noqa: E731
-    v2p = torch.full((132,), -1, dtype=torch.int64, device=device)[64:68]
-    p2v = torch.full((132,), -1, dtype=torch.int64, device=device)[64:68]
-    for name, call in (("alloc_bind", lambda: module.alloc_bind_inplace(ids(1), v2p, p2v, 2)),
-                       ("free_unbind", lambda: module.free_unbind_inplace(ids(1), v2p, p2v)),
-                       ("bind", lambda: module.bind_inplace(ids(1), ids(2), v2p, p2v)),
-                       ("read_table", lambda: module.build_kv_read_table(
-                           req_to_token=ids(1, 1).reshape(1, 2), req_pool_indices=ids(0), seq_lens=ids(1), v2p=v2p,
-                           multiplier=1, page_size=1, max_pages=1,
-                           out=torch.zeros(1, 1, dtype=torch.int32, device=device)))):
+    for name, call in tiers.smoke_calls(module, device):
         call()
         if backend == "cuda":
             torch.cuda.synchronize()
@@ -69,13 +60,11 @@ elif mode == "launch":  # cProfile of the first launch (after the context): what
     if backend == "cuda":
         torch.zeros(1, device="cuda")
     module = tiers.load_kernels(kernels)
-    device = "cuda" if backend == "cuda" else "cpu"
-    v2p = torch.full((8,), -1, dtype=torch.int64, device=device)
-    p2v = torch.full((8,), -1, dtype=torch.int64, device=device)
+    first = tiers.smoke_calls(module, device)[0][1]  # alloc_bind
     loaded = set(sys.modules)
     prof = cProfile.Profile()
     prof.enable()
-    module.alloc_bind_inplace(torch.tensor([1], device=device), v2p, p2v, 2)
+    first()
     prof.disable()
     t = mark("first_launch", t)
     new = sorted(set(sys.modules) - loaded)

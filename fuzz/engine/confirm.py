@@ -66,6 +66,11 @@ class Rate:
     why: list[str] = field(default_factory=list)
     failure: object = None  # the last replay that reproduced it (the minimizer need not replay it again)
 
+    def then(self, more: Rate) -> Rate:
+        """This rate with ``more`` replays after it."""
+        return Rate(k=self.k + more.k, n=self.n + more.n, unknown=self.unknown + more.unknown,
+                    why=self.why + [w for w in more.why if w not in self.why], failure=more.failure or self.failure)
+
     def to_json(self) -> dict:
         """``reproduced`` as a case writes it: ``{k, n}``, with ``unknown`` and a ``note`` when
         some replays could not run (a reader of an older case finds ``{k, n}`` alone)."""
@@ -256,10 +261,8 @@ class Confirmer:
             needs = {"sequences": [], "reproduced": False,
                      "note": f"{self._unrun(rate)}: kept as found{self._otherwise()}"}
         if rate.k == 0 and rate.n and case.fault is None and case.signature.oracle != "timeout":
-            more = self.rate(case, tries=RARE_TRIES, floor=0)  # a rare race: seen once, so look longer
-            rate = Rate(k=more.k, n=rate.n + more.n, unknown=rate.unknown + more.unknown,
-                        why=rate.why + [w for w in more.why if w not in rate.why], failure=more.failure)
-            needs = None if more.k else needs
+            rate = rate.then(self.rate(case, tries=RARE_TRIES, floor=0))  # a rare race: seen once, so look longer
+            needs = None if rate.k else needs
         k, n = rate.k, rate.n
         case = case.with_fields(reproduced=rate.to_json(), flaky=rate.flaky, **({"history": needs} if needs else {}))
         self.mark("rated")

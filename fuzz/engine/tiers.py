@@ -177,9 +177,9 @@ class TierSpec:
         return tier
 
 
-def _smoke_test(module: ModuleType, name: str, backend: str, device: str) -> None:
-    """One tiny bind on scratch tables, so a kernel set that cannot run on this tier is a
-    setup error up front (exit 2), not a 'crash' finding on every op."""
+def smoke_calls(module: ModuleType, device: str) -> list[tuple[str, object]]:
+    """The smoke test's calls, by name, in order: one tiny bind, free, bind and read table on
+    scratch tables (``benchmarks/profile_ready.py`` times each)."""
     import torch
 
     def ids(*xs):
@@ -189,15 +189,20 @@ def _smoke_test(module: ModuleType, name: str, backend: str, device: str) -> Non
     # to report, not a reason to refuse the kernel set here.
     v2p = torch.full((132,), -1, dtype=torch.int64, device=device)[64:68]
     p2v = torch.full((132,), -1, dtype=torch.int64, device=device)[64:68]
-    calls = (lambda: module.alloc_bind_inplace(ids(1), v2p, p2v, 2),
-             lambda: module.free_unbind_inplace(ids(1), v2p, p2v),
-             lambda: module.bind_inplace(ids(1), ids(2), v2p, p2v),
-             lambda: module.build_kv_read_table(req_to_token=ids(1, 1).reshape(1, 2), req_pool_indices=ids(0),
-                                                seq_lens=ids(1), v2p=v2p, multiplier=1, page_size=1, max_pages=1,
-                                                out=torch.zeros(1, 1, dtype=torch.int32, device=device)))
+    return [("alloc_bind", lambda: module.alloc_bind_inplace(ids(1), v2p, p2v, 2)),
+            ("free_unbind", lambda: module.free_unbind_inplace(ids(1), v2p, p2v)),
+            ("bind", lambda: module.bind_inplace(ids(1), ids(2), v2p, p2v)),
+            ("read_table", lambda: module.build_kv_read_table(
+                req_to_token=ids(1, 1).reshape(1, 2), req_pool_indices=ids(0), seq_lens=ids(1), v2p=v2p,
+                multiplier=1, page_size=1, max_pages=1, out=torch.zeros(1, 1, dtype=torch.int32, device=device)))]
+
+
+def _smoke_test(module: ModuleType, name: str, backend: str, device: str) -> None:
+    """One tiny bind on scratch tables (``smoke_calls``), so a kernel set that cannot run on
+    this tier is a setup error up front (exit 2), not a 'crash' finding on every op."""
     from .verdict import is_compile_error
 
-    for call in calls:
+    for _, call in smoke_calls(module, device):
         try:
             call()
         except Exception as exc:  # noqa: BLE001 - any failure here means the tier is unusable

@@ -32,7 +32,7 @@ tensor each, appended as ``(clause, flag)`` for the caller's one host read
 clauses (``token_in_table``, ``entry_fits_int32``) are marks in its lookup (``_flagged_lookup``),
 found by two compares over the values it gathers anyway: on the CPU that made the clauses cost
 a third of the oracle's time instead of as much again (a second int64 gather and five masks).
-``read_table_packed`` gathers its entries through an int64 lookup (``_packed_lookup``) when it
+``read_table_packed`` gathers its entries through an int64 lookup (``_scaled_lookup``) when it
 checks clauses, so both entry clauses are compares over the entries it writes.
 
 Rules chosen where the spec is silent: ``read_table`` writes no column at or past
@@ -155,14 +155,16 @@ def free_unbind(v2p: torch.Tensor, p2v: torch.Tensor, v: torch.Tensor) -> torch.
 # --------------------------------------------------------------------------- read tables
 
 
-def _scaled_lookup(v2p: torch.Tensor, multiplier: int) -> torch.Tensor:
-    """int32 ``max(v2p[page] * multiplier, 0)`` for page in [0, rows), and 0 at index rows (a page past the table).
+def _scaled_lookup(v2p: torch.Tensor, multiplier: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """``max(v2p[page] * multiplier, 0)`` for page in [0, rows), and 0 at index rows (a page past the table).
 
-    Computed in int32: the precondition ``v2p[page] * multiplier < 2^31`` makes that
-    exact, and it is SPEC's ``int32(...)`` cast.
+    Computed in int32 by default: the precondition ``v2p[page] * multiplier < 2^31`` makes that
+    exact, and it is SPEC's ``int32(...)`` cast. In int64 (``read_table_packed`` checking its
+    clauses) nothing wraps, so an entry past 2^31 shows as one. ``read_table_packed`` passes
+    ``multiplier`` times the page size (its entries are ``max(v2p * multiplier, 0) * ps + pos % ps``).
     """
     rows = v2p.shape[0]
-    lookup = torch.empty(rows + 1, dtype=torch.int32, device=v2p.device)
+    lookup = torch.empty(rows + 1, dtype=dtype, device=v2p.device)
     lookup[:rows].copy_(v2p)
     lookup[:rows].mul_(multiplier).clamp_(min=0)
     lookup[rows:].fill_(0)
@@ -324,31 +326,18 @@ def read_table_packed(
 
     rows = v2p.shape[0]
     page = _pages_of_tokens(tok, ps, rows)
-    if clauses is None:
-        value = _scaled_lookup(v2p, multiplier).index_select(0, page).mul_(ps)  # fits int32 (precondition)
-        if ps != 1:
-            value += pos.remainder_(ps)
-    else:  # the entry clauses from the int64 entries themselves: one gather, two compares
-        value = _packed_lookup(v2p, multiplier, ps).index_select(0, page)
-        if ps != 1:
-            value += pos.remainder_(ps)
+    # int32 fits every valid entry (precondition); checking clauses, int64, so that the entry
+    # clauses are compares over the entries themselves (one gather).
+    dtype = torch.int32 if clauses is None else torch.int64
+    value = _scaled_lookup(v2p, multiplier * ps, dtype).index_select(0, page)
+    if ps != 1:
+        value += pos.remainder_(ps)
+    if clauses is not None:
         clauses += [(f"{fn}.token_in_table", (page.eq(rows) & live).any()),
                     (f"{fn}.entry_fits_int32", (value.ge(pre.INT32_LIMIT) & live).any())]
         value = value.to(torch.int32)  # exact where every live entry fits (else the op is refused)
     torch.where(live, value, out, out=out)
     return out
-
-
-def _packed_lookup(v2p: torch.Tensor, multiplier: int, ps: int) -> torch.Tensor:
-    """int64 ``max(v2p[page] * multiplier, 0) * ps`` for page in [0, rows), 0 at index rows (a
-    page past the table, as ``_scaled_lookup``): in int64 nothing wraps, so an entry past 2^31
-    is seen as one, and it stays exact for every entry that fits."""
-    rows = v2p.shape[0]
-    lookup = torch.empty(rows + 1, dtype=torch.int64, device=v2p.device)
-    lookup[:rows].copy_(v2p)
-    lookup[:rows].mul_(multiplier * ps).clamp_(min=0)
-    lookup[rows:].fill_(0)
-    return lookup
 
 
 def _shape_clauses(fn: str, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> None:
