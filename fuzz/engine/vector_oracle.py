@@ -155,7 +155,7 @@ def free_unbind(v2p: torch.Tensor, p2v: torch.Tensor, v: torch.Tensor) -> torch.
 # --------------------------------------------------------------------------- read tables
 
 
-def _scaled_lookup(v2p: torch.Tensor, multiplier: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+def _scaled_lookup(v2p: torch.Tensor, multiplier: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``max(v2p[page] * multiplier, 0)`` for page in [0, rows), and 0 at index rows (a page past the table).
 
     Computed in int32 by default: the precondition ``v2p[page] * multiplier < 2^31`` makes that
@@ -164,7 +164,7 @@ def _scaled_lookup(v2p: torch.Tensor, multiplier: int, dtype: torch.dtype = torc
     ``multiplier`` times the page size (its entries are ``max(v2p * multiplier, 0) * ps + pos % ps``).
     """
     rows = v2p.shape[0]
-    lookup = torch.empty(rows + 1, dtype=dtype, device=v2p.device)
+    lookup = torch.empty(rows + 1, dtype=dtype or torch.int32, device=v2p.device)  # (None: torch stays lazy at import)
     lookup[:rows].copy_(v2p)
     lookup[:rows].mul_(multiplier).clamp_(min=0)
     lookup[rows:].fill_(0)

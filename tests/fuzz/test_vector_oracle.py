@@ -491,7 +491,8 @@ def _everything_in_range(idx, rows):
     return idx.clamp(0, rows - 1), torch.ones_like(idx, dtype=torch.bool)
 
 
-def _no_tombstone_clamp(v2p, multiplier, dtype=torch.int32):
+def _no_tombstone_clamp(v2p, multiplier, dtype=None):
+    dtype = dtype or torch.int32
     return torch.cat([(v2p * multiplier).to(dtype), torch.zeros(1, dtype=dtype)])
 
 
