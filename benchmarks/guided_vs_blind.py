@@ -35,15 +35,18 @@ import time
 
 def _track(mode: str, root: str):
     """The track a mode runs: ``blind`` (the seeded generator), ``guided`` (``guide.GuidedTrack``),
-    ``guided-rerun`` (guided with every read run again: no ``guide.KnownReads``, as before s10)."""
+    ``guided-rerun`` (guided with every read run again: no ``guide.KnownReads``, as before s10),
+    ``guided-between`` (a fresh sequence's program budget checked between ops only, as before s12)."""
     from fuzz.engine import guide, tracks
 
     if mode not in MODES:
         raise SystemExit(f"mode {mode!r}: choose from {', '.join(MODES)}")
-    return tracks.get("small") if mode == "blind" else guide.GuidedTrack(root, known_reads=mode == "guided")
+    if mode == "blind":
+        return tracks.get("small")
+    return guide.GuidedTrack(root, known_reads=mode != "guided-rerun", launch_budget=mode != "guided-between")
 
 
-MODES = ("blind", "guided", "guided-rerun")
+MODES = ("blind", "guided", "guided-rerun", "guided-between")
 
 
 def throughput(n_ops: int, ops_per_seq: int = 100, modes=("blind", "guided")) -> list[dict]:

@@ -14,7 +14,8 @@ a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
 ``-merge=1``: greedy, fewest ops first).
 
 The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops
-(or ``FRESH_PROGRAMS`` programs launched, their cost on the interpreter),
+(or ``FRESH_PROGRAMS`` programs launched, their cost on the interpreter: a pure op whose launch
+would pass it is dropped before it runs, ``budget``, and the sequence ends there),
 then a share ``FRESH`` of them fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
 table made the most trips (``Corpus.frontier``), most of them one edit aimed at the trips x
 last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
@@ -67,7 +68,7 @@ TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copi
 AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_edit``: resize, or shrink the knobs)
 AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
 FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
-FRESH_PROGRAMS = 400  # ... or less: it ends once its launches ran this many programs (its cost on the interpreter)
+FRESH_PROGRAMS = 400  # ... or less: it ends before its launches would run more programs than this (the interpreter's cost)
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 KNOWN_MAX = 1 << 12  # ``KnownReads``: reads kept (then it starts again; each holds its launches' features, a few KB)
@@ -283,12 +284,13 @@ class GuidedTrack(SmallTrack):
     (``track_for``): a worker keeps its corpus in memory and on disk; the parent only reads
     the ``.seq/`` streams back (``regenerate``)."""
 
-    def __init__(self, root: str | Path, known_reads: bool = True):
+    def __init__(self, root: str | Path, known_reads: bool = True, launch_budget: bool = True):
         self.root = Path(root).resolve()
         self._corpus: Corpus | None = None
         self._plans: dict[int, dict] = {}
         self._code: CodeCoverage | None = None
         self.known = KnownReads() if known_reads else None  # off: every read runs (benchmarks/guided_vs_blind.py)
+        self.launch_budget = launch_budget  # off: a fresh sequence's budget is checked between ops only (as before s12)
         self.sequences = 0
         self.kept = 0
         self._seq_seeds: list[int] = []  # the seeds whose streams are under .seq/, oldest first
@@ -398,14 +400,15 @@ class GuidedTrack(SmallTrack):
             code = self._code
         self.sequences += 1
         t0 = time.process_time()  # CPU: the machine may be shared
-        col = Collector(code)
+        col, fresh = Collector(code), plan["how"] == ["fresh"]
         known = None  # another allocator may keep hidden state; another program order, a race a read would meet
         if self.known is not None and tier.allocator_cls is None and program_order_mode() == "launch":
             known, self.known.collector, self.known.replaying = self.known, col, code is None
         with col:
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
                                        params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)),
-                                       stop=(lambda: col.programs >= FRESH_PROGRAMS) if plan["how"] == ["fresh"] else None,
+                                       stop=(lambda: col.programs >= FRESH_PROGRAMS) if fresh else None,
+                                       budget=(lambda n: col.programs + n > FRESH_PROGRAMS) if fresh and self.launch_budget else None,
                                        known=known, **kw)
         col.add_run(seq.run)
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)

@@ -54,6 +54,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from .budget import _BUDGETS, OverBudget
+from .budget import charge as _charge
 from .signatures import _bound, _params
 
 MODES = ("launch", "reversed", "shuffled", "interleaved", "random")
@@ -131,7 +133,7 @@ def _wrap(original):
         nested = getattr(_LOCAL, "depth", 0) > 0
         if _RECORD_ONLY and not nested:
             return _record_only(self, args, kwargs, original, recorders)
-        if nested or not (recorders or _OBSERVERS):
+        if nested or not (recorders or _OBSERVERS or _BUDGETS):
             t0, variants, hits = time.perf_counter(), None if nested else _variants(self), tuple(_HITS)
             try:
                 with _inside():
@@ -148,16 +150,24 @@ def _wrap(original):
                 dims = grid(meta)
                 with contextlib.suppress(Exception):
                     launch.grid_dims = tuple(int(d) for d in dims)
+                _charge(launch)
                 return dims
 
             kwargs["grid"] = resolve
-        t0, variants, hits = time.perf_counter(), _variants(self), tuple(_HITS)
+        t0, variants, hits, over = time.perf_counter(), _variants(self), tuple(_HITS), False
         try:
+            if not callable(grid):
+                _charge(launch)
             with _inside():
                 return original(self, *args, **kwargs)
+        except OverBudget:
+            over = True
+            for rec in recorders:
+                rec.launches.pop()
+            raise
         finally:
             _note_compile(self, time.perf_counter() - t0, variants, hits)
-            for callback in list(_OBSERVERS):
+            for callback in [] if over else list(_OBSERVERS):
                 callback(launch)
 
     run._kvfuzz_original = original

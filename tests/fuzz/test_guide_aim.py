@@ -124,3 +124,26 @@ def test_a_fresh_sequence_ends_at_its_program_budget_and_rebuilds_as_it_ran(tmp_
     assert track.corpus.entries[0]["ops"] == len(seq.ops)
     _, _, again = track.regenerate(0, len(seq.ops), {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
     assert [op.to_json() for op in again] == [op.to_json() for op in seq.ops]
+
+
+def test_a_budget_drops_the_first_pure_op_it_refuses_and_ends_the_sequence_there():
+    """``run_sequence(budget=)``: the first pure op (a read, a read table) whose launch the budget
+    refuses is dropped before it runs; the ops before it are the unbudgeted sequence's, state-
+    changing ops' launches are never asked, and the final check still runs clean."""
+    from fuzz.engine import launches, tracks
+    from fuzz.engine.tiers import make_tier
+
+    tier, track = make_tier("interpret"), tracks.get("small")
+    for seed in range(3):
+        at, pure = [], []
+        stop = launches.observe(lambda launch, pure=pure, at=at: pure.append(len(at) - 1))
+        try:
+            free = track.run_sequence(tier, seed, 30, on_op=lambda at=at: at.append(1))
+        finally:
+            stop()
+        first = next(i for i in pure if free.ops[i].pure)
+        asked = []
+        seq = track.run_sequence(tier, seed, 30, budget=lambda n, asked=asked: asked.append(n) or True)
+        assert [op.to_json() for op in seq.ops] == [op.to_json() for op in free.ops[:first]], seed
+        assert len(asked) == 1 and seq.divergence is None and free.divergence is None
+

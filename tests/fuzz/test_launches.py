@@ -175,6 +175,33 @@ def test_observe_sees_every_outermost_launch():
     assert [(g.name, g.constexprs, g.grid_dims) for g in got] == [("_copy_kernel", {"B": 8}, (1,))]
 
 
+@pytest.mark.parametrize("callable_grid", [False, True])
+def test_a_budget_refuses_a_launch_before_it_runs(callable_grid):
+    """``budget(check)``: the launch's programs (its grid, tuple or callable, as resolved) are
+    asked before it runs; refused, it raises OverBudget (no ``except Exception`` takes it),
+    writes nothing and reaches no observer or recorder; allowed, it runs as ever."""
+    from fuzz.engine.budget import OverBudget, budget
+
+    x, asked, seen = torch.arange(1000, dtype=torch.float32, device=DEV), [], []
+    y = torch.zeros_like(x)
+    grid = (lambda meta: (triton.cdiv(meta["n"], meta["B"]),)) if callable_grid else (4,)
+    stop = launches.observe(seen.append)
+    try:
+        with launches.Recorder() as rec, budget(lambda n: asked.append(n) or n > 3):
+            with pytest.raises(OverBudget, match="_copy_kernel: 4 programs"):
+                try:
+                    _copy_kernel[grid](x, y, x.numel(), B=256)
+                except Exception:  # pragma: no cover - what the harness's handlers would do
+                    pytest.fail("OverBudget is an Exception")
+            assert not y.any() and not seen and not rec.launches
+            _copy_kernel[(triton.cdiv(10, 16),)](x, y, 10, B=16)  # 1 program: allowed
+    finally:
+        stop()
+    _copy_kernel[grid](x, y, x.numel(), B=256)  # the budget left: runs
+    assert asked == [4, 1] and [g.grid_dims for g in seen] == [(1,)] and len(rec.launches) == 1
+    assert torch.equal(y, x)
+
+
 def test_order_for_is_a_seeded_permutation():
     for mode in launches.MODES:
         for n in (0, 1, 2, 7, 64):

@@ -8,8 +8,11 @@ set's ``FUZZ_KNOBS`` (one choice per sequence, or per GPU worker, recorded in th
 
 from __future__ import annotations
 
+import contextlib
 import time
 
+from ..budget import OverBudget
+from ..budget import budget as launch_budget
 from ..generate import WARMUP_SEQUENCES, OpGenerator, contract_rate, regenerate, sequence_params, sequence_r2t_dtype
 from ..knobs import choose
 from ..runner import PoolRun
@@ -34,11 +37,13 @@ class SmallTrack(Track):
         return PoolRun(config, tier, **kw)
 
     def run_sequence(self, tier, seed, n_ops, *, deadline=None, beat=None, knobs=None, hostile="spec",
-                     check_every=1, palette_seed=None, params=None, r2t_dtype=None, on_op=None, stop=None, known=None) -> Sequence:
+                     check_every=1, palette_seed=None, params=None, r2t_dtype=None, on_op=None, stop=None, known=None, budget=None) -> Sequence:
         """``params``/``r2t_dtype``: what the seed would decide, given instead; ``on_op()``: called
         before each op is drawn (a guided run marks where each op's draws begin, ``guide``);
         ``stop()``: checked there too, true ends the sequence (a guided fresh one's work budget);
-        ``known``: the reads already checked (``runner.PoolRun``, ``guide.KnownReads``)."""
+        ``known``: the reads already checked (``runner.PoolRun``, ``guide.KnownReads``);
+        ``budget(programs)``: asked before each launch of a pure op, true drops that op
+        (``budget.OverBudget``: not run, not counted) and ends the sequence."""
         config, scenario, rng = params or sequence_params(seed)
         gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
                           r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
@@ -53,7 +58,13 @@ class SmallTrack(Track):
                     on_op()
                 op = gen.next_op(run.spec)
                 ops.append(op)
-                gen.observe(op, run.step(op, generated_valid=gen.last_violation is None))
+                try:  # a pure op changes no state: dropped half-way, the target is where the spec is
+                    with launch_budget(budget) if budget is not None and op.pure else contextlib.nullcontext():
+                        out = run.step(op, generated_valid=gen.last_violation is None)
+                except OverBudget:
+                    ops.pop()
+                    break
+                gen.observe(op, out)
             run.finish()
         except Divergence as exc:
             d = exc
