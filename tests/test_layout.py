@@ -91,7 +91,7 @@ def test_only_the_tracks_ask_which_scale_runs():
 
 
 ENGINE_ROWS = [  # README.md's engine table, leaf modules first
-    ["verdict", "gate", "lazy"], ["oplang", "ops", "raw_ops"],
+    ["verdict", "gate", "lazy", "budget"], ["oplang", "ops", "raw_ops"],
     ["memory", "boundary", "knobs", "vector_oracle", "signatures", "launches", "features", "sources", "tiers", "allocators",
      "zygote", "supervise", "health"],
     ["spec_side", "shapes", "generate"], ["runner", "strategies"], ["production", "compile_check"],

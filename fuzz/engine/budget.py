@@ -1,15 +1,14 @@
 """Work budgets checked before a launch runs, not after: ``launches`` hands each outermost
-launch's program count (its grid as Triton resolves it) to the checks of ``budget()`` entered
-now, and a launch one of them refuses raises ``OverBudget`` in its place: it does not run, and
-no observer or recorder sees it. A guided fresh sequence ends this way, its op dropped, before
+launch's program count (its grid as Triton resolves it) to the checks of
+``launches.budget()`` entered now, and a launch one of them refuses raises ``OverBudget`` in
+its place: it does not run, and no observer or recorder sees it. A guided fresh sequence ends this way, its op dropped, before
 one read table of thousands of programs spends its budget many times over (``guide``)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
-_BUDGETS: list = []  # checks of budget(): each outermost launch's programs, before it runs
+_BUDGETS: list = []  # checks of launches.budget(): each outermost launch's programs, before it runs
 
 
 class OverBudget(BaseException):
@@ -23,17 +22,3 @@ def charge(launch) -> None:
         programs = math.prod(launch.grid_dims)
         if any(check(programs) for check in list(_BUDGETS)):
             raise OverBudget(f"{launch.name}: {programs} programs")
-
-
-@contextlib.contextmanager
-def budget(check):
-    """While entered, ``check(programs)`` is asked before each outermost launch runs; true
-    raises ``OverBudget`` there."""
-    from .launches import install
-
-    install()
-    _BUDGETS.append(check)
-    try:
-        yield
-    finally:
-        _BUDGETS.remove(check)

@@ -531,3 +531,14 @@ def _install_order() -> None:
     ordered._kvfuzz_order, ordered._kvfuzz_call = _ORDER, call
     executor.__call__ = ordered
 
+
+@contextlib.contextmanager
+def budget(check):
+    """While entered, ``check(programs)`` is asked before each outermost launch runs; true
+    raises ``budget.OverBudget`` there, and the launch does not run."""
+    install()
+    _BUDGETS.append(check)
+    try:
+        yield
+    finally:
+        _BUDGETS.remove(check)

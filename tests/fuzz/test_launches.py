@@ -180,7 +180,8 @@ def test_a_budget_refuses_a_launch_before_it_runs(callable_grid):
     """``budget(check)``: the launch's programs (its grid, tuple or callable, as resolved) are
     asked before it runs; refused, it raises OverBudget (no ``except Exception`` takes it),
     writes nothing and reaches no observer or recorder; allowed, it runs as ever."""
-    from fuzz.engine.budget import OverBudget, budget
+    from fuzz.engine.budget import OverBudget
+    from fuzz.engine.launches import budget
 
     x, asked, seen = torch.arange(1000, dtype=torch.float32, device=DEV), [], []
     y = torch.zeros_like(x)

@@ -12,9 +12,9 @@ import contextlib
 import time
 
 from ..budget import OverBudget
-from ..budget import budget as launch_budget
 from ..generate import WARMUP_SEQUENCES, OpGenerator, contract_rate, regenerate, sequence_params, sequence_r2t_dtype
 from ..knobs import choose
+from ..launches import budget as launch_budget
 from ..runner import PoolRun
 from ..tiers import OPTIONAL
 from ..verdict import Divergence
