@@ -127,10 +127,16 @@ def _size_candidates(blocks: tuple, lo: int, hi: int, small_cap: int) -> tuple[t
             for d in (-1, 0, 1):
                 v = k * b + d
                 if lo <= v <= hi:
-                    cands.append((v, f"{name}*{k}{d:+d}" if d else f"{name}*{k}"))
+                    cands.append((v, name, k, d))  # its tag built when drawn (``_tagged``): thousands listed, one drawn
             if len(cands) > 4096:
                 break
     return tuple(cands), tuple(c for c in cands if c[0] <= small_cap)
+
+
+def _tagged(cand: tuple) -> tuple[int, str]:
+    """A ``_size_candidates`` entry (value, block name, k, d) as a draw: (value, ``NAME*k+d``)."""
+    v, name, k, d = cand
+    return v, f"{name}*{k}{d:+d}" if d else f"{name}*{k}"
 
 
 @functools.lru_cache(maxsize=32)
@@ -170,7 +176,7 @@ class Boundaries:
         self._small_cap = 4 * max(constants.block_values() or [1]) + 1
 
     # ---- plain sizes ---------------------------------------------------------------
-    def _candidates(self, lo: int, hi: int) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]:
+    def _candidates(self, lo: int, hi: int) -> tuple[tuple, tuple]:
         """(every block multiple +-1 in [lo, hi], those that are small multiples), memoized per
         constants across generators: a generator asks for the same ranges over and over."""
         return _size_candidates(self._blocks, lo, hi, self._small_cap)
@@ -185,7 +191,7 @@ class Boundaries:
                 cands, small = self._candidates(lo, hi)
                 if cands:
                     # Small multiples are where a second program/trip first appears: weight them up.
-                    return rng.choice(small if small and rng.random() < 0.6 else cands)
+                    return _tagged(rng.choice(small if small and rng.random() < 0.6 else cands))
             j = rng.randint(0, max(0, hi.bit_length()))
             k = rng.choice((1, 1, 1, 3, 5))
             d = rng.choice((-1, 0, 1))
