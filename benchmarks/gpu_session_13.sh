@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The GPU session of 2026-12-03 (s13, one H200): each PART fits one device call; logs and JSON to $OUT.
+#   a: pytest -m "cuda and not slow"; where the collection cost of value features goes on CUDA
+#      (profile_collect) and what it is (guided_vs_blind --parts overhead); indep's default mix
+#      (scale_gpu) once a size candidate's tag is built only when drawn
+#   b: overhead and indep's default mix again, after the changes part a's profile led to
+set -u
+PART=${1:-a}
+. benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, cuda_tests
+{
+  environment
+  [ "$PART" = a ] && cuda_tests "the budget module split; lazy size tags"
+  step "the collection cost's profile on CUDA (profile_collect)"
+  timeout 200 $PY benchmarks/profile_collect.py --backend cuda --seqs 15 --out "$OUT/profile-collect.json" 2>&1 | grep -vi warn | tail -26 | cut -c1-300
+  for r in 1 2; do
+    step "value features' collection cost on CUDA, run $r (guided_vs_blind --parts overhead --ops 1500)"
+    timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 \
+      --note "one H200, nothing else running" --out "$OUT/overhead-$r.json" 2>&1 | grep -vi warn | tail -4 | cut -c1-400
+  done
+  step "indep default mix (scale_gpu)"
+  cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
+  timeout 240 $PY benchmarks/scale_gpu.py --only indep/mixed --compile-ahead on --ahead-sequences 160 \
+    --cache-dir "$cache" --seconds 10 --warmup 8 --no-variants --out "$OUT/scale-indep.json" 2>&1 | grep -vi warn | tail -4 | cut -c1-900
+} 2>&1 | tee "$OUT/session-$PART.log"

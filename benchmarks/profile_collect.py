@@ -1,0 +1,79 @@
+"""Where the guided track's collection cost goes: the same blind small-track sequences run bare
+and under a ``features.Collector`` (value features only, as on CUDA), each mode under its own
+``cProfile``, and the functions whose own time grew most from bare to collected.
+
+``guided_vs_blind.py --parts overhead`` says how much collecting costs; ``--parts hook`` times
+the hook alone on recorded launches. This says where the rest goes on a real tier.
+
+    python benchmarks/profile_collect.py --backend cuda --seqs 15 --out prof.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _own_times(prof: cProfile.Profile) -> dict[str, tuple[float, int]]:
+    stats = pstats.Stats(prof).stats
+    out = {}
+    for (file, line, name), (_, ncalls, tottime, _, _) in stats.items():
+        out[f"{Path(file).name}:{line}({name})"] = (tottime, ncalls)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--seqs", type=int, default=15)
+    ap.add_argument("--ops-per-seq", type=int, default=100)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from fuzz.engine import features, tracks
+    from fuzz.engine.tiers import make_tier
+
+    tier, track = make_tier(args.backend), tracks.get("small")
+    for seed in range(args.seqs):  # untimed: each seed's compiles
+        track.run_sequence(tier, seed, args.ops_per_seq)
+    profs, cpu, ops = {"bare": cProfile.Profile(), "collected": cProfile.Profile()}, {"bare": 0.0, "collected": 0.0}, 0
+    for seed in range(args.seqs):
+        for mode in ("bare", "collected"):
+            t0 = time.process_time()
+            profs[mode].enable()
+            if mode == "bare":
+                seq = track.run_sequence(tier, seed, args.ops_per_seq)
+            else:
+                col = features.Collector(None)
+                with col:
+                    seq = track.run_sequence(tier, seed, args.ops_per_seq)
+                col.add_run(seq.run)
+            profs[mode].disable()
+            cpu[mode] += time.process_time() - t0
+        ops += len(seq.ops)
+    own = {m: _own_times(p) for m, p in profs.items()}
+    grew = sorted(((own["collected"].get(k, (0, 0))[0] - own["bare"].get(k, (0, 0))[0], k) for k in
+                   set(own["bare"]) | set(own["collected"])), reverse=True)[: args.top]
+    rows = [{"function": k, "extra_s": round(d, 4), "calls_bare": own["bare"].get(k, (0, 0))[1],
+             "calls_collected": own["collected"].get(k, (0, 0))[1]} for d, k in grew]
+    result = {"backend": args.backend, "ops": ops, "cpu_s": {m: round(c, 3) for m, c in cpu.items()},
+              "cost": round(1 - cpu["bare"] / cpu["collected"], 3), "grew": rows,
+              "top_collected": sorted(((round(t, 4), k) for k, (t, _) in own["collected"].items()), reverse=True)[: args.top]}
+    print(json.dumps({k: result[k] for k in ("backend", "ops", "cpu_s", "cost")}))
+    for r in rows:
+        print(f"{r['extra_s']:+8.4f} s  {r['calls_bare']:>7} -> {r['calls_collected']:>7}  {r['function']}")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
