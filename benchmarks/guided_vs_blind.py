@@ -101,7 +101,8 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
     """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
     and under the guided track's collection schedule (value features on every launch, code
     coverage and the interpreted kernel bodies as ``guide.code_schedule`` says of the sequences
-    run so far), alternating, CPU seconds; what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
+    run so far), alternating (ABBA: each mode second on every other seed), CPU seconds, with each
+    round's cost (a GPU's CPU seconds include its synchronizing waits: one round's figure is noisy); what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
@@ -113,12 +114,12 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
     if backend != "interpret":  # every seed once, untimed: its kernels' compiles would fall on whichever mode ran first
         for seed in range(max(1, n_ops // ops_per_seq) + 1):
             track.run_sequence(tier, seed, ops_per_seq)
-    cpu = {"bare": 0.0, "collected": 0.0}
+    cpu, per_round = {"bare": 0.0, "collected": 0.0}, []
     ops = i = 0  # i: the sequences run, which the schedule counts (as the track does), so the second
     for _ in range(rounds):  # round traces other seeds than the first: one dear seed traced twice weighed double
-        seed = 0
+        seed, before = 0, dict(cpu)
         while ops < n_ops * (_ + 1):
-            for mode in ("bare", "collected"):
+            for mode in ("bare", "collected") if i % 2 == 0 else ("collected", "bare"):  # ABBA: neither mode always second
                 t0 = time.process_time()
                 if mode == "bare":
                     seq = track.run_sequence(tier, seed, ops_per_seq)
@@ -133,8 +134,9 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
                 cpu[mode] += time.process_time() - t0
             ops += len(seq.ops)
             seed, i = seed + 1, i + 1
+        per_round.append(round(1 - (cpu["bare"] - before["bare"]) / (cpu["collected"] - before["collected"]), 3))
     return [{"mode": m, "ops": ops, "cpu_s": round(c, 2), "ops_per_cpu_s": round(ops / c, 1)} for m, c in cpu.items()] + [
-        {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3)}]
+        {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3), "per_round": per_round}]
 
 
 def hook(n_seqs: int = 8, ops_per_seq: int = 100, rounds: int = 7) -> list[dict]:
@@ -315,7 +317,8 @@ def main() -> int:
     from fuzz.engine.tiers import select_backend
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ops", type=int, default=3000, help="ops per mode for the throughput part")
+    p.add_argument("--ops", type=int, default=3000, help="ops per mode for the throughput part (per round: overhead)")
+    p.add_argument("--rounds", type=int, default=2, help="overhead: rounds of --ops ops per mode, each's cost listed")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--budget-s", type=float, default=60.0, help="per hunt")
@@ -341,7 +344,7 @@ def main() -> int:
               "cpus": __import__("os").cpu_count(), "note": args.note, "args": vars(args),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if "overhead" in parts:
-        result["overhead"] = overhead(args.ops, backend=args.backend)
+        result["overhead"] = overhead(args.ops, rounds=args.rounds, backend=args.backend)
         for row in result["overhead"]:
             print(json.dumps(row), flush=True)
     if "hook" in parts:

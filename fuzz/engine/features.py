@@ -108,10 +108,31 @@ MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
 
 def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
-    (``_trip_features``): for its trip features, the row that reached them. The grid's features
-    and each int argument's (its mask and distance to each block, to int32) are memoized
-    (``_MEMO``): a launch hook pays a few lookups per launch, the names are built once; a
-    tensor's size is only compared with int32's; the trips are read from the launch every time."""
+    (``_trip_features``): for its trip features, the row that reached them. A launch's features
+    but the trips are a function of its kernel, grid, int arguments and constexprs, memoized on
+    them (``_MEMO``, with the arguments' positions that hold a tensor): a launch hook pays one
+    lookup, a tensor's size compared with int32's and, for a read table, the trips, read from the
+    launch every time; a new key is built from per-argument memos. An int is ``type(v) is int``
+    (a bool or an ``IntEnum`` is not a size)."""
+    args, kwargs, constexprs, grid = launch.args, launch.kwargs, launch.constexprs, launch.grid_dims or ()
+    key = (launch.fn, grid, tuple([v if type(v) is int else None for v in args]),
+           tuple([kv for kv in kwargs.items() if type(kv[1]) is int]) if kwargs else (), tuple(constexprs.items()))
+    if (got := _MEMO.get(key)) is None:
+        if len(_MEMO) >= MEMO_MAX:
+            _MEMO.clear()
+        got = _MEMO[key] = _launch_entry(launch)
+    names, tensors, trips, kernel = got
+    out.update(names)
+    for i in tensors:
+        v = args[i] if isinstance(i, int) else kwargs.get(i)
+        if _is_tensor(v) and INT32 - v.numel() < (1 << 20):
+            out.add(f"i32_dist|{kernel}|{trips[i]}.numel|{log_bucket(INT32 - v.numel())}")
+    if trips[None]:
+        _trip_features(kernel, _values(launch), constexprs, grid, out, {} if goals is None else goals)
+
+
+def _values(launch) -> dict:
+    """The launch's arguments by parameter name (positional, then the kwargs naming one)."""
     pyfn = getattr(launch.fn, "fn", launch.fn)
     layout = _layout(pyfn)
     if layout is not None:
@@ -122,26 +143,31 @@ def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     values = dict(zip(names, launch.args))
     if launch.kwargs:
         values.update({k: v for k, v in launch.kwargs.items() if k in names})
-    kernel, constexprs, grid = launch.name, launch.constexprs, launch.grid_dims or ()
-    if len(_MEMO) >= MEMO_MAX:
-        _MEMO.clear()
-    key = (kernel, grid)
-    if (got := _MEMO.get(key)) is None:
-        got = _MEMO[key] = tuple(f"grid|{kernel}|dim{i}|{log_bucket(d)}" for i, d in enumerate(grid))
-    out.update(got)
+    return values
+
+
+def _launch_entry(launch) -> tuple:
+    """``_MEMO``'s entry for a launch: (its grid's and int arguments' features, the positions or
+    kwargs that hold a tensor, {position: parameter name, None: whether trips are read}, kernel)."""
+    values, kernel, constexprs, grid = _values(launch), launch.name, launch.constexprs, launch.grid_dims or ()
+    names = [f"grid|{kernel}|dim{i}|{log_bucket(d)}" for i, d in enumerate(grid)]
     blocks = tuple((k, v) for k, v in constexprs.items() if "BLOCK" in k and v > 0)
+    position = {name: i for i, name in enumerate(list(values)[: len(launch.args)])}
+    tensors, params = [], {}
     for name, v in values.items():
-        if isinstance(v, int) and not isinstance(v, bool):
+        if type(v) is int:
             if name in constexprs:
                 continue
-            key = (kernel, name, v, blocks)
-            if (got := _MEMO.get(key)) is None:
-                got = _MEMO[key] = tuple(_int_features(kernel, name, v, blocks))
-            out.update(got)
-        elif _is_tensor(v) and INT32 - v.numel() < (1 << 20):
-            out.add(f"i32_dist|{kernel}|{name}.numel|{log_bucket(INT32 - v.numel())}")
-    if "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and constexprs.get("BLOCK", 0) > 0:
-        _trip_features(kernel, values, constexprs, grid, out, {} if goals is None else goals)
+            k = (kernel, name, v, blocks)
+            if (feats := _MEMO.get(k)) is None:
+                feats = _MEMO[k] = tuple(_int_features(kernel, name, v, blocks))
+            names += feats
+        elif _is_tensor(v):
+            slot = position.get(name, name)
+            tensors.append(slot)
+            params[slot] = name
+    params[None] = "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and constexprs.get("BLOCK", 0) > 0
+    return tuple(names), tuple(tensors), params, kernel
 
 
 def _int_features(kernel: str, name: str, v: int, blocks: tuple) -> list[str]:

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 from .budget import _BUDGETS, OverBudget
 from .budget import charge as _charge
-from .signatures import _bound, _params
+from .signatures import _params, constexpr_args
 
 MODES = ("launch", "reversed", "shuffled", "interleaved", "random")
 _COUNT = [0]
@@ -321,13 +321,11 @@ def _describe(fn, args, kwargs, original) -> Launch:
     grid = kwargs.get("grid")
     rest = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
     pyfn = getattr(fn, "fn", fn)
-    const = _params(pyfn)[1]
     constexprs = {}
-    for k, v in (_bound(pyfn, args, rest) or {}).items():
-        if k in const:
-            v = getattr(v, "value", v) if type(v).__name__ == "constexpr" else v
-            if isinstance(v, int) and not isinstance(v, bool):
-                constexprs[k] = v
+    for k, v in (constexpr_args(pyfn, args, rest) or {}).items():
+        v = getattr(v, "value", v) if type(v).__name__ == "constexpr" else v
+        if isinstance(v, int) and not isinstance(v, bool):
+            constexprs[k] = v
     launch = Launch(fn, grid, args, rest, original, constexprs)
     if grid is not None and not callable(grid):
         with contextlib.suppress(Exception):

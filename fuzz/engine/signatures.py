@@ -60,3 +60,35 @@ def _bound(pyfn, args, kwargs) -> dict | None:
         else:
             return None
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _constexpr_slots(pyfn) -> tuple | None:
+    """Each constexpr parameter's (name, position, default or ``inspect.Parameter.empty``) of a
+    kernel ``_layout`` reads; None where it cannot (``_bound`` then)."""
+    layout = _layout(pyfn)
+    if layout is None:
+        return None
+    names, defaults, const = layout
+    return tuple((n, i, defaults.get(n, inspect.Parameter.empty)) for i, n in enumerate(names) if n in const)
+
+
+def constexpr_args(pyfn, args, kwargs) -> dict | None:
+    """The launch's constexpr arguments by name, as ``_bound`` would give them for those names
+    (defaults applied, one passed neither way left out), without binding the others: a launch
+    hook reads a few slots, not every argument. Arguments that do not bind (Triton refuses the
+    launch) give what the slots hold where the parameters are plain, else None."""
+    slots = _constexpr_slots(pyfn)
+    if slots is None or len(args) > len(_layout(pyfn)[0]):
+        bound = _bound(pyfn, args, kwargs)
+        return None if bound is None else {k: v for k, v in bound.items() if k in _params(pyfn)[1]}
+    out = {}
+    for name, i, default in slots:
+        if i < len(args):
+            out[name] = args[i]
+        elif name in kwargs:
+            out[name] = kwargs[name]
+        elif default is not inspect.Parameter.empty:
+            out[name] = default
+    return out
+

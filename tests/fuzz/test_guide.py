@@ -87,11 +87,11 @@ def test_a_launch_shapes_features_are_memoized_and_its_trips_are_not():
     first, again, other, longer = set(), set(), set(), set()
     features.launch_features(launch([10]), first)
     held = len(features._MEMO)
-    assert held >= 2  # the grid's, and max_pages's
+    assert held >= 2  # the launch's entry, and max_pages's
     features.launch_features(launch([10]), again)
     assert again == first and len(features._MEMO) == held
     features.launch_features(launch([10], max_pages=63), other)
-    assert "mask|read_table_kernel|max_pages/BLOCK|partial" in other - first and len(features._MEMO) == held + 1
+    assert "mask|read_table_kernel|max_pages/BLOCK|partial" in other - first and len(features._MEMO) == held + 2  # its entry, its max_pages
     features.launch_features(launch([5]), longer)
     assert "trips|read_table_kernel|2|partial" in longer and "trips|read_table_kernel|3+|partial" in first - longer
 
