@@ -3,6 +3,8 @@
 #   a: pytest -m "cuda and not slow"; where the collection cost of value features goes on CUDA
 #      (profile_collect) and what it is (guided_vs_blind --parts overhead); indep's default mix
 #      (scale_gpu) once a size candidate's tag is built only when drawn
+#   c: CUDA tests; the collection cost attributed (profile_collect --attribute: the hook's own seconds
+#      and the garbage collector's, per mode)
 #   b: the collection cost in 6 rounds a run (ABBA) once the hook memoizes a launch's features under
 #      one key; indep's default mix: where the device's and the host's time go (profile_gpu), and
 #      its figure again
@@ -12,6 +14,14 @@ PART=${1:-a}
 {
   environment
   [ "$PART" = a ] && cuda_tests "the budget module split; lazy size tags"
+  if [ "$PART" = c ]; then
+    cuda_tests "one memo entry per launch key"
+    for r in 1 2; do
+      step "the collection cost attributed, run $r (profile_collect --attribute --rounds 4)"
+      timeout 200 $PY benchmarks/profile_collect.py --backend cuda --seqs 15 --attribute --rounds 4 --out "$OUT/attribute-$r.json" 2>&1 | grep -vi warn | tail -2 | cut -c1-700
+    done
+    exit 0
+  fi
   if [ "$PART" = a ]; then
     step "the collection cost's profile on CUDA (profile_collect)"
     timeout 200 $PY benchmarks/profile_collect.py --backend cuda --seqs 15 --out "$OUT/profile-collect.json" 2>&1 | grep -vi warn | tail -26 | cut -c1-300

@@ -29,33 +29,99 @@ def _own_times(prof: cProfile.Profile) -> dict[str, tuple[float, int]]:
     return out
 
 
+def _run(mode: str, tier, track, seed: int, n: int):
+    from fuzz.engine import features
+
+    if mode == "bare":
+        return track.run_sequence(tier, seed, n)
+    col = features.Collector(None)
+    with col:
+        seq = track.run_sequence(tier, seed, n)
+    col.add_run(seq.run)
+    return seq
+
+
+def _attribute(args, tier, track) -> int:
+    """No profiler: per mode, CPU seconds, the garbage collector's seconds and collections
+    (``gc.callbacks``), and in collected mode the seconds spent in the hook's own work (describing
+    a launch for an observer, ``launches._describe``, and the collector's call), timed where they
+    run; ``--rounds`` ABBA rounds over the seeds."""
+    import gc
+
+    from fuzz.engine import features, launches
+
+    spent = {"describe": 0.0, "collect": 0.0}
+
+    def timed(fn, key):
+        def inner(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[key] += time.perf_counter() - t0
+        return inner
+
+    launches._describe = timed(launches._describe, "describe")
+    features.Collector.__call__ = timed(features.Collector.__call__, "collect")
+    mode_now, gc_t = ["bare"], {}
+    stats = {m: {"cpu_s": 0.0, "gc_s": 0.0, "gcs": 0, "ops": 0} for m in ("bare", "collected")}
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_t["t"] = time.perf_counter()
+        elif "t" in gc_t:
+            stats[mode_now[0]]["gc_s"] += time.perf_counter() - gc_t.pop("t")
+            stats[mode_now[0]]["gcs"] += 1
+
+    gc.callbacks.append(on_gc)
+    i = 0
+    for _ in range(args.rounds):
+        for seed in range(args.seqs):
+            for mode in ("bare", "collected") if i % 2 == 0 else ("collected", "bare"):
+                mode_now[0] = mode
+                t0 = time.process_time()
+                seq = _run(mode, tier, track, seed, args.ops_per_seq)
+                stats[mode]["cpu_s"] += time.process_time() - t0
+                stats[mode]["ops"] += len(seq.ops)
+            i += 1
+    gc.callbacks.remove(on_gc)
+    bare, col = stats["bare"], stats["collected"]
+    result = {"backend": args.backend, "rounds": args.rounds, "modes": {m: {k: round(v, 4) for k, v in d.items()} for m, d in stats.items()},
+              "hook_s": {k: round(v, 4) for k, v in spent.items()},
+              "cost": round(1 - bare["cpu_s"] / col["cpu_s"], 4),
+              "hook_share_of_bare": round(sum(spent.values()) / bare["cpu_s"], 4),
+              "gc_extra_share_of_bare": round((col["gc_s"] - bare["gc_s"]) / bare["cpu_s"], 4)}
+    print(json.dumps(result))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--seqs", type=int, default=15)
     ap.add_argument("--ops-per-seq", type=int, default=100)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--attribute", action="store_true", help="no profiler: the hook's own seconds and the GC's, per mode")
+    ap.add_argument("--rounds", type=int, default=3, help="--attribute: ABBA rounds over the seeds")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from fuzz.engine import features, tracks
+    from fuzz.engine import tracks
     from fuzz.engine.tiers import make_tier
 
     tier, track = make_tier(args.backend), tracks.get("small")
     for seed in range(args.seqs):  # untimed: each seed's compiles
         track.run_sequence(tier, seed, args.ops_per_seq)
+    if args.attribute:
+        return _attribute(args, tier, track)
     profs, cpu, ops = {"bare": cProfile.Profile(), "collected": cProfile.Profile()}, {"bare": 0.0, "collected": 0.0}, 0
     for seed in range(args.seqs):
         for mode in ("bare", "collected"):
             t0 = time.process_time()
             profs[mode].enable()
-            if mode == "bare":
-                seq = track.run_sequence(tier, seed, args.ops_per_seq)
-            else:
-                col = features.Collector(None)
-                with col:
-                    seq = track.run_sequence(tier, seed, args.ops_per_seq)
-                col.add_run(seq.run)
+            seq = _run(mode, tier, track, seed, args.ops_per_seq)
             profs[mode].disable()
             cpu[mode] += time.process_time() - t0
         ops += len(seq.ops)
