@@ -1,7 +1,7 @@
 """How many kernel variants a GPU campaign would compile, counted on the CPU.
 
 Runs production sequences of a kernel set on the interpreter and collects every launch's
-specialization key (``fuzz.engine.launches.specialization``: what Triton compiles a variant
+specialization key (``fuzz.engine.signatures.specialization``: what Triton compiles a variant
 per: argument classes, constexprs, options). Prints, per kernel, the distinct keys, and per
 argument the classes it took: the arguments whose classes vary are what make a GPU run
 compile again and again.
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def count(kernels: str, sequences: int, n_ops: int, palette: bool, seed0: int = 0) -> dict:
-    from fuzz.engine import launches
+    from fuzz.engine import launches, signatures
     from fuzz.engine.production.generator import scale_info
     from fuzz.engine.production.limits import ScaleLimits
     from fuzz.engine.production.palette import palette_info
@@ -33,7 +33,7 @@ def count(kernels: str, sequences: int, n_ops: int, palette: bool, seed0: int = 
 
     tier = make_tier("interpret", kernels)
     keys: dict[str, set] = defaultdict(set)
-    launches.observe(lambda launch: keys[launch.name].add(launches.specialization(launch)))
+    launches.observe(lambda launch: keys[launch.name].add(signatures.specialization(launch)))
     production = get("production")
     info = scale_info(tier)
     limits = ScaleLimits.small()

@@ -1,7 +1,8 @@
 """A ``@triton.jit`` function's parameters as Triton reads them: its signature and constexpr
-names (``_params``), and a launch's arguments bound to them (``_bound``) without
+names (``_params``), a launch's arguments bound to them (``_bound``) without
 ``inspect.Signature.bind`` where the parameters are plain (``_layout``: a launch hook pays
-a dict build per launch, not ``bind``'s). Imports nothing of kvfuzz."""
+a dict build per launch, not ``bind``'s), and what a GPU compiles a variant of a launch per
+(``specialization``). Imports nothing of kvfuzz."""
 
 from __future__ import annotations
 
@@ -92,3 +93,44 @@ def constexpr_args(pyfn, args, kwargs) -> dict | None:
             out[name] = default
     return out
 
+
+def _arg_class(value, specialize: bool):
+    """One argument's share of Triton's specialization key (3.6 through 3.9): a tensor's dtype and
+    16-byte alignment, an int's width and (unless not specialized) whether it is 1 or a multiple
+    of 16, else the type; a constexpr's value is taken by the caller."""
+    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
+        return (str(value.dtype), specialize and value.data_ptr() % 16 == 0)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        width = "i32" if -(1 << 31) <= value < (1 << 31) else "i64"
+        if not specialize:
+            return width
+        return (width, "1" if value == 1 else "D" if value % 16 == 0 else "")
+    return type(value).__name__
+
+
+def specialization(launch) -> tuple:
+    """What a GPU compiles one variant of this launch's (``launches.Launch``) kernel per, approximated from the launch
+    alone (the same for compiled and interpreted launches, so a CPU run can count the variants a
+    GPU campaign would compile): the kernel, each argument's class (``_arg_class``; the
+    ``do_not_specialize`` ones by width or dtype only), the constexprs' values and the launch
+    options (``num_warps``, ``num_stages``)."""
+    fn = launch.fn
+    sig, const = _params(getattr(fn, "fn", fn))
+    names = list(sig.parameters) if sig is not None else []
+    nospec = getattr(fn, "do_not_specialize", None)
+    if nospec is None:
+        nospec = getattr(fn, "kwargs", {}).get("do_not_specialize")
+    nospec = {names[a] if isinstance(a, int) and a < len(names) else a for a in (nospec or ())}
+    values = dict(zip(names, launch.args))
+    values.update({k: v for k, v in launch.kwargs.items() if k in names})
+    key = []
+    for name in names:
+        if name not in values:
+            continue
+        v = values[name]
+        v = getattr(v, "value", v) if type(v).__name__ == "constexpr" else v
+        key.append((name, v if name in const else _arg_class(v, name not in nospec)))
+    options = tuple(sorted((k, v) for k, v in launch.kwargs.items() if k not in names and isinstance(v, (int, str))))
+    return (launch.name, tuple(key), options)

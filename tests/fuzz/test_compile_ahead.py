@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fuzz.engine import launches
+from fuzz.engine import launches, signatures
 from fuzz.engine.production import ahead, recipes
 from fuzz.engine.production.limits import ScaleLimits
 from tests.fuzz.test_launches import _FakeJit
@@ -70,7 +70,7 @@ def _interpreted_keys(name: str) -> tuple[set[str], dict]:
     tier = make_tier("interpret", name)
     constants = scale_info(tier)["constants"]
     keys: set[str] = set()
-    stop = launches.observe(lambda launch: keys.add(repr(launches.specialization(launch))))
+    stop = launches.observe(lambda launch: keys.add(repr(signatures.specialization(launch))))
     try:
         for seed in SEEDS:
             seq = get("production").run_sequence(tier, seed, N_OPS, limits=ScaleLimits.small())

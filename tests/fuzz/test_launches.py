@@ -366,7 +366,7 @@ def test_the_specialization_key_is_what_a_gpu_compiles_a_variant_per():
     16-byte alignment, constexprs by value: two launches get one key exactly when Triton on a
     GPU would run them with one compiled variant."""
     keys = []
-    stop = launches.observe(lambda launch: keys.append(launches.specialization(launch)))
+    stop = launches.observe(lambda launch: keys.append(signatures.specialization(launch)))
     try:
         buf = torch.zeros(64, dtype=torch.int64)
         for dst, n, n_plain, block in ((buf[:16], 16, 0, 16), (buf[16:32], 32, 5, 16), (buf[1:17], 16, 0, 16),

@@ -9,7 +9,7 @@ the variants can be learned before fuzzing, without compiling:
 
 1. **Scout**: the workers' own streams (their warm-up seeds and first sequences, their
    palettes) run on ``ScoutRun``, a ``ScaleRun`` whose checks do nothing, while the launch hook
-   is in ``launches.record_only`` mode: every launch is described (``launches.specialization``,
+   is in ``launches.record_only`` mode: every launch is described (``signatures.specialization``,
    and a ``recipes.recipe``: the arguments with tensors replaced by their dtype and 16-byte
    alignment) and not run. Outputs are garbage, so an op that raises ends its sequence; a check's
    divergence is ignored (the target never ran). The tier's smoke test and the boundary probe

@@ -91,7 +91,7 @@ class Book:
         self.unencodable: dict[str, str] = {}  # kernel -> why its launches cannot be compiled ahead
 
     def __call__(self, launch) -> None:
-        from ..launches import specialization
+        from ..signatures import specialization
 
         self.launches += 1
         key = repr(specialization(launch))
