@@ -30,10 +30,16 @@ def _own_times(prof: cProfile.Profile) -> dict[str, tuple[float, int]]:
 
 
 def _run(mode: str, tier, track, seed: int, n: int):
-    from fuzz.engine import features
+    from fuzz.engine import features, launches
 
     if mode == "bare":
         return track.run_sequence(tier, seed, n)
+    if mode == "observed":  # the hook's plumbing alone: every launch described for an observer that does nothing
+        stop = launches.observe(lambda launch: None)
+        try:
+            return track.run_sequence(tier, seed, n)
+        finally:
+            stop()
     col = features.Collector(None)
     with col:
         seq = track.run_sequence(tier, seed, n)
@@ -41,16 +47,32 @@ def _run(mode: str, tier, track, seed: int, n: int):
     return seq
 
 
+MODES = ("bare", "observed", "collected")
+
+
+def _spread(calls: list[float]) -> dict:
+    """Per-call microseconds: how many, their sum, median, p90, p99, max, and the share of the sum
+    in calls over ten times the median (stalls, not the steady work)."""
+    if not calls:
+        return {"calls": 0}
+    xs = sorted(calls)
+    q = lambda f: round(1e6 * xs[min(len(xs) - 1, int(f * len(xs)))], 2)  # noqa: E731
+    med = xs[len(xs) // 2]
+    return {"calls": len(xs), "sum_s": round(sum(xs), 4), "median_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99),
+            "max_us": round(1e6 * xs[-1], 1), "stall_share": round(sum(x for x in xs if x > 10 * med) / sum(xs), 3)}
+
+
 def _attribute(args, tier, track) -> int:
-    """No profiler: per mode, CPU seconds, the garbage collector's seconds and collections
-    (``gc.callbacks``), and in collected mode the seconds spent in the hook's own work (describing
-    a launch for an observer, ``launches._describe``, and the collector's call), timed where they
-    run; ``--rounds`` ABBA rounds over the seeds."""
+    """No profiler: per mode (bare; observed: each launch described for an observer that does
+    nothing, the hook's plumbing; collected), CPU seconds, the garbage collector's seconds and
+    collections (``gc.callbacks``), and the hook's own calls (``launches._describe``, the
+    collector's call) timed where they run, as per-call spreads (``_spread``): steady work and
+    stalls apart; ``--rounds`` rounds over the seeds, the modes' order rotated each round."""
     import gc
 
     from fuzz.engine import features, launches
 
-    spent = {"describe": 0.0, "collect": 0.0}
+    calls = {"describe": [], "collect": []}
 
     def timed(fn, key):
         def inner(*a, **k):
@@ -58,13 +80,13 @@ def _attribute(args, tier, track) -> int:
             try:
                 return fn(*a, **k)
             finally:
-                spent[key] += time.perf_counter() - t0
+                calls[key].append(time.perf_counter() - t0)
         return inner
 
     launches._describe = timed(launches._describe, "describe")
     features.Collector.__call__ = timed(features.Collector.__call__, "collect")
     mode_now, gc_t = ["bare"], {}
-    stats = {m: {"cpu_s": 0.0, "gc_s": 0.0, "gcs": 0, "ops": 0} for m in ("bare", "collected")}
+    stats = {m: {"cpu_s": 0.0, "gc_s": 0.0, "gcs": 0, "ops": 0} for m in MODES}
 
     def on_gc(phase, info):
         if phase == "start":
@@ -74,23 +96,20 @@ def _attribute(args, tier, track) -> int:
             stats[mode_now[0]]["gcs"] += 1
 
     gc.callbacks.append(on_gc)
-    i = 0
-    for _ in range(args.rounds):
+    for r in range(args.rounds):
         for seed in range(args.seqs):
-            for mode in ("bare", "collected") if i % 2 == 0 else ("collected", "bare"):
-                mode_now[0] = mode
+            for k in range(len(MODES)):
+                mode_now[0] = mode = MODES[(k + r + seed) % len(MODES)]
                 t0 = time.process_time()
                 seq = _run(mode, tier, track, seed, args.ops_per_seq)
                 stats[mode]["cpu_s"] += time.process_time() - t0
                 stats[mode]["ops"] += len(seq.ops)
-            i += 1
     gc.callbacks.remove(on_gc)
-    bare, col = stats["bare"], stats["collected"]
+    bare = stats["bare"]["cpu_s"]
     result = {"backend": args.backend, "rounds": args.rounds, "modes": {m: {k: round(v, 4) for k, v in d.items()} for m, d in stats.items()},
-              "hook_s": {k: round(v, 4) for k, v in spent.items()},
-              "cost": round(1 - bare["cpu_s"] / col["cpu_s"], 4),
-              "hook_share_of_bare": round(sum(spent.values()) / bare["cpu_s"], 4),
-              "gc_extra_share_of_bare": round((col["gc_s"] - bare["gc_s"]) / bare["cpu_s"], 4)}
+              "calls": {k: _spread(v) for k, v in calls.items()},
+              "cost": {m: round(1 - bare / stats[m]["cpu_s"], 4) for m in MODES[1:]},
+              "gc_extra_share_of_bare": {m: round((stats[m]["gc_s"] - stats["bare"]["gc_s"]) / bare, 4) for m in MODES[1:]}}
     print(json.dumps(result))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
@@ -104,7 +123,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops-per-seq", type=int, default=100)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--attribute", action="store_true", help="no profiler: the hook's own seconds and the GC's, per mode")
-    ap.add_argument("--rounds", type=int, default=3, help="--attribute: ABBA rounds over the seeds")
+    ap.add_argument("--rounds", type=int, default=3, help="--attribute: rounds over the seeds (the modes' order rotated)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))

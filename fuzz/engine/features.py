@@ -102,33 +102,63 @@ def _is_tensor(v) -> bool:
     return hasattr(v, "data_ptr") and hasattr(v, "numel")
 
 
-_MEMO: dict[tuple, tuple] = {}  # (kernel, grid) or (kernel, int argument, value, blocks) -> its features
+_MEMO: dict[tuple, tuple] = {}  # (kernel, grid, int arguments) or (kernel, int argument, value, blocks) -> its features
+_PLAIN = {type(None), bool, float, str}  # argument types seen that key as None (a tensor's, once met), not looked into
 MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
 
 
 def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
-    (``_trip_features``): for its trip features, the row that reached them. A launch's features
-    but the trips are a function of its kernel, grid, int arguments and constexprs, memoized on
-    them (``_MEMO``, with the arguments' positions that hold a tensor): a launch hook pays one
-    lookup, a tensor's size compared with int32's and, for a read table, the trips, read from the
-    launch every time; a new key is built from per-argument memos. An int is ``type(v) is int``
-    (a bool or an ``IntEnum`` is not a size)."""
-    args, kwargs, constexprs, grid = launch.args, launch.kwargs, launch.constexprs, launch.grid_dims or ()
-    key = (launch.fn, grid, tuple([v if type(v) is int else None for v in args]),
-           tuple([kv for kv in kwargs.items() if type(kv[1]) is int]) if kwargs else (), tuple(constexprs.items()))
+    (``_trip_features``): for its trip features, the row that reached them."""
+    _features(launch.fn, launch.args, launch.kwargs, launch.grid_dims or (), lambda: launch, out, goals)
+
+
+_CONSTEXPR: list = []  # triton.language.constexpr, once a launch has come (a wrapped constexpr keys by its value)
+
+
+def _key_value(v):
+    if not _CONSTEXPR:
+        try:
+            from triton.language import constexpr
+        except ImportError:  # no Triton: nothing is wrapped
+            constexpr = None
+        _CONSTEXPR.append(constexpr)
+    if type(v) is _CONSTEXPR[0]:
+        return v.value
+    _PLAIN.add(type(v))
+    return None
+
+
+def _features(fn, args, kwargs, dims: tuple, described, out: set[str], goals: dict | None) -> None:
+    """A launch's value features (``launch_features``) from its kernel, arguments and grid's dims;
+    ``described()`` gives its ``launches.Launch``, asked only for a new shape or a read table's
+    trips on the CPU. Its features but the trips are a function of the kernel, the grid and the
+    int arguments (constexprs among them; wrapped ones by value), memoized on them (``_MEMO``,
+    with the arguments' positions that hold a tensor): a launch hook pays one key, one lookup, a
+    tensor's size compared with int32's and, for a read table on the CPU, the trips; a new key
+    is built from per-argument memos. An int is ``type(v) is int`` (a bool or an ``IntEnum`` is
+    not a size)."""
+    key = (fn, dims, tuple([v if type(v) is int else None if type(v) in _PLAIN else _key_value(v) for v in args]),
+           tuple([kv for kv in kwargs.items() if type(kv[1]) is int]) if kwargs else ())
     if (got := _MEMO.get(key)) is None:
         if len(_MEMO) >= MEMO_MAX:
             _MEMO.clear()
-        got = _MEMO[key] = _launch_entry(launch)
-    names, tensors, trips, kernel = got
+        got = _MEMO[key] = _launch_entry(described())
+    names, tensors, params, kernel = got
     out.update(names)
     for i in tensors:
-        v = args[i] if isinstance(i, int) else kwargs.get(i)
-        if _is_tensor(v) and INT32 - v.numel() < (1 << 20):
-            out.add(f"i32_dist|{kernel}|{trips[i]}.numel|{log_bucket(INT32 - v.numel())}")
-    if trips[None]:
-        _trip_features(kernel, _values(launch), constexprs, grid, out, {} if goals is None else goals)
+        v = args[i] if type(i) is int else kwargs.get(i)
+        try:
+            n = v.numel()
+        except (AttributeError, TypeError):  # not a tensor in this launch
+            continue
+        if INT32 - n < (1 << 20):
+            out.add(f"i32_dist|{kernel}|{params[i]}.numel|{log_bucket(INT32 - n)}")
+    if (lens := params[None]) is not None:
+        v = args[lens] if type(lens) is int else kwargs.get(lens)
+        if getattr(getattr(v, "device", None), "type", "cpu") == "cpu":  # a GPU tensor is not read
+            launch = described()
+            _trip_features(kernel, _values(launch), launch.constexprs, dims, out, {} if goals is None else goals)
 
 
 def _values(launch) -> dict:
@@ -148,7 +178,8 @@ def _values(launch) -> dict:
 
 def _launch_entry(launch) -> tuple:
     """``_MEMO``'s entry for a launch: (its grid's and int arguments' features, the positions or
-    kwargs that hold a tensor, {position: parameter name, None: whether trips are read}, kernel)."""
+    kwargs that hold a tensor, {position: parameter name, None: the position or kwarg of a read
+    table's row lengths, None where trips are not read}, kernel)."""
     values, kernel, constexprs, grid = _values(launch), launch.name, launch.constexprs, launch.grid_dims or ()
     names = [f"grid|{kernel}|dim{i}|{log_bucket(d)}" for i, d in enumerate(grid)]
     blocks = tuple((k, v) for k, v in constexprs.items() if "BLOCK" in k and v > 0)
@@ -166,7 +197,8 @@ def _launch_entry(launch) -> tuple:
             slot = position.get(name, name)
             tensors.append(slot)
             params[slot] = name
-    params[None] = "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and constexprs.get("BLOCK", 0) > 0
+    reads = "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and constexprs.get("BLOCK", 0) > 0
+    params[None] = position.get("seq_lens_ptr", "seq_lens_ptr") if reads else None  # where its row lengths are
     return tuple(names), tuple(tensors), params, kernel
 
 
@@ -302,11 +334,36 @@ class Collector:
         self.op += 1
 
     def __call__(self, launch) -> None:
+        self._one(launch.fn, launch.args, launch.kwargs, launch.grid_dims or (), lambda: launch)
+
+    def light(self, fn, args, kwargs, dims, run) -> None:
+        """A launch as ``launches._run_light`` hands it: no ``Launch`` built unless one is needed."""
+        dims = () if dims is None else dims if type(dims) is tuple else tuple(dims)
+        if type(math.prod(dims)) is not int:  # dims a launcher gave as tensors or numpy ints
+            try:
+                dims = tuple(int(d) for d in dims)
+            except Exception:  # unreadable: no grid features, no programs
+                dims = ()
+        made = []
+
+        def described():
+            if not made:
+                from .launches import _describe
+
+                made.append(_describe(fn, args, kwargs, run))
+                made[0].grid_dims = dims
+            return made[0]
+
+        self._one(fn, args, kwargs, dims, described)
+
+    def _one(self, fn, args, kwargs, dims: tuple, described) -> None:
         new: set[str] = set()
         goals: dict[str, list] = {}
-        with contextlib.suppress(Exception):  # a launch shape we cannot read adds nothing, never fails a run
-            launch_features(launch, new, goals)
-        programs = math.prod(launch.grid_dims or ())
+        try:
+            _features(fn, args, kwargs, dims, described, new, goals)
+        except Exception:  # a launch shape we cannot read adds nothing, never fails a run
+            pass
+        programs = math.prod(dims)
         if self.log is not None:
             self.log.append((programs, frozenset(new), {k: tuple(v) for k, v in goals.items()}))
         self.take(programs, new, goals)
@@ -315,11 +372,12 @@ class Collector:
         """One launch's programs and value features (its trip features' ``goals``), as at the op
         running now: a launch seen, or one of a known read's replayed (``guide.KnownReads``)."""
         self.programs += programs
-        for name in new - self.names:
-            self.where[name] = self.op
-            if name in goals:
-                self.goals[name] = list(goals[name])
-        self.names |= new
+        if fresh := new - self.names:
+            for name in fresh:
+                self.where[name] = self.op
+                if name in goals:
+                    self.goals[name] = list(goals[name])
+            self.names |= fresh
 
     def __enter__(self):
         from .launches import observe, untraced_launches

@@ -68,6 +68,7 @@ _ORDER = {"mode": "launch", "seed": 0, "launches": 0}
 _UNTRACED = [0]  # > 0: outermost launches run with this thread's trace function off (features.CodeCoverage)
 _LOADS = [0.0, 0]  # seconds in compiled launches whose new variant came from the disk cache, and how many
 _HITS = [0, 0]  # disk-cache hits and misses Triton's compilation listener reported (stays 0 without one)
+_LIGHT = [False]  # every observer takes a launch light (``_run_light``): no Launch built for it
 _RECORD_ONLY: list = []  # callbacks of record_only(): while any, launches are recorded and not run
 
 
@@ -141,6 +142,8 @@ def _wrap(original):
             finally:
                 if not nested:
                     _note_compile(self, time.perf_counter() - t0, variants, hits)
+        if _LIGHT[0] and not recorders and not _BUDGETS:
+            return _run_light(self, args, kwargs, original)
         launch = _describe(self, args, kwargs, original)
         for rec in recorders:
             rec.launches.append(launch)
@@ -172,6 +175,30 @@ def _wrap(original):
 
     run._kvfuzz_original = original
     return functools.update_wrapper(run, original, assigned=("__name__", "__qualname__", "__doc__"))
+
+
+def _run_light(fn, args, kwargs, original):
+    """A launch whose every observer takes it light (``light(fn, args, kwargs, dims, run)``, as
+    ``features.Collector`` does): no ``Launch`` is built for it, only its grid's dims kept where
+    Triton resolves them; the observer describes it (``_describe``) only when it needs to. On a
+    GPU, describing each launch cost more than collecting its features."""
+    grid, dims = kwargs.get("grid"), [kwargs.get("grid")]
+    if callable(grid):
+
+        def resolve(meta):
+            dims[0] = got = grid(meta)
+            return got
+
+        kwargs["grid"] = resolve
+    t0, variants, hits = time.perf_counter(), _variants(fn), tuple(_HITS)
+    try:
+        with _inside():
+            return original(fn, *args, **kwargs)
+    finally:
+        _note_compile(fn, time.perf_counter() - t0, variants, hits)
+        kwargs["grid"] = grid
+        for callback in list(_OBSERVERS):
+            callback.light(fn, args, kwargs, None if callable(dims[0]) else dims[0], original)
 
 
 def _record_only(fn, args, kwargs, original, recorders) -> None:
@@ -358,7 +385,18 @@ def observe(callback):
     the returned function is called."""
     install()
     _OBSERVERS.append(callback)
-    return lambda: callback in _OBSERVERS and _OBSERVERS.remove(callback)
+    _relight()
+
+    def stop():
+        if callback in _OBSERVERS:
+            _OBSERVERS.remove(callback)
+            _relight()
+
+    return stop
+
+
+def _relight() -> None:
+    _LIGHT[0] = bool(_OBSERVERS) and all(callable(getattr(cb, "light", None)) for cb in _OBSERVERS)
 
 
 class Seen:

@@ -95,6 +95,38 @@ def test_a_launch_shapes_features_are_memoized_and_its_trips_are_not():
     features.launch_features(launch([5]), longer)
     assert "trips|read_table_kernel|2|partial" in longer and "trips|read_table_kernel|3+|partial" in first - longer
 
+def test_a_collector_alone_takes_launches_light_and_reaches_what_described_launches_do(monkeypatch):
+    """With a collector the only observer, the hook builds no ``Launch`` (``launches._run_light``):
+    the collector describes one only for a new shape or a read table's trips on the CPU, and a
+    sequence reaches the same features at the same ops, with the same goals and programs, as when
+    another observer makes the hook describe every launch."""
+    from fuzz.engine import launches, tracks
+
+    tier, track = make_tier("interpret"), tracks.get("small")
+    described, real = [0], launches._describe
+
+    def counting(*a, **k):
+        described[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(launches, "_describe", counting)
+    runs = []
+    for extra in (None, lambda launch: None):
+        features._MEMO.clear()
+        stop = launches.observe(extra) if extra else (lambda: None)
+        described[0] = 0
+        try:
+            with features.Collector() as col:
+                light = launches._LIGHT[0]
+                track.run_sequence(tier, 3, 60)
+        finally:
+            stop()
+        runs.append((light, described[0], col.names, col.where, col.goals, col.programs))
+    (light, n_light, *got), (heavy, n_heavy, *want) = runs
+    assert got == want and got[0] and got[-1] > 0
+    assert light and not heavy and n_heavy > n_light
+
+
 def test_the_corpus_survives_a_killed_campaign_and_the_next_one_resumes_from_it(tmp_path):
     corpus = tmp_path / "corpus"
     cmd = [sys.executable, "-m", "fuzz", "run", "--corpus", str(corpus), "--budget-s", "300",
