@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU session of 2026-12-03 (s14, one H200), one device call; logs and JSON to $OUT:
+# CUDA tests; the hook's parts per launch on recorded CUDA launches (hook_parts); the collection
+# cost attributed inside real sequences, bare / observed (an observer that does nothing: every
+# launch described) / collected (a collector alone: launches handed over light), twice; value
+# features' collection cost (guided_vs_blind --parts overhead, 6 ABBA rounds), twice; indep's
+# default mix (scale_gpu).
+set -u
+. benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, cuda_tests
+{
+  environment
+  cuda_tests "the light launch path"
+  step "the hook's parts per launch (hook_parts --tier cuda)"
+  timeout 120 $PY benchmarks/hook_parts.py --tier cuda --out "$OUT/hook-parts.json" 2>&1 | grep -vi warn | tail -1
+  for r in 1 2; do
+    step "the collection cost attributed, run $r (profile_collect --attribute --rounds 6)"
+    timeout 200 $PY benchmarks/profile_collect.py --backend cuda --seqs 15 --attribute --rounds 6 --out "$OUT/attribute-$r.json" 2>&1 | grep -vi warn | tail -1 | cut -c1-1200
+  done
+  for r in 1 2; do
+    step "value features' collection cost on CUDA, run $r (guided_vs_blind --parts overhead --ops 1500 --rounds 6)"
+    timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 --rounds 6 \
+      --note "one H200, nothing else running" --out "$OUT/overhead-$r.json" 2>&1 | grep -vi warn | tail -4 | cut -c1-500
+  done
+  step "indep default mix (scale_gpu)"
+  cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)
+  timeout 240 $PY benchmarks/scale_gpu.py --only indep/mixed --compile-ahead on --ahead-sequences 160 \
+    --cache-dir "$cache" --seconds 10 --warmup 8 --no-variants --out "$OUT/scale-indep.json" 2>&1 | grep -vi warn | tail -4 | cut -c1-900
+} 2>&1 | tee "$OUT/session.log"
