@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU session of 2026-12-03 (s14, one H200), one device call; logs and JSON to $OUT:
-# CUDA tests; the hook's parts per launch on recorded CUDA launches (hook_parts); the collection
+# CUDA tests; the hook per launch on recorded CUDA launches (guided_vs_blind --parts hook); the collection
 # cost attributed inside real sequences, bare / observed (an observer that does nothing: every
 # launch described) / collected (a collector alone: launches handed over light), twice; value
 # features' collection cost (guided_vs_blind --parts overhead, 6 ABBA rounds), twice; indep's
@@ -10,8 +10,8 @@ set -u
 {
   environment
   cuda_tests "the light launch path"
-  step "the hook's parts per launch (hook_parts --tier cuda)"
-  timeout 120 $PY benchmarks/hook_parts.py --tier cuda --out "$OUT/hook-parts.json" 2>&1 | grep -vi warn | tail -1
+  step "the hook per launch on recorded CUDA launches, full and light (guided_vs_blind --parts hook)"
+  timeout 150 $PY -m benchmarks.guided_vs_blind --backend cuda --parts hook --out "$OUT/hook.json" 2>&1 | grep -vi warn | tail -1
   for r in 1 2; do
     step "the collection cost attributed, run $r (profile_collect --attribute --rounds 6)"
     timeout 200 $PY benchmarks/profile_collect.py --backend cuda --seqs 15 --attribute --rounds 6 --out "$OUT/attribute-$r.json" 2>&1 | grep -vi warn | tail -1 | cut -c1-1200

@@ -139,20 +139,24 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
         {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3), "per_round": per_round}]
 
 
-def hook(n_seqs: int = 8, ops_per_seq: int = 100, rounds: int = 7) -> list[dict]:
+def hook(n_seqs: int = 8, ops_per_seq: int = 100, rounds: int = 7, backend: str = "interpret") -> list[dict]:
     """The value features' cost per launch on the host, as the CUDA tier pays it (where no code is
-    traced): the launches of ``n_seqs`` blind sequences recorded on the interpreter, then each
-    described again (``launches._describe``, what the hook does for an observer) and handed to a
-    ``features.Collector`` (one per sequence), in their order, the shape memo emptied first (so a
-    shape is new the first time it comes, as in a fresh worker); CPU microseconds per launch, the
-    least of ``rounds``. Twice: with the launches' CPU tensors, and with each tensor replaced by a
-    ``meta`` one of its shape (as a GPU tensor: its ``seq_lens`` not read, no trip features)."""
+    traced): the launches of ``n_seqs`` blind sequences recorded on ``backend``, then handed to a
+    ``features.Collector`` (one per sequence) in their order, the shape memo emptied first (so a
+    shape is new the first time it comes, as in a fresh worker), two ways: ``full``, each described
+    again (``launches._describe``, what the hook does for an observer that takes a ``Launch``) and
+    called with it; ``light``, handed over as ``launches._run_light`` does when collectors alone
+    observe (``Collector.light``); CPU microseconds per launch, the least of ``rounds``. On the
+    interpreter twice: with the launches' CPU tensors, and with each replaced by a ``meta`` one of
+    its shape (as a GPU tensor: its ``seq_lens`` not read, no trip features); on CUDA, as recorded.
+    A loop of the hook alone runs warm; in a campaign each launch finds it cold
+    (``profile_collect.py --attribute`` times it there)."""
     import torch
 
     from fuzz.engine import features, launches, tracks
     from fuzz.engine.tiers import make_tier
 
-    tier, track, per_seq = make_tier("interpret"), tracks.get("small"), []
+    tier, track, per_seq = make_tier(backend), tracks.get("small"), []
     for seed in range(n_seqs):
         with launches.Recorder() as rec:
             track.run_sequence(tier, seed, ops_per_seq)
@@ -162,22 +166,32 @@ def hook(n_seqs: int = 8, ops_per_seq: int = 100, rounds: int = 7) -> list[dict]
     def meta(v):
         return torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
 
+    def full(col, fn, args, kwargs, dims, run):
+        launch = launches._describe(fn, args, kwargs, run)
+        launch.grid_dims = dims
+        col(launch)
+
+    def light(col, fn, args, kwargs, dims, run):
+        col.light(fn, args, kwargs, dims, run)
+
     rows = []
-    for label, conv in (("cpu", lambda v: v), ("meta (as cuda)", meta)):
-        seqs = [[(ln.fn, tuple(map(conv, ln.args)), {k: conv(v) for k, v in ln.kwargs.items()}, ln.grid, ln.run,
-                  ln.grid_dims) for ln in lns] for lns in per_seq]
-        best = float("inf")
-        for _ in range(rounds):
-            getattr(features, "_MEMO", {}).clear()
-            t0 = time.process_time()
-            for lns in seqs:
-                col = features.Collector()
-                for fn, args, kwargs, grid, run, dims in lns:
-                    launch = launches._describe(fn, args, {**kwargs, "grid": grid, "warmup": False}, run)
-                    launch.grid_dims = dims
-                    col(launch)
-            best = min(best, time.process_time() - t0)
-        rows.append({"tensors": label, "launches": n, "us_per_launch": round(1e6 * best / n, 1)})
+    variants = (("cpu", lambda v: v), ("meta (as cuda)", meta)) if backend == "interpret" else ((backend, lambda v: v),)
+    for label, conv in variants:
+        seqs = [[(ln.fn, tuple(map(conv, ln.args)), {**{k: conv(v) for k, v in ln.kwargs.items()}, "grid": ln.grid, "warmup": False},
+                  ln.grid_dims, ln.run) for ln in lns] for lns in per_seq]
+        row = {"tensors": label, "launches": n}
+        for way, call in (("full", full), ("light", light)):
+            best = float("inf")
+            for _ in range(rounds):
+                getattr(features, "_MEMO", {}).clear()
+                t0 = time.process_time()
+                for lns in seqs:
+                    col = features.Collector()
+                    for launch in lns:
+                        call(col, *launch)
+                best = min(best, time.process_time() - t0)
+            row[f"{way}_us_per_launch"] = round(1e6 * best / n, 1)
+        rows.append(row)
     return rows
 
 
@@ -335,7 +349,7 @@ def main() -> int:
                    help="kill-ops: blind's rows taken from an earlier run's JSON (same mutants, seeds, --max-ops) "
                         "instead of run again: the blind generator's streams are unchanged, so its ops are too")
     p.add_argument("--backend", choices=("interpret", "cuda"), default="interpret",
-                   help="the tier (cuda: the overhead part only, value features alone)")
+                   help="the tier (cuda: the overhead and hook parts only, value features alone)")
     p.add_argument("--out")
     args = p.parse_args()
     select_backend(args.backend)
@@ -348,7 +362,7 @@ def main() -> int:
         for row in result["overhead"]:
             print(json.dumps(row), flush=True)
     if "hook" in parts:
-        result["hook"] = hook()
+        result["hook"] = hook(backend=args.backend)
         for row in result["hook"]:
             print(json.dumps(row), flush=True)
     if "throughput" in parts:

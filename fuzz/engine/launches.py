@@ -181,7 +181,7 @@ def _run_light(fn, args, kwargs, original):
     """A launch whose every observer takes it light (``light(fn, args, kwargs, dims, run)``, as
     ``features.Collector`` does): no ``Launch`` is built for it, only its grid's dims kept where
     Triton resolves them; the observer describes it (``_describe``) only when it needs to. On a
-    GPU, describing each launch cost more than collecting its features."""
+    GPU, describing each launch cost more than collecting its features (benchmarks/guided_vs_blind.py --parts hook)."""
     grid, dims = kwargs.get("grid"), [kwargs.get("grid")]
     if callable(grid):
 
