@@ -40,6 +40,7 @@ Plus the run's own counts (op kinds run, hostile classes probed) and what it ran
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import zlib
 from pathlib import Path
@@ -110,10 +111,14 @@ MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
 def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
     (``_trip_features``): for its trip features, the row that reached them."""
-    _features(launch.fn, launch.args, launch.kwargs, launch.grid_dims or (), lambda: launch, out, goals)
+    dims = launch.grid_dims or ()
+    got = _entry(launch.fn, launch.args, launch.kwargs, dims, launch)
+    out.update(got[0])
+    _extras(got, launch.args, launch.kwargs, dims, launch, out, goals)
 
 
 _CONSTEXPR: list = []  # triton.language.constexpr, once a launch has come (a wrapped constexpr keys by its value)
+_SERIAL = itertools.count()  # each memo entry's number: a collector skips the names of an entry it has taken
 
 
 def _key_value(v):
@@ -129,23 +134,39 @@ def _key_value(v):
     return None
 
 
-def _features(fn, args, kwargs, dims: tuple, described, out: set[str], goals: dict | None) -> None:
-    """A launch's value features (``launch_features``) from its kernel, arguments and grid's dims;
-    ``described()`` gives its ``launches.Launch``, asked only for a new shape or a read table's
-    trips on the CPU. Its features but the trips are a function of the kernel, the grid and the
-    int arguments (constexprs among them; wrapped ones by value), memoized on them (``_MEMO``,
-    with the arguments' positions that hold a tensor): a launch hook pays one key, one lookup, a
-    tensor's size compared with int32's and, for a read table on the CPU, the trips; a new key
-    is built from per-argument memos. An int is ``type(v) is int`` (a bool or an ``IntEnum`` is
-    not a size)."""
-    key = (fn, dims, tuple([v if type(v) is int else None if type(v) in _PLAIN else _key_value(v) for v in args]),
+def _described(src, dims: tuple):
+    """The ``launches.Launch`` of a launch given as one, or as ``(fn, args, kwargs, run)`` (a
+    launch handed over light): described now, its grid's dims set."""
+    if type(src) is not tuple:
+        return src
+    from .launches import _describe
+
+    launch = _describe(*src)
+    launch.grid_dims = dims
+    return launch
+
+
+def _entry(fn, args, kwargs, dims: tuple, src) -> tuple:
+    """A launch's ``_MEMO`` entry (``_launch_entry``, then the kernel and the entry's serial): its
+    features but the trips are a function of the kernel, the grid and the int arguments
+    (constexprs among them; wrapped ones by value), so a launch hook pays one key and one lookup,
+    and a new key is built from per-argument memos. The key holds the kernel's ``id``, checked
+    against the entry's kernel: a ``JITFunction`` hashes its source's hash under a lock. An int
+    is ``type(v) is int`` (a bool or an ``IntEnum`` is not a size)."""
+    key = (id(fn), dims, tuple([v if type(v) is int else None if type(v) in _PLAIN else _key_value(v) for v in args]),
            tuple([kv for kv in kwargs.items() if type(kv[1]) is int]) if kwargs else ())
-    if (got := _MEMO.get(key)) is None:
+    got = _MEMO.get(key)
+    if got is None or got[4] is not fn:
         if len(_MEMO) >= MEMO_MAX:
             _MEMO.clear()
-        got = _MEMO[key] = _launch_entry(described())
-    names, tensors, params, kernel = got
-    out.update(names)
+        got = _MEMO[key] = (*_launch_entry(_described(src, dims)), fn, next(_SERIAL))
+    return got
+
+
+def _extras(got: tuple, args, kwargs, dims: tuple, src, out: set[str], goals: dict | None) -> None:
+    """What a launch adds to its entry's features, read from it every time: a tensor's size near
+    int32's, and a read table's trips where its row lengths are on the CPU."""
+    _, tensors, params, kernel, *_ = got
     for i in tensors:
         v = args[i] if type(i) is int else kwargs.get(i)
         try:
@@ -156,8 +177,8 @@ def _features(fn, args, kwargs, dims: tuple, described, out: set[str], goals: di
             out.add(f"i32_dist|{kernel}|{params[i]}.numel|{log_bucket(INT32 - n)}")
     if (lens := params[None]) is not None:
         v = args[lens] if type(lens) is int else kwargs.get(lens)
-        if getattr(getattr(v, "device", None), "type", "cpu") == "cpu":  # a GPU tensor is not read
-            launch = described()
+        if getattr(v, "is_cpu", True):  # a GPU tensor's rows are not read
+            launch = _described(src, dims)
             _trip_features(kernel, _values(launch), launch.constexprs, dims, out, {} if goals is None else goals)
 
 
@@ -327,6 +348,7 @@ class Collector:
         self.goals: dict[str, list] = {}  # a trip feature -> [row length, short of one more trip, BLOCK, trips, stride]
         self.programs = 0  # programs launched (the grids' sizes): what the sequence cost on the interpreter
         self.log: list | None = None  # while a list: each launch's (programs, features, goals), for ``take``
+        self._taken: set[int] = set()  # the memo entries (serials) whose names are in ``names``
 
     def at(self, marks: list, pos: int) -> None:
         """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""
@@ -334,7 +356,7 @@ class Collector:
         self.op += 1
 
     def __call__(self, launch) -> None:
-        self._one(launch.fn, launch.args, launch.kwargs, launch.grid_dims or (), lambda: launch)
+        self._one(launch.fn, launch.args, launch.kwargs, launch.grid_dims or (), launch)
 
     def light(self, fn, args, kwargs, dims, run) -> None:
         """A launch as ``launches._run_light`` hands it: no ``Launch`` built unless one is needed."""
@@ -344,35 +366,32 @@ class Collector:
                 dims = tuple(int(d) for d in dims)
             except Exception:  # unreadable: no grid features, no programs
                 dims = ()
-        made = []
+        self._one(fn, args, kwargs, dims, (fn, args, kwargs, run))
 
-        def described():
-            if not made:
-                from .launches import _describe
-
-                made.append(_describe(fn, args, kwargs, run))
-                made[0].grid_dims = dims
-            return made[0]
-
-        self._one(fn, args, kwargs, dims, described)
-
-    def _one(self, fn, args, kwargs, dims: tuple, described) -> None:
+    def _one(self, fn, args, kwargs, dims: tuple, src) -> None:
+        """One launch: its entry's names unless this sequence took them already (the hook's common
+        case, a shape met before), then its extras (``_extras``)."""
         new: set[str] = set()
         goals: dict[str, list] = {}
         try:
-            _features(fn, args, kwargs, dims, described, new, goals)
+            got = _entry(fn, args, kwargs, dims, src)
+            if self.log is not None or got[5] not in self._taken:
+                new.update(got[0])
+            _extras(got, args, kwargs, dims, src, new, goals)
         except Exception:  # a launch shape we cannot read adds nothing, never fails a run
-            pass
+            got = None
         programs = math.prod(dims)
         if self.log is not None:
             self.log.append((programs, frozenset(new), {k: tuple(v) for k, v in goals.items()}))
         self.take(programs, new, goals)
+        if got is not None:
+            self._taken.add(got[5])
 
     def take(self, programs: int, new, goals: dict) -> None:
         """One launch's programs and value features (its trip features' ``goals``), as at the op
         running now: a launch seen, or one of a known read's replayed (``guide.KnownReads``)."""
         self.programs += programs
-        if fresh := new - self.names:
+        if new and (fresh := new - self.names):
             for name in fresh:
                 self.where[name] = self.op
                 if name in goals:

@@ -94,6 +94,14 @@ def test_a_launch_shapes_features_are_memoized_and_its_trips_are_not():
     assert "mask|read_table_kernel|max_pages/BLOCK|partial" in other - first and len(features._MEMO) == held + 2  # its entry, its max_pages
     features.launch_features(launch([5]), longer)
     assert "trips|read_table_kernel|2|partial" in longer and "trips|read_table_kernel|3+|partial" in first - longer
+    # the memo keys a kernel by its id: an entry whose kernel is another object (a freed kernel's
+    # id taken again) is built anew, not served
+    for key, entry in list(features._MEMO.items()):
+        if len(entry) > 4 and entry[4] is triton_kernels.read_table_kernel:
+            features._MEMO[key] = (("grid|stale",), *entry[1:4], object(), entry[5])
+    fresh = set()
+    features.launch_features(launch([10]), fresh)
+    assert fresh == first
 
 def test_a_collector_alone_takes_launches_light_and_reaches_what_described_launches_do(monkeypatch):
     """With a collector the only observer, the hook builds no ``Launch`` (``launches._run_light``):
