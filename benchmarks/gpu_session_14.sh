@@ -5,8 +5,33 @@
 # launch described) / collected (a collector alone: launches handed over light), twice; value
 # features' collection cost (guided_vs_blind --parts overhead, 6 ABBA rounds), twice; indep's
 # default mix (scale_gpu).
+# b: once the memo keys kernels by id and a collector skips the entries it took: CUDA tests, the
+#    hook per launch, the cost attributed, and the collection cost A/B against the tree of s13
+#    (aa7b101, before the light path) in alternating runs, each in its own process
 set -u
+PART=${1:-a}
 . benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, cuda_tests
+if [ "$PART" = b ]; then
+  {
+    environment
+    cuda_tests "memo keyed by id; taken entries skipped"
+    step "the hook per launch on recorded CUDA launches (guided_vs_blind --parts hook)"
+    timeout 150 $PY -m benchmarks.guided_vs_blind --backend cuda --parts hook --out "$OUT/b-hook.json" 2>&1 | grep -vi warn | tail -1
+    step "the collection cost attributed (profile_collect --attribute --rounds 6)"
+    timeout 200 $PY benchmarks/profile_collect.py --backend cuda --seqs 15 --attribute --rounds 6 --out "$OUT/b-attribute.json" 2>&1 | grep -vi warn | tail -1 | cut -c1-1200
+    old=/tmp/kvfuzz-aa7b101
+    mkdir -p $old && git archive aa7b101 | tar -x -C $old && echo "the tree of aa7b101 in $old"
+    for r in 1 2 3; do
+      for tree in old new; do
+        step "collection cost, $tree tree, run $r (guided_vs_blind --parts overhead --ops 1500 --rounds 4)"
+        dir=.; [ $tree = old ] && dir=$old
+        (cd $dir && PYTHONPATH=. timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 --rounds 4 \
+          --note "one H200, nothing else running; tree $tree" --out "$OUT/b-overhead-$tree-$r.json" 2>&1 | grep -vi warn | tail -1 | cut -c1-300)
+      done
+    done
+  } 2>&1 | tee "$OUT/session-b.log"
+  exit 0
+fi
 {
   environment
   cuda_tests "the light launch path"
