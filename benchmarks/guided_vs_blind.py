@@ -102,7 +102,7 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
     and under the guided track's collection schedule (value features on every launch, code
     coverage and the interpreted kernel bodies as ``guide.code_schedule`` says of the sequences
     run so far), alternating (ABBA: each mode second on every other seed), CPU seconds, with each
-    round's cost (a GPU's CPU seconds include its synchronizing waits: one round's figure is noisy); what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
+    round's cost (each round its own seeds, so the feature memo meets new shapes throughout) (a GPU's CPU seconds include its synchronizing waits: one round's figure is noisy); what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
@@ -112,12 +112,12 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
     # On CUDA the guided track collects value features only (launch hook): no code tracing.
     code = features.CodeCoverage(features.files_under_test(tier)) if backend == "interpret" else None
     if backend != "interpret":  # every seed once, untimed: its kernels' compiles would fall on whichever mode ran first
-        for seed in range(max(1, n_ops // ops_per_seq) + 1):
+        for seed in range(rounds * (max(1, n_ops // ops_per_seq) + 1)):
             track.run_sequence(tier, seed, ops_per_seq)
     cpu, per_round = {"bare": 0.0, "collected": 0.0}, []
-    ops = i = 0  # i: the sequences run, which the schedule counts (as the track does), so the second
-    for _ in range(rounds):  # round traces other seeds than the first: one dear seed traced twice weighed double
-        seed, before = 0, dict(cpu)
+    ops = i = seed = 0  # i: the sequences run, which the schedule counts (as the track does); each round
+    for _ in range(rounds):  # runs seeds of its own: shapes the feature memo has not met, as a campaign's next ops
+        before = dict(cpu)
         while ops < n_ops * (_ + 1):
             for mode in ("bare", "collected") if i % 2 == 0 else ("collected", "bare"):  # ABBA: neither mode always second
                 t0 = time.process_time()

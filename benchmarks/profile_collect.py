@@ -67,7 +67,8 @@ def _attribute(args, tier, track) -> int:
     nothing, the hook's plumbing; collected), CPU seconds, the garbage collector's seconds and
     collections (``gc.callbacks``), and the hook's own calls (``launches._describe``, the
     collector's call) timed where they run, as per-call spreads (``_spread``): steady work and
-    stalls apart; ``--rounds`` rounds over the seeds, the modes' order rotated each round."""
+    stalls apart; ``--rounds`` rounds, each over seeds of its own (shapes the feature memo has
+    not met), the modes' order rotated."""
     import gc
 
     from fuzz.engine import features, launches
@@ -98,7 +99,7 @@ def _attribute(args, tier, track) -> int:
 
     gc.callbacks.append(on_gc)
     for r in range(args.rounds):
-        for seed in range(args.seqs):
+        for seed in range(r * args.seqs, (r + 1) * args.seqs):  # each round seeds of its own: new shapes
             for k in range(len(MODES)):
                 mode_now[0] = mode = MODES[(k + r + seed) % len(MODES)]
                 t0 = time.process_time()
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
     from fuzz.engine.tiers import make_tier
 
     tier, track = make_tier(args.backend), tracks.get("small")
-    for seed in range(args.seqs):  # untimed: each seed's compiles
+    for seed in range(args.seqs * (args.rounds if args.attribute else 1)):  # untimed: each seed's compiles
         track.run_sequence(tier, seed, args.ops_per_seq)
     if args.attribute:
         return _attribute(args, tier, track)
