@@ -172,7 +172,7 @@ def hook(n_seqs: int = 8, ops_per_seq: int = 100, rounds: int = 7, backend: str 
         col(launch)
 
     def light(col, fn, args, kwargs, dims, run):
-        col.light(fn, args, kwargs, dims, run)
+        col.light(fn, args, kwargs, dims)
 
     rows = []
     variants = (("cpu", lambda v: v), ("meta (as cuda)", meta)) if backend == "interpret" else ((backend, lambda v: v),)

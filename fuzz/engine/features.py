@@ -45,7 +45,7 @@ import math
 import zlib
 from pathlib import Path
 
-from .signatures import _layout, _params
+from .signatures import _layout, _params, int_constexprs, kernel_name
 
 DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress")
 _DOMAIN_BITS = 40
@@ -103,7 +103,7 @@ def _is_tensor(v) -> bool:
     return hasattr(v, "data_ptr") and hasattr(v, "numel")
 
 
-_MEMO: dict[tuple, tuple] = {}  # (kernel, grid, int arguments) or (kernel, int argument, value, blocks) -> its features
+_MEMO: dict[tuple, tuple] = {}  # (kernel, grid, int arguments) or (kernel, size argument, blocks, remainders) -> its features
 _PLAIN = {type(None), bool, float, str}  # argument types seen that key as None (a tensor's, once met), not looked into
 MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
 
@@ -112,9 +112,9 @@ def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
     """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
     (``_trip_features``): for its trip features, the row that reached them."""
     dims = launch.grid_dims or ()
-    got = _entry(launch.fn, launch.args, launch.kwargs, dims, launch)
+    got = _entry(launch.fn, launch.args, launch.kwargs, dims, launch.constexprs)
     out.update(got[0])
-    _extras(got, launch.args, launch.kwargs, dims, launch, out, goals)
+    _extras(got, launch.args, launch.kwargs, dims, out, goals)
 
 
 _CONSTEXPR: list = []  # triton.language.constexpr, once a launch has come (a wrapped constexpr keys by its value)
@@ -134,39 +134,30 @@ def _key_value(v):
     return None
 
 
-def _described(src, dims: tuple):
-    """The ``launches.Launch`` of a launch given as one, or as ``(fn, args, kwargs, run)`` (a
-    launch handed over light): described now, its grid's dims set."""
-    if type(src) is not tuple:
-        return src
-    from .launches import _describe
-
-    launch = _describe(*src)
-    launch.grid_dims = dims
-    return launch
-
-
-def _entry(fn, args, kwargs, dims: tuple, src) -> tuple:
+def _entry(fn, args, kwargs, dims: tuple, constexprs: dict | None = None) -> tuple:
     """A launch's ``_MEMO`` entry (``_launch_entry``, then the kernel and the entry's serial): its
     features but the trips are a function of the kernel, the grid and the int arguments
     (constexprs among them; wrapped ones by value), so a launch hook pays one key and one lookup,
-    and a new key is built from per-argument memos. The key holds the kernel's ``id``, checked
-    against the entry's kernel: a ``JITFunction`` hashes its source's hash under a lock. An int
-    is ``type(v) is int`` (a bool or an ``IntEnum`` is not a size)."""
+    and a new key is built from the kernel's parameters and per-argument memos, no launch
+    described. The key holds the kernel's ``id``, checked against the entry's kernel: a
+    ``JITFunction`` hashes its source's hash under a lock. An int is ``type(v) is int`` (a bool
+    or an ``IntEnum`` is not a size). ``constexprs``: a described launch's (they key it too),
+    else read from the arguments (``signatures.int_constexprs``)."""
     key = (id(fn), dims, tuple([v if type(v) is int else None if type(v) in _PLAIN else _key_value(v) for v in args]),
-           tuple([kv for kv in kwargs.items() if type(kv[1]) is int]) if kwargs else ())
+           tuple([kv for kv in kwargs.items() if type(kv[1]) is int]) if kwargs else (),
+           None if constexprs is None else tuple(constexprs.items()))
     got = _MEMO.get(key)
-    if got is None or got[4] is not fn:
+    if got is None or got[5] is not fn:
         if len(_MEMO) >= MEMO_MAX:
             _MEMO.clear()
-        got = _MEMO[key] = (*_launch_entry(_described(src, dims)), fn, next(_SERIAL))
+        got = _MEMO[key] = (*_launch_entry(fn, args, kwargs, dims, constexprs), fn, next(_SERIAL))
     return got
 
 
-def _extras(got: tuple, args, kwargs, dims: tuple, src, out: set[str], goals: dict | None) -> None:
+def _extras(got: tuple, args, kwargs, dims: tuple, out: set[str], goals: dict | None) -> None:
     """What a launch adds to its entry's features, read from it every time: a tensor's size near
     int32's, and a read table's trips where its row lengths are on the CPU."""
-    _, tensors, params, kernel, *_ = got
+    _, tensors, params, kernel, constexprs, fn, _ = got
     for i in tensors:
         v = args[i] if type(i) is int else kwargs.get(i)
         try:
@@ -178,65 +169,66 @@ def _extras(got: tuple, args, kwargs, dims: tuple, src, out: set[str], goals: di
     if (lens := params[None]) is not None:
         v = args[lens] if type(lens) is int else kwargs.get(lens)
         if getattr(v, "is_cpu", True):  # a GPU tensor's rows are not read
-            launch = _described(src, dims)
-            _trip_features(kernel, _values(launch), launch.constexprs, dims, out, {} if goals is None else goals)
+            _trip_features(kernel, _values(fn, args, kwargs), constexprs, dims, out, {} if goals is None else goals)
 
 
-def _values(launch) -> dict:
-    """The launch's arguments by parameter name (positional, then the kwargs naming one)."""
-    pyfn = getattr(launch.fn, "fn", launch.fn)
+def _values(fn, args, kwargs) -> dict:
+    """A launch's arguments by parameter name (positional, then the kwargs naming one)."""
+    pyfn = getattr(fn, "fn", fn)
     layout = _layout(pyfn)
     if layout is not None:
         names = layout[0]
     else:
         sig, _ = _params(pyfn)
         names = tuple(sig.parameters) if sig is not None else ()
-    values = dict(zip(names, launch.args))
-    if launch.kwargs:
-        values.update({k: v for k, v in launch.kwargs.items() if k in names})
+    values = dict(zip(names, args))
+    if kwargs:
+        values.update({k: v for k, v in kwargs.items() if k in names})
     return values
 
 
-def _launch_entry(launch) -> tuple:
+def _launch_entry(fn, args, kwargs, dims: tuple, constexprs: dict | None = None) -> tuple:
     """``_MEMO``'s entry for a launch: (its grid's and int arguments' features, the positions or
     kwargs that hold a tensor, {position: parameter name, None: the position or kwarg of a read
-    table's row lengths, None where trips are not read}, kernel)."""
-    values, kernel, constexprs, grid = _values(launch), launch.name, launch.constexprs, launch.grid_dims or ()
-    names = [f"grid|{kernel}|dim{i}|{log_bucket(d)}" for i, d in enumerate(grid)]
+    table's row lengths, None where trips are not read}, kernel, its int constexprs)."""
+    values, kernel = _values(fn, args, kwargs), kernel_name(fn)
+    if constexprs is None:
+        constexprs = int_constexprs(getattr(fn, "fn", fn), args, kwargs)
+    names = [f"grid|{kernel}|dim{i}|{log_bucket(d)}" for i, d in enumerate(dims)]
     blocks = tuple((k, v) for k, v in constexprs.items() if "BLOCK" in k and v > 0)
-    position = {name: i for i, name in enumerate(list(values)[: len(launch.args)])}
+    position = {name: i for i, name in enumerate(list(values)[: len(args)])}
     tensors, params = [], {}
     for name, v in values.items():
         if type(v) is int:
             if name in constexprs:
                 continue
-            k = (kernel, name, v, blocks)
-            if (feats := _MEMO.get(k)) is None:
-                feats = _MEMO[k] = tuple(_int_features(kernel, name, v, blocks))
-            names += feats
+            if INT32 - abs(v) < (1 << 20):
+                names.append(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
+            if name in SIZES and blocks:  # a stride or a row count: its remainder by a block means nothing
+                rems = None if v <= 0 else tuple([v % b for _, b in blocks])
+                if (feats := _MEMO.get(k := (kernel, name, blocks, rems))) is None:
+                    feats = _MEMO[k] = tuple(_size_features(kernel, name, rems, blocks))
+                names += feats
         elif _is_tensor(v):
             slot = position.get(name, name)
             tensors.append(slot)
             params[slot] = name
-    reads = "seq_lens_ptr" in values and "col_stride" in values and len(grid) >= 2 and constexprs.get("BLOCK", 0) > 0
+    reads = "seq_lens_ptr" in values and "col_stride" in values and len(dims) >= 2 and constexprs.get("BLOCK", 0) > 0
     params[None] = position.get("seq_lens_ptr", "seq_lens_ptr") if reads else None  # where its row lengths are
-    return tuple(names), tuple(tensors), params, kernel
+    return tuple(names), tuple(tensors), params, kernel, constexprs
 
 
-def _int_features(kernel: str, name: str, v: int, blocks: tuple) -> list[str]:
-    """One int argument's features: how far it is from int32 (near ones only), and, for a size
-    argument (``SIZES``), its last block against each ``*BLOCK*`` constexpr (full, partial or
-    empty) and how far from a block boundary (log buckets)."""
+def _size_features(kernel: str, name: str, rems: tuple | None, blocks: tuple) -> list[str]:
+    """A size argument's (``SIZES``) last block against each ``*BLOCK*`` constexpr (full, partial
+    or empty) and how far from a block boundary (log buckets), from its remainders by the blocks
+    (None: not positive)."""
     out = []
-    if INT32 - abs(v) < (1 << 20):
-        out.append(f"i32_dist|{kernel}|{name}|{log_bucket(INT32 - abs(v))}")
-    if name in SIZES:  # a stride or a row count: its remainder by a block means nothing
-        for b_name, b in blocks:
-            rem = v % b if v > 0 else 0
-            mask = "empty" if v <= 0 else "full" if rem == 0 else "partial"
-            out.append(f"mask|{kernel}|{name}/{b_name}|{mask}")
-            if v > 0:
-                out.append(f"block_dist|{kernel}|{name}/{b_name}|{log_bucket(min(rem, b - rem))}")
+    for j, (b_name, b) in enumerate(blocks):
+        rem = 0 if rems is None else rems[j]
+        mask = "empty" if rems is None else "full" if rem == 0 else "partial"
+        out.append(f"mask|{kernel}|{name}/{b_name}|{mask}")
+        if rems is not None:
+            out.append(f"block_dist|{kernel}|{name}/{b_name}|{log_bucket(min(rem, b - rem))}")
     return out
 
 
@@ -356,28 +348,29 @@ class Collector:
         self.op += 1
 
     def __call__(self, launch) -> None:
-        self._one(launch.fn, launch.args, launch.kwargs, launch.grid_dims or (), launch)
+        self._one(launch.fn, launch.args, launch.kwargs, launch.grid_dims or (), launch.constexprs)
 
-    def light(self, fn, args, kwargs, dims, run) -> None:
-        """A launch as ``launches._run_light`` hands it: no ``Launch`` built unless one is needed."""
+    def light(self, fn, args, kwargs, dims) -> None:
+        """A launch as ``launches._run_light`` hands it: its kernel, arguments (kwargs as passed) and
+        grid's dims as Triton resolved them, no ``Launch`` built."""
         dims = () if dims is None else dims if type(dims) is tuple else tuple(dims)
         if type(math.prod(dims)) is not int:  # dims a launcher gave as tensors or numpy ints
             try:
                 dims = tuple(int(d) for d in dims)
             except Exception:  # unreadable: no grid features, no programs
                 dims = ()
-        self._one(fn, args, kwargs, dims, (fn, args, kwargs, run))
+        self._one(fn, args, kwargs, dims)
 
-    def _one(self, fn, args, kwargs, dims: tuple, src) -> None:
+    def _one(self, fn, args, kwargs, dims: tuple, constexprs: dict | None = None) -> None:
         """One launch: its entry's names unless this sequence took them already (the hook's common
         case, a shape met before), then its extras (``_extras``)."""
         new: set[str] = set()
         goals: dict[str, list] = {}
         try:
-            got = _entry(fn, args, kwargs, dims, src)
-            if self.log is not None or got[5] not in self._taken:
+            got = _entry(fn, args, kwargs, dims, constexprs)
+            if self.log is not None or got[6] not in self._taken:
                 new.update(got[0])
-            _extras(got, args, kwargs, dims, src, new, goals)
+            _extras(got, args, kwargs, dims, new, goals)
         except Exception:  # a launch shape we cannot read adds nothing, never fails a run
             got = None
         programs = math.prod(dims)
@@ -385,7 +378,7 @@ class Collector:
             self.log.append((programs, frozenset(new), {k: tuple(v) for k, v in goals.items()}))
         self.take(programs, new, goals)
         if got is not None:
-            self._taken.add(got[5])
+            self._taken.add(got[6])
 
     def take(self, programs: int, new, goals: dict) -> None:
         """One launch's programs and value features (its trip features' ``goals``), as at the op

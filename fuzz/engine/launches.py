@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 from .budget import _BUDGETS, OverBudget
 from .budget import charge as _charge
-from .signatures import _params, constexpr_args
+from .signatures import _params, int_constexprs, kernel_name
 
 MODES = ("launch", "reversed", "shuffled", "interleaved", "random")
 _COUNT = [0]
@@ -86,7 +86,7 @@ class Launch:
 
     @property
     def name(self) -> str:
-        return getattr(self.fn, "__name__", None) or getattr(getattr(self.fn, "fn", None), "__name__", "?")
+        return kernel_name(self.fn)
 
     def replay(self) -> None:
         """Re-issue this launch: counted, not recorded or observed again (nor run under
@@ -178,10 +178,10 @@ def _wrap(original):
 
 
 def _run_light(fn, args, kwargs, original):
-    """A launch whose every observer takes it light (``light(fn, args, kwargs, dims, run)``, as
+    """A launch whose every observer takes it light (``light(fn, args, kwargs, dims)``, as
     ``features.Collector`` does): no ``Launch`` is built for it, only its grid's dims kept where
-    Triton resolves them; the observer describes it (``_describe``) only when it needs to. On a
-    GPU, describing each launch cost more than collecting its features (benchmarks/guided_vs_blind.py --parts hook)."""
+    Triton resolves them. On a GPU, describing each launch cost more than collecting its features
+    (benchmarks/guided_vs_blind.py --parts hook)."""
     grid, dims = kwargs.get("grid"), [kwargs.get("grid")]
     if callable(grid):
 
@@ -198,7 +198,7 @@ def _run_light(fn, args, kwargs, original):
         _note_compile(fn, time.perf_counter() - t0, variants, hits)
         kwargs["grid"] = grid
         for callback in list(_OBSERVERS):
-            callback.light(fn, args, kwargs, None if callable(dims[0]) else dims[0], original)
+            callback.light(fn, args, kwargs, None if callable(dims[0]) else dims[0])
 
 
 def _record_only(fn, args, kwargs, original, recorders) -> None:
@@ -347,13 +347,7 @@ def count() -> int:
 def _describe(fn, args, kwargs, original) -> Launch:
     grid = kwargs.get("grid")
     rest = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-    pyfn = getattr(fn, "fn", fn)
-    constexprs = {}
-    for k, v in (constexpr_args(pyfn, args, rest) or {}).items():
-        v = getattr(v, "value", v) if type(v).__name__ == "constexpr" else v
-        if isinstance(v, int) and not isinstance(v, bool):
-            constexprs[k] = v
-    launch = Launch(fn, grid, args, rest, original, constexprs)
+    launch = Launch(fn, grid, args, rest, original, int_constexprs(getattr(fn, "fn", fn), args, rest))
     if grid is not None and not callable(grid):
         with contextlib.suppress(Exception):
             launch.grid_dims = tuple(int(d) for d in grid)

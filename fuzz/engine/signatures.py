@@ -134,3 +134,20 @@ def specialization(launch) -> tuple:
         key.append((name, v if name in const else _arg_class(v, name not in nospec)))
     options = tuple(sorted((k, v) for k, v in launch.kwargs.items() if k not in names and isinstance(v, (int, str))))
     return (launch.name, tuple(key), options)
+
+
+def int_constexprs(pyfn, args, kwargs) -> dict:
+    """The launch's int constexpr arguments by name (``constexpr_args``; a wrapped
+    ``tl.constexpr`` by its value, bools left out): what a launch's features and its
+    ``launches.Launch`` read of its constexprs."""
+    out = {}
+    for k, v in (constexpr_args(pyfn, args, kwargs) or {}).items():
+        v = getattr(v, "value", v) if type(v).__name__ == "constexpr" else v
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[k] = v
+    return out
+
+
+def kernel_name(fn) -> str:
+    """A launched kernel's name (a ``JITFunction``'s, or the function's it wraps)."""
+    return getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "?")

@@ -97,8 +97,8 @@ def test_a_launch_shapes_features_are_memoized_and_its_trips_are_not():
     # the memo keys a kernel by its id: an entry whose kernel is another object (a freed kernel's
     # id taken again) is built anew, not served
     for key, entry in list(features._MEMO.items()):
-        if len(entry) > 4 and entry[4] is triton_kernels.read_table_kernel:
-            features._MEMO[key] = (("grid|stale",), *entry[1:4], object(), entry[5])
+        if len(entry) > 5 and entry[5] is triton_kernels.read_table_kernel:
+            features._MEMO[key] = (("grid|stale",), *entry[1:5], object(), entry[6])
     fresh = set()
     features.launch_features(launch([10]), fresh)
     assert fresh == first
