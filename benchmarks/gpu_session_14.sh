@@ -20,7 +20,8 @@ if [ "$PART" = b ]; then
     step "the collection cost attributed (profile_collect --attribute --rounds 6)"
     timeout 200 $PY benchmarks/profile_collect.py --backend cuda --seqs 15 --attribute --rounds 6 --out "$OUT/b-attribute.json" 2>&1 | grep -vi warn | tail -1 | cut -c1-1200
     old=/tmp/kvfuzz-aa7b101
-    mkdir -p $old && git archive aa7b101 | tar -x -C $old && echo "the tree of aa7b101 in $old"
+    mkdir -p $old && git archive aa7b101 | tar -x -C $old && cp benchmarks/guided_vs_blind.py $old/benchmarks/ \
+      && echo "the tree of aa7b101 in $old, with this tree's benchmark (each round its own seeds)"
     for r in 1 2 3; do
       for tree in old new; do
         step "collection cost, $tree tree, run $r (guided_vs_blind --parts overhead --ops 1500 --rounds 4)"
