@@ -362,9 +362,11 @@ def test_cli_interpreter_tier_finds_a_bug_and_replays_it(tmp_path):
 
 
 def test_cli_setup_errors_exit_2(tmp_path):
-    r = kvfuzz("run", "--budget-s", 5, "--allocator", tmp_path / "absent.py", "--out", tmp_path / "o")
+    # A bound of work, not a 5 s budget: the factory is looked up by the worker, and a worker still
+    # importing when the budget (and its grace) ran out was let go, the run then "ran no ops".
+    r = kvfuzz("run", "--max-sequences", 1, "--allocator", tmp_path / "absent.py", "--out", tmp_path / "o")
     assert r.returncode == 2 and "no such file" in r.stderr, show(r)
-    r = kvfuzz("run", "--budget-s", 5, "--allocator", f"{HEAP}:NoSuchFactory", "--out", tmp_path / "o")
+    r = kvfuzz("run", "--max-sequences", 1, "--allocator", f"{HEAP}:NoSuchFactory", "--out", tmp_path / "o")
     assert r.returncode == 2 and "has no NoSuchFactory" in r.stderr, show(r)
 
 
