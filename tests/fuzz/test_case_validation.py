@@ -61,9 +61,11 @@ def test_a_relative_kernel_file_is_found_above_a_moved_case(tmp_path, monkeypatc
 
 
 def test_a_triton_kernel_set_on_the_torch_tier_is_a_setup_error():
-    proc = subprocess.run([sys.executable, "-m", "fuzz", "run", "--backend", "torch", "--budget-s", "2",
+    # --max-sequences, not a 2 s budget: the worker refuses the set, and one still importing past the
+    # budget and its grace would be let go (the run then "ran no ops", not this message)
+    proc = subprocess.run([sys.executable, "-m", "fuzz", "run", "--backend", "torch", "--max-sequences", "1",
                            "--kernels", "tests/fixtures/kernels/forget_p2v_tombstone.py", "--out", "/dev/null/x"],
-                          cwd=REPO, capture_output=True, text=True, env={k: v for k, v in __import__("os").environ.items()
-                                                                        if k != "TRITON_INTERPRET"})
+                          cwd=REPO, capture_output=True, text=True, timeout=240,
+                          env={k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--backend interpret" in proc.stderr and "Traceback" not in proc.stderr

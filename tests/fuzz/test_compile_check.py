@@ -13,7 +13,6 @@ import dataclasses
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -227,9 +226,22 @@ def test_a_compiler_that_hangs_or_dies_is_a_verdict(fixture_tier, monkeypatch):
         with pytest.raises(client.Died) as died:
             child.request(probe, timeout=0.05)  # still importing torch
         assert died.value.timed_out and not child.alive()
-        threading.Timer(0.5, lambda: child.proc.kill()).start()
+        # A fresh child, killed while it answers: at once after the request reaches it (it is still
+        # importing torch then), on a runner of any speed. A timer of 0.5 s did it before, and
+        # killed nothing when a loaded runner had not started the child by then.
+        start = client.CompileChild.start
+
+        def start_and_kill_after_the_request(self):
+            start(self)
+            proc, stdin = self.proc, self.proc.stdin
+            proc.stdin = type("KillAfterFlush", (), {"write": lambda _, data: stdin.write(data),
+                                                     "flush": lambda _: (stdin.flush(), proc.kill()),
+                                                     "close": lambda _: stdin.close()})()
+
+        monkeypatch.setattr(client.CompileChild, "start", start_and_kill_after_the_request)
         with pytest.raises(client.Died) as died:
-            child.request(probe)  # a fresh child, killed while it answers
+            child.request(probe)
+        monkeypatch.setattr(client.CompileChild, "start", start)
         assert died.value.reason == "SIGKILL" and "killed by SIGKILL" in str(died.value)
         assert child.request(probe)["ok"]  # and the next request starts another
     finally:

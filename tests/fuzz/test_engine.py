@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 import kvref
 from fuzz.cli import build_parser
+from fuzz.cli_args import WORK_BUDGET_S
 from fuzz.engine.campaign import CampaignOptions, run_campaign
 from fuzz.engine.case import SCHEMA, CaseError, Signature, load_case
 from fuzz.engine.dispatch import replay
@@ -40,6 +40,8 @@ PLANTED = str(REPO / PLANTED_REL)
 FAKES = REPO / "tests/fuzz/fixtures/kernels"
 # Seed 0 of the campaign fails on its first sequence: one sequence finds and minimizes the
 # planted bug on a runner of any speed (an 8 s budget did not even start a worker on a loaded one).
+# In-process campaigns bounded by work take the CLI's budget for them (WORK_BUDGET_S), a safety cap:
+# a shorter one is also the deadline their minimizing and rating run to.
 ACCEPTANCE_SEQUENCES = "1"
 
 needs_interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -171,7 +173,7 @@ def test_shard_option_parses():
 def test_same_seed_same_op_sequences(tmp_path):
     tier = make_tier("torch")
     opts = CampaignOptions(backend="torch", seed=3, shard=(1, 2), max_sequences=4, ops_per_sequence=60,
-                           budget_s=300, out=str(tmp_path))
+                           budget_s=WORK_BUDGET_S, out=str(tmp_path))
 
     def sequences():
         return [get_track("small").run_sequence(tier, sequence_seed(opts, 0, k), opts.ops_per_sequence).ops
@@ -196,7 +198,7 @@ def planted_case_path(tmp_path_factory) -> Path:
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("Triton's interpreter is off (a GPU is present)")
     out = tmp_path_factory.mktemp("case")
-    opts = CampaignOptions(backend="interpret", kernels=PLANTED_REL, seed=0, max_sequences=1, budget_s=300,
+    opts = CampaignOptions(backend="interpret", kernels=PLANTED_REL, seed=0, max_sequences=1, budget_s=WORK_BUDGET_S,
                            out=str(out))
     here = os.getcwd()
     os.chdir(REPO)
@@ -338,7 +340,7 @@ def test_minimizer_keeps_the_signature_and_shrinks():
             break
     assert d is not None and d.step >= 10, "no seed in 0..99 failed after 10 ops on the planted bug"
     ops = ops[: d.step + 1]
-    m = Minimizer(tier, d.signature, deadline=time.monotonic() + 120)
+    m = Minimizer(tier, d.signature, max_replays=500)  # work, not seconds: 47 replays (measured 2026-12-03)
     small_config, small, small_d = m.run(config, ops)
     assert small_d.signature == d.signature
     assert len(small) < len(ops) and len(small) <= 5, small
@@ -432,7 +434,7 @@ def test_crash_oracle_names_the_exception(monkeypatch):
 ])
 def test_the_campaign_finds_each_fake(fake, signature, tmp_path):
     opts = CampaignOptions(backend="torch", kernels=str(FAKES / f"{fake}.py"), seed=0, max_sequences=40,
-                           budget_s=120, out=str(tmp_path), stop_on_first=True)  # seed 0: its signature first
+                           budget_s=WORK_BUDGET_S, out=str(tmp_path), stop_on_first=True)  # seed 0: its signature first
     summary = run_campaign(opts, progress=False)
     found = {c.signature: c for c in summary.cases}
     key = Signature(**signature)
