@@ -11,6 +11,18 @@
 set -u
 PART=${1:-a}
 . benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, cuda_tests
+if [ "$PART" = c ]; then  # c: the final tree (the timing audit merged): CUDA tests, the collection cost twice more
+  {
+    environment
+    cuda_tests "the final tree"
+    for r in 4 5; do
+      step "collection cost, new tree, run $r (guided_vs_blind --parts overhead --ops 1500 --rounds 4)"
+      timeout 100 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 --rounds 4 \
+        --note "one H200, nothing else running; tree new" --out "$OUT/c-overhead-new-$r.json" 2>&1 | grep -vi warn | tail -1 | cut -c1-300
+    done
+  } 2>&1 | tee "$OUT/session-c.log"
+  exit 0
+fi
 if [ "$PART" = b ]; then
   {
     environment
