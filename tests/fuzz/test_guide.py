@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,24 +144,27 @@ def test_the_corpus_survives_a_killed_campaign_and_the_next_one_resumes_from_it(
                             start_new_session=True)
     start = time.monotonic()
     try:
-        while len(list(corpus.glob("*.json"))) < 3:
+        while len(list(corpus.glob("*.json"))) < guide.SEED_ENTRIES:
             assert proc.poll() is None and time.monotonic() - start < 120, "no corpus entry written in time"
             time.sleep(0.2)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     kept = guide.Corpus(corpus)
-    assert len(kept.entries) >= 3 and all(e["features"] and e["stream"] for e in kept.entries)
+    assert len(kept.entries) >= guide.SEED_ENTRIES and all(e["features"] and e["stream"] for e in kept.entries)
     before = set(kept._files)
-    # 200 sequences, not 15 s (747 on an idle machine, 2026-12-03; a loaded one's workers may not
-    # even be up by then): the resumed run's work is the same on any machine
-    r = kvfuzz("run", "--corpus", corpus, "--max-sequences", 200, "--out", tmp_path / "out2", "--ops-per-sequence", 30,
-               "--json")
+    shutil.rmtree(corpus / ".seq")  # the killed run's streams: what the resumed run writes is its own
+    # A few sequences, bounded by work, not seconds (a loaded machine's workers may not even be up
+    # in 15 s). A run that ignored the corpus would draw each of them fresh: it would hold fewer
+    # than SEED_ENTRIES entries of its own before the last one. Which plans are fresh is seeded.
+    r = kvfuzz("run", "--corpus", corpus, "--max-sequences", guide.SEED_ENTRIES, "--out", tmp_path / "out2",
+               "--ops-per-sequence", 30, "--json")
     assert r.returncode == 0, r.stderr
     after = guide.Corpus(corpus)
     assert before <= set(after._files)  # nothing lost; what it found is added to the same directory
-    seqs = list((corpus / ".seq").glob("*.json"))
-    assert any(json.loads(p.read_text())["stream"] for p in seqs), "the resumed run mutated no loaded entry"
+    seqs = [json.loads(p.read_text()) for p in (corpus / ".seq").glob("*.json")]
+    # a mutation of a corpus entry carries the entry's op marks; a fresh sequence has none
+    assert seqs and any(s.get("marks") for s in seqs), "the resumed run mutated no loaded entry"
 
 
 def _entry(features_, ops=10):
