@@ -135,13 +135,7 @@ def _wrap(original):
         if _RECORD_ONLY and not nested:
             return _record_only(self, args, kwargs, original, recorders)
         if nested or not (recorders or _OBSERVERS or _BUDGETS):
-            t0, variants, hits = time.perf_counter(), None if nested else _variants(self), tuple(_HITS)
-            try:
-                with _inside():
-                    return original(self, *args, **kwargs)
-            finally:
-                if not nested:
-                    _note_compile(self, time.perf_counter() - t0, variants, hits)
+            return _timed(self, args, kwargs, original, nested)
         if _LIGHT[0] and not recorders and not _BUDGETS:
             return _run_light(self, args, kwargs, original)
         launch = _describe(self, args, kwargs, original)
@@ -157,24 +151,34 @@ def _wrap(original):
                 return dims
 
             kwargs["grid"] = resolve
-        t0, variants, hits, over = time.perf_counter(), _variants(self), tuple(_HITS), False
+        over = False
         try:
             if not callable(grid):
                 _charge(launch)
-            with _inside():
-                return original(self, *args, **kwargs)
+            return _timed(self, args, kwargs, original)
         except OverBudget:
             over = True
             for rec in recorders:
                 rec.launches.pop()
             raise
         finally:
-            _note_compile(self, time.perf_counter() - t0, variants, hits)
             for callback in [] if over else list(_OBSERVERS):
                 callback(launch)
 
     run._kvfuzz_original = original
     return functools.update_wrapper(run, original, assigned=("__name__", "__qualname__", "__doc__"))
+
+
+def _timed(fn, args, kwargs, original, nested: bool = False):
+    """Run the launch inside the hook (``_inside``); an outermost one's seconds are noted, and
+    whether it compiled or loaded a variant (``_note_compile``)."""
+    t0, variants, hits = time.perf_counter(), None if nested else _variants(fn), tuple(_HITS)
+    try:
+        with _inside():
+            return original(fn, *args, **kwargs)
+    finally:
+        if not nested:
+            _note_compile(fn, time.perf_counter() - t0, variants, hits)
 
 
 def _run_light(fn, args, kwargs, original):
@@ -190,12 +194,9 @@ def _run_light(fn, args, kwargs, original):
             return got
 
         kwargs["grid"] = resolve
-    t0, variants, hits = time.perf_counter(), _variants(fn), tuple(_HITS)
     try:
-        with _inside():
-            return original(fn, *args, **kwargs)
+        return _timed(fn, args, kwargs, original)
     finally:
-        _note_compile(fn, time.perf_counter() - t0, variants, hits)
         kwargs["grid"] = grid
         for callback in list(_OBSERVERS):
             callback.light(fn, args, kwargs, None if callable(dims[0]) else dims[0])
