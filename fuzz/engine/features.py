@@ -40,12 +40,14 @@ Plus the run's own counts (op kinds run, hostile classes probed) and what it ran
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
-from .signatures import _layout, _params, int_constexprs, kernel_name
+from .signatures import by_name, int_constexprs, kernel_name
 
 DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress")
 _DOMAIN_BITS = 40
@@ -103,97 +105,84 @@ def _is_tensor(v) -> bool:
     return hasattr(v, "data_ptr") and hasattr(v, "numel")
 
 
-_MEMO: dict[tuple, tuple] = {}  # (kernel, grid, int arguments) or (kernel, size argument, blocks, remainders) -> its features
-_PLAIN = {type(None), bool, float, str}  # argument types seen that key as None (a tensor's, once met), not looked into
+_MEMO: dict[tuple, object] = {}  # (kernel id, grid, int arguments) -> its _Entry; (kernel, size argument, blocks, remainders) -> features
 MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
+_SERIAL = itertools.count()  # each entry's number: a collector skips the names of an entry it has taken
+
+
+class _Entry(NamedTuple):
+    """What a launch's features are, but for what is read from the launch every time (``_extras``)."""
+
+    names: tuple  # its grid's and int arguments' features
+    tensors: tuple  # the positions or kwargs that hold a tensor
+    params: dict  # position or kwarg -> parameter name
+    lens: int | str | None  # where a read table's row lengths are (its trips are read); None: not a read table
+    kernel: str
+    constexprs: dict  # int constexprs by name
+    fn: object  # the kernel (the memo keys it by id)
+    serial: int
 
 
 def launch_features(launch, out: set[str], goals: dict | None = None) -> None:
-    """Add the value features of one launch (``launches.Launch``) to ``out`` (names); ``goals``
-    (``_trip_features``): for its trip features, the row that reached them."""
+    """Add the value features of one launch (``launches.Launch``, or a launch's kernel, arguments
+    and grid dims alike) to ``out`` (names); ``goals`` (``_trip_features``): for its trip features,
+    the row that reached them."""
     dims = launch.grid_dims or ()
-    got = _entry(launch.fn, launch.args, launch.kwargs, dims, launch.constexprs)
-    out.update(got[0])
+    got = _entry(launch.fn, launch.args, launch.kwargs, dims)
+    out.update(got.names)
     _extras(got, launch.args, launch.kwargs, dims, out, goals)
 
 
-_CONSTEXPR: list = []  # triton.language.constexpr, once a launch has come (a wrapped constexpr keys by its value)
-_SERIAL = itertools.count()  # each memo entry's number: a collector skips the names of an entry it has taken
+@functools.lru_cache(maxsize=1)
+def _constexpr_type():
+    """``triton.language.constexpr`` (a launch has imported Triton), or None without Triton."""
+    try:
+        from triton.language import constexpr
+    except ImportError:
+        return None
+    return constexpr
 
 
-def _key_value(v):
-    if not _CONSTEXPR:
-        try:
-            from triton.language import constexpr
-        except ImportError:  # no Triton: nothing is wrapped
-            constexpr = None
-        _CONSTEXPR.append(constexpr)
-    if type(v) is _CONSTEXPR[0]:
-        return v.value
-    _PLAIN.add(type(v))
-    return None
-
-
-def _entry(fn, args, kwargs, dims: tuple, constexprs: dict | None = None) -> tuple:
-    """A launch's ``_MEMO`` entry (``_launch_entry``, then the kernel and the entry's serial): its
-    features but the trips are a function of the kernel, the grid and the int arguments
-    (constexprs among them; wrapped ones by value), so a launch hook pays one key and one lookup,
-    and a new key is built from the kernel's parameters and per-argument memos, no launch
-    described. The key holds the kernel's ``id``, checked against the entry's kernel: a
-    ``JITFunction`` hashes its source's hash under a lock. An int is ``type(v) is int`` (a bool
-    or an ``IntEnum`` is not a size). ``constexprs``: a described launch's (they key it too),
-    else read from the arguments (``signatures.int_constexprs``)."""
-    key = (id(fn), dims, tuple([v if type(v) is int else None if type(v) in _PLAIN else _key_value(v) for v in args]),
-           tuple([kv for kv in kwargs.items() if type(kv[1]) is int]) if kwargs else (),
-           None if constexprs is None else tuple(constexprs.items()))
+def _entry(fn, args, kwargs, dims: tuple) -> _Entry:
+    """A launch's ``_MEMO`` entry: its features but the trips are a function of the kernel, the
+    grid and the int arguments (constexprs among them; a wrapped ``tl.constexpr`` by its value),
+    so a launch hook pays one key and one lookup, and a new key is built from the kernel's
+    parameters and per-argument memos, no launch described. The key holds the kernel's ``id``,
+    checked against the entry's kernel: a ``JITFunction`` hashes its source's hash under a lock.
+    An int is ``type(v) is int`` (a bool or an ``IntEnum`` is not a size)."""
+    cx = _constexpr_type()
+    key = (id(fn), dims, tuple([v if type(v) is int else v.value if type(v) is cx else None for v in args]),
+           tuple([kv for kv in kwargs.items() if type(kv[1]) is int]) if kwargs else ())
     got = _MEMO.get(key)
-    if got is None or got[5] is not fn:
+    if got is None or got.fn is not fn:
         if len(_MEMO) >= MEMO_MAX:
             _MEMO.clear()
-        got = _MEMO[key] = (*_launch_entry(fn, args, kwargs, dims, constexprs), fn, next(_SERIAL))
+        got = _MEMO[key] = _launch_entry(fn, args, kwargs, dims)
     return got
 
 
-def _extras(got: tuple, args, kwargs, dims: tuple, out: set[str], goals: dict | None) -> None:
+def _extras(got: _Entry, args, kwargs, dims: tuple, out: set[str], goals: dict | None) -> None:
     """What a launch adds to its entry's features, read from it every time: a tensor's size near
     int32's, and a read table's trips where its row lengths are on the CPU."""
-    _, tensors, params, kernel, constexprs, fn, _ = got
-    for i in tensors:
+    for i in got.tensors:
         v = args[i] if type(i) is int else kwargs.get(i)
         try:
             n = v.numel()
         except (AttributeError, TypeError):  # not a tensor in this launch
             continue
         if INT32 - n < (1 << 20):
-            out.add(f"i32_dist|{kernel}|{params[i]}.numel|{log_bucket(INT32 - n)}")
-    if (lens := params[None]) is not None:
-        v = args[lens] if type(lens) is int else kwargs.get(lens)
+            out.add(f"i32_dist|{got.kernel}|{got.params[i]}.numel|{log_bucket(INT32 - n)}")
+    if got.lens is not None:
+        v = args[got.lens] if type(got.lens) is int else kwargs.get(got.lens)
         if getattr(v, "is_cpu", True):  # a GPU tensor's rows are not read
-            _trip_features(kernel, _values(fn, args, kwargs), constexprs, dims, out, {} if goals is None else goals)
+            values = by_name(getattr(got.fn, "fn", got.fn), args, kwargs)
+            _trip_features(got.kernel, values, got.constexprs, dims, out, {} if goals is None else goals)
 
 
-def _values(fn, args, kwargs) -> dict:
-    """A launch's arguments by parameter name (positional, then the kwargs naming one)."""
-    pyfn = getattr(fn, "fn", fn)
-    layout = _layout(pyfn)
-    if layout is not None:
-        names = layout[0]
-    else:
-        sig, _ = _params(pyfn)
-        names = tuple(sig.parameters) if sig is not None else ()
-    values = dict(zip(names, args))
-    if kwargs:
-        values.update({k: v for k, v in kwargs.items() if k in names})
-    return values
-
-
-def _launch_entry(fn, args, kwargs, dims: tuple, constexprs: dict | None = None) -> tuple:
-    """``_MEMO``'s entry for a launch: (its grid's and int arguments' features, the positions or
-    kwargs that hold a tensor, {position: parameter name, None: the position or kwarg of a read
-    table's row lengths, None where trips are not read}, kernel, its int constexprs)."""
-    values, kernel = _values(fn, args, kwargs), kernel_name(fn)
-    if constexprs is None:
-        constexprs = int_constexprs(getattr(fn, "fn", fn), args, kwargs)
+def _launch_entry(fn, args, kwargs, dims: tuple) -> _Entry:
+    """``_MEMO``'s entry for a launch (``_Entry``), from the kernel's parameters and the arguments."""
+    pyfn, kernel = getattr(fn, "fn", fn), kernel_name(fn)
+    values, constexprs = by_name(pyfn, args, kwargs), int_constexprs(pyfn, args, kwargs)
     names = [f"grid|{kernel}|dim{i}|{log_bucket(d)}" for i, d in enumerate(dims)]
     blocks = tuple((k, v) for k, v in constexprs.items() if "BLOCK" in k and v > 0)
     position = {name: i for i, name in enumerate(list(values)[: len(args)])}
@@ -214,8 +203,8 @@ def _launch_entry(fn, args, kwargs, dims: tuple, constexprs: dict | None = None)
             tensors.append(slot)
             params[slot] = name
     reads = "seq_lens_ptr" in values and "col_stride" in values and len(dims) >= 2 and constexprs.get("BLOCK", 0) > 0
-    params[None] = position.get("seq_lens_ptr", "seq_lens_ptr") if reads else None  # where its row lengths are
-    return tuple(names), tuple(tensors), params, kernel, constexprs
+    lens = position.get("seq_lens_ptr", "seq_lens_ptr") if reads else None
+    return _Entry(tuple(names), tuple(tensors), params, lens, kernel, constexprs, fn, next(_SERIAL))
 
 
 def _size_features(kernel: str, name: str, rems: tuple | None, blocks: tuple) -> list[str]:
@@ -348,7 +337,7 @@ class Collector:
         self.op += 1
 
     def __call__(self, launch) -> None:
-        self._one(launch.fn, launch.args, launch.kwargs, launch.grid_dims or (), launch.constexprs)
+        self._one(launch.fn, launch.args, launch.kwargs, launch.grid_dims or ())
 
     def light(self, fn, args, kwargs, dims) -> None:
         """A launch as ``launches._run_light`` hands it: its kernel, arguments (kwargs as passed) and
@@ -361,15 +350,15 @@ class Collector:
                 dims = ()
         self._one(fn, args, kwargs, dims)
 
-    def _one(self, fn, args, kwargs, dims: tuple, constexprs: dict | None = None) -> None:
+    def _one(self, fn, args, kwargs, dims: tuple) -> None:
         """One launch: its entry's names unless this sequence took them already (the hook's common
         case, a shape met before), then its extras (``_extras``)."""
         new: set[str] = set()
         goals: dict[str, list] = {}
         try:
-            got = _entry(fn, args, kwargs, dims, constexprs)
-            if self.log is not None or got[6] not in self._taken:
-                new.update(got[0])
+            got = _entry(fn, args, kwargs, dims)
+            if self.log is not None or got.serial not in self._taken:
+                new.update(got.names)
             _extras(got, args, kwargs, dims, new, goals)
         except Exception:  # a launch shape we cannot read adds nothing, never fails a run
             got = None
@@ -378,7 +367,7 @@ class Collector:
             self.log.append((programs, frozenset(new), {k: tuple(v) for k, v in goals.items()}))
         self.take(programs, new, goals)
         if got is not None:
-            self._taken.add(got[6])
+            self._taken.add(got.serial)
 
     def take(self, programs: int, new, goals: dict) -> None:
         """One launch's programs and value features (its trip features' ``goals``), as at the op

@@ -123,8 +123,7 @@ def specialization(launch) -> tuple:
     if nospec is None:
         nospec = getattr(fn, "kwargs", {}).get("do_not_specialize")
     nospec = {names[a] if isinstance(a, int) and a < len(names) else a for a in (nospec or ())}
-    values = dict(zip(names, launch.args))
-    values.update({k: v for k, v in launch.kwargs.items() if k in names})
+    values = by_name(getattr(fn, "fn", fn), launch.args, launch.kwargs)
     key = []
     for name in names:
         if name not in values:
@@ -134,6 +133,21 @@ def specialization(launch) -> tuple:
         key.append((name, v if name in const else _arg_class(v, name not in nospec)))
     options = tuple(sorted((k, v) for k, v in launch.kwargs.items() if k not in names and isinstance(v, (int, str))))
     return (launch.name, tuple(key), options)
+
+
+def by_name(pyfn, args, kwargs) -> dict:
+    """A launch's arguments by parameter name: the positional ones, then the kwargs naming a
+    parameter (no defaults applied, unlike ``_bound``)."""
+    layout = _layout(pyfn)
+    if layout is not None:
+        names = layout[0]
+    else:
+        sig, _ = _params(pyfn)
+        names = tuple(sig.parameters) if sig is not None else ()
+    values = dict(zip(names, args))
+    if kwargs:
+        values.update({k: v for k, v in kwargs.items() if k in names})
+    return values
 
 
 def int_constexprs(pyfn, args, kwargs) -> dict:

@@ -17,9 +17,8 @@ def _launch(n: int, stride: int, programs: int):
     from kvkernels import triton_kernels
 
     class FakeLaunch:
-        name, constexprs, fn, args, grid_dims = "read_table_kernel", {"BLOCK": 4, "PAGE_SIZE": 1}, \
-            triton_kernels.read_table_kernel, (), (1, programs)
-        kwargs = {"seq_lens_ptr": torch.tensor([n]), "max_pages": 64, "col_stride": stride}
+        name, fn, args, grid_dims = "read_table_kernel", triton_kernels.read_table_kernel, (), (1, programs)
+        kwargs = {"seq_lens_ptr": torch.tensor([n]), "max_pages": 64, "col_stride": stride, "BLOCK": 4, "PAGE_SIZE": 1}
 
     return FakeLaunch()
 
