@@ -1,5 +1,5 @@
 # Shared by the GPU session scripts (source it first): the environment of a device call (results
-# under $OUT, the repository on PYTHONPATH, compiled launches), and two helpers.
+# under $OUT, the repository on PYTHONPATH, compiled launches), and helpers.
 OUT=${OUT:-benchmarks/results/gpu-run}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH}
@@ -48,6 +48,11 @@ small_shapes() {  # small_shapes SECONDS W...: a 10 s 8-worker warm-up of the ca
     kill "$smi" 2>/dev/null
     echo "GPU utilization % (0.5 s samples): $(tr '\n' ' ' < /tmp/util-small-$w.txt | cut -c1-400)"
   done
+}
+collection_cost() {  # collection_cost ROUNDS FILE [NOTE]: value features' collection cost on CUDA, in the
+  # tree of the current directory (guided_vs_blind --parts overhead --ops 1500, modes alternating per sequence)
+  timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 --rounds "$1" \
+    --note "one H200, nothing else running${3:+; $3}" --out "$2" 2>&1 | grep -vi warn | tail -4 | cut -c1-500
 }
 cuda_tests() {  # cuda_tests WHY: pytest -m "cuda and not slow" on 8 workers, its result lines
   step "pytest -m 'cuda and not slow' ($1)"

@@ -10,7 +10,7 @@
 #      its figure again
 set -u
 PART=${1:-a}
-. benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, cuda_tests
+. benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, cuda_tests, collection_cost
 {
   environment
   [ "$PART" = a ] && cuda_tests "the budget module split; lazy size tags"
@@ -29,8 +29,7 @@ PART=${1:-a}
   rounds=2; [ "$PART" = b ] && rounds=6
   for r in 1 2; do
     step "value features' collection cost on CUDA, run $r (guided_vs_blind --parts overhead --ops 1500 --rounds $rounds)"
-    timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 --rounds $rounds \
-      --note "one H200, nothing else running" --out "$OUT/overhead-$r.json" 2>&1 | grep -vi warn | tail -4 | cut -c1-400
+    collection_cost $rounds "$OUT/overhead-$r.json"
   done
   if [ "$PART" = b ]; then
     for part in kernels host; do

@@ -10,15 +10,14 @@
 #    (aa7b101, before the light path) in alternating runs, each in its own process
 set -u
 PART=${1:-a}
-. benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, cuda_tests
+. benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, cuda_tests, collection_cost
 if [ "$PART" = c ]; then  # c: the final tree (the timing audit merged): CUDA tests, the collection cost twice more
   {
     environment
     cuda_tests "the final tree"
     for r in 4 5; do
       step "collection cost, new tree, run $r (guided_vs_blind --parts overhead --ops 1500 --rounds 4)"
-      timeout 100 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 --rounds 4 \
-        --note "one H200, nothing else running; tree new" --out "$OUT/c-overhead-new-$r.json" 2>&1 | grep -vi warn | tail -1 | cut -c1-300
+      collection_cost 4 "$OUT/c-overhead-new-$r.json" "tree new"
     done
   } 2>&1 | tee "$OUT/session-c.log"
   exit 0
@@ -38,8 +37,7 @@ if [ "$PART" = b ]; then
       for tree in old new; do
         step "collection cost, $tree tree, run $r (guided_vs_blind --parts overhead --ops 1500 --rounds 4)"
         dir=.; [ $tree = old ] && dir=$old
-        (cd $dir && PYTHONPATH=. timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 --rounds 4 \
-          --note "one H200, nothing else running; tree $tree" --out "$OUT/b-overhead-$tree-$r.json" 2>&1 | grep -vi warn | tail -1 | cut -c1-300)
+        (cd $dir && collection_cost 4 "$OUT/b-overhead-$tree-$r.json" "tree $tree")  # PYTHONPATH is .
       done
     done
   } 2>&1 | tee "$OUT/session-b.log"
@@ -56,8 +54,7 @@ fi
   done
   for r in 1 2; do
     step "value features' collection cost on CUDA, run $r (guided_vs_blind --parts overhead --ops 1500 --rounds 6)"
-    timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 1500 --rounds 6 \
-      --note "one H200, nothing else running" --out "$OUT/overhead-$r.json" 2>&1 | grep -vi warn | tail -4 | cut -c1-500
+    collection_cost 6 "$OUT/overhead-$r.json"
   done
   step "indep default mix (scale_gpu)"
   cache=$(mktemp -d /tmp/kvfuzz-ca-XXXXXX)

@@ -15,6 +15,8 @@ import os
 import time
 from pathlib import Path
 
+from ..signatures import specialization
+
 RECIPES_ENV = "KVFUZZ_AHEAD_RECIPES"  # a campaign's children preload the recipes this file holds
 
 
@@ -91,8 +93,6 @@ class Book:
         self.unencodable: dict[str, str] = {}  # kernel -> why its launches cannot be compiled ahead
 
     def __call__(self, launch) -> None:
-        from ..signatures import specialization
-
         self.launches += 1
         key = repr(specialization(launch))
         if key in self.recipes or key in self.unencodable:
