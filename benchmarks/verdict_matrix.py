@@ -1,0 +1,103 @@
+"""Every verdict on kernel sets kvfuzz was not written around, as a team would run it.
+
+Each row is one ``kvfuzz run --backend BACKEND --kernels SET --budget-s B --out DIR --json``
+on a foreign or letter-of-SPEC fixture (``tests/fixtures/kernels/``), with default flags
+otherwise, then ``kvfuzz replay`` of every case it wrote. A row passes when the exit code is
+the one the fixture's README gives (0 only for a SPEC-correct set, 1 for a set with a fault),
+every signature starts with what it should (``expect``), and each case replays (exit 1),
+except for a fault drawn at random (``flaky.py``), whose replays may pass. Prints one line a
+row and writes ``verdict_matrix.json`` into ``--out``.
+
+    TRITON_INTERPRET=1 .venv/bin/python benchmarks/verdict_matrix.py --out /tmp/vm
+    TRITON_INTERPRET=1 .venv/bin/python benchmarks/verdict_matrix.py --only segfault,flaky --out /tmp/vm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "tests" / "fixtures" / "kernels"
+
+# name, file, budget (s), exit code, signature prefixes a case may have (None: clean), replays deterministic
+ROWS = (
+    ("literal_blocks", "foreign/literal_blocks.py", 30, 0, None, True),
+    ("indep", "foreign/indep.py", 30, 0, None, True),
+    ("clamp_max_tokens", "letter/clamp_max_tokens.py", 30, 0, None, True),
+    ("refuse_short_out", "letter/refuse_short_out.py", 30, 0, None, True),
+    ("letter_all", "letter/letter_all.py", 30, 0, None, True),
+    ("trusting", "foreign/trusting.py", 30, 1, ("translate/", "free/", "read_table", "k_"), True),
+    ("segfault", "foreign/segfault.py", 30, 1, ("free/crash/SIGSEGV", "k_free_unbind/crash/SIGSEGV"), True),
+    ("hang_late", "foreign/hang_late.py", 90, 1, ("free/timeout", "k_free_unbind/timeout"), True),
+    ("flaky", "foreign/flaky.py", 30, 1, ("free/", "k_free_unbind/", "flush/", "alloc/"), False),
+)
+
+
+def kvfuzz(*args, timeout: float) -> tuple[int | None, str, float]:
+    start = time.monotonic()
+    try:
+        r = subprocess.run([sys.executable, "-m", "fuzz", *map(str, args)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return r.returncode, r.stdout + r.stderr, time.monotonic() - start
+    except subprocess.TimeoutExpired:
+        return None, "timed out", time.monotonic() - start
+
+
+def row(name, path, budget, want_rc, prefixes, deterministic, backend: str, out: Path) -> dict:
+    where = out / name
+    rc, text, took = kvfuzz("run", "--backend", backend, "--kernels", KERNELS / path, "--budget-s", budget,
+                            "--out", where, "--json", timeout=budget + 400)
+    cases = sorted(where.glob("*.json")) if where.exists() else []
+    got = []
+    for case in cases:
+        data = json.loads(case.read_text())
+        sig = data.get("signature") or {}
+        signature = "/".join(str(sig.get(k)) for k in ("op", "oracle", "field"))
+        replay_rc, _, _ = kvfuzz("replay", case, timeout=300)
+        got.append({"signature": signature, "ops": len(data.get("ops") or []), "reproduced": data.get("reproduced"),
+                    "replay_exit": replay_rc})
+    wrong = []
+    if rc != want_rc:
+        wrong.append(f"exit {rc}, not {want_rc}")
+    if prefixes is None and got:
+        wrong.append("cases from a clean set")
+    if prefixes is not None and not got:
+        wrong.append("no case")
+    for c in got:
+        if prefixes is not None and not c["signature"].startswith(prefixes):
+            wrong.append(f"unexpected {c['signature']}")
+        if deterministic and c["replay_exit"] != 1:
+            wrong.append(f"{c['signature']} replays with exit {c['replay_exit']}")
+    last = next((line for line in reversed(text.splitlines()) if line.startswith("kvfuzz run:")), "")
+    return {"set": name, "file": path, "budget_s": budget, "exit": rc, "seconds": round(took, 1), "cases": got,
+            "ok": not wrong, "wrong": wrong, "run_line": last[:400]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="interpret")
+    ap.add_argument("--only", help="comma list of row names")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = [r for r in ROWS if not args.only or r[0] in args.only.split(",")]
+    results = []
+    for r in rows:
+        results.append(row(*r, backend=args.backend, out=args.out))
+        res = results[-1]
+        cases = ", ".join(f"{c['signature']} ({c['ops']} ops, rate {c['reproduced']}, replay {c['replay_exit']})"
+                          for c in res["cases"]) or "no case"
+        print(f"{'ok  ' if res['ok'] else 'WRONG'} {res['set']:18s} exit {res['exit']} in {res['seconds']} s: {cases}"
+              + (f"  <- {'; '.join(res['wrong'])}" if res["wrong"] else ""), flush=True)
+    (args.out / "verdict_matrix.json").write_text(json.dumps({"backend": args.backend, "rows": results}, indent=1) + "\n")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
