@@ -98,16 +98,23 @@ class Case:
 
     def replay_tries(self, cap: int = 50) -> int:
         """How often a replay must run this case before a PASS means something: once for a
-        case that always failed; for a flaky one enough runs that a bug of its measured rate
-        goes unseen less than 0.1% of the time (at least its own number of runs, at most ``cap``)."""
+        case that always failed; for a flaky one enough runs that the bug goes unseen less than
+        0.1% of the time (at least its own number of runs, at most ``cap``).
+
+        The rate is not taken as ``k/n``: five runs say little (a bug of rate 1/3 reproduces
+        3 of 5 times one campaign in five, and ``k/n`` then asks for 8 tries, which all pass
+        4% of the time). The chance of ``t`` passes is averaged over what ``k`` of ``n`` says
+        the rate may be (a uniform prior, so a Beta(k+1, n-k+1) posterior):
+        prod over i < t of (n-k+1+i) / (n+2+i)."""
         r = self.reproduced or {}
         k, n = r.get("k") or 0, r.get("n") or 0
         if not self.flaky or not k or not n:
             return 1
-        import math
-
-        p = k / n
-        return max(n, min(cap, math.ceil(math.log(0.001) / math.log(1 - p))))
+        t, unseen = 0, 1.0
+        while unseen > 0.001 and t < cap:
+            unseen *= (n - k + 1 + t) / (n + 2 + t)
+            t += 1
+        return max(n, t)
 
     @property
     def run_mode(self) -> dict:
