@@ -27,6 +27,7 @@ Four parts, each printed as a table row and written as JSON (``--out``):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import tempfile
@@ -97,11 +98,13 @@ def throughput(n_ops: int, ops_per_seq: int = 100, modes=("blind", "guided")) ->
     return rows
 
 
-def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str = "interpret") -> list[dict]:
+def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str = "interpret",
+             deferred: bool | None = None) -> list[dict]:
     """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
     and under the guided track's collection schedule (value features on every launch, code
     coverage and the interpreted kernel bodies as ``guide.code_schedule`` says of the sequences
-    run so far), alternating (ABBA: each mode second on every other seed), CPU seconds, with each
+    run so far), and on CUDA ``deferred`` too (value features made at each op's end, as the guided
+    track collects there), in every order in turn (ABBA for two), CPU seconds, with each
     round's cost (each round its own seeds, so the feature memo meets new shapes throughout) (a GPU's CPU seconds include its synchronizing waits: one round's figure is noisy); what a guided run pays on top of the ops it runs (its ops differ from blind's, so ``throughput`` alone cannot say)."""
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
@@ -114,12 +117,15 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
     if backend != "interpret":  # every seed once, untimed: its kernels' compiles would fall on whichever mode ran first
         for seed in range(rounds * (max(1, n_ops // ops_per_seq) + 1)):
             track.run_sequence(tier, seed, ops_per_seq)
-    cpu, per_round = {"bare": 0.0, "collected": 0.0}, []
+    if deferred is None:  # as the guided track collects there (on the interpreter a row's lengths may change after its launch)
+        deferred = backend == "cuda"
+    modes = ("bare", "collected") + (("deferred",) if deferred else ())
+    cpu, per_round, orders = dict.fromkeys(modes, 0.0), [], list(itertools.permutations(modes))
     ops = i = seed = 0  # i: the sequences run, which the schedule counts (as the track does); each round
     for _ in range(rounds):  # runs seeds of its own: shapes the feature memo has not met, as a campaign's next ops
         before = dict(cpu)
         while ops < n_ops * (_ + 1):
-            for mode in ("bare", "collected") if i % 2 == 0 else ("collected", "bare"):  # ABBA: neither mode always second
+            for mode in orders[i % len(orders)]:  # every order in turn: no mode always first (the memo's misses) or last
                 t0 = time.process_time()
                 if mode == "bare":
                     seq = track.run_sequence(tier, seed, ops_per_seq)
@@ -127,16 +133,18 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
                     traced = False
                     if code is not None:
                         traced, code.trace_kernels = guide.code_schedule(i)
-                    col = features.Collector(code if traced else None)
+                    col = features.Collector(code if traced else None, deferred=mode == "deferred")
                     with col:
                         seq = track.run_sequence(tier, seed, ops_per_seq)
                     col.add_run(seq.run)
                 cpu[mode] += time.process_time() - t0
             ops += len(seq.ops)
             seed, i = seed + 1, i + 1
-        per_round.append(round(1 - (cpu["bare"] - before["bare"]) / (cpu["collected"] - before["collected"]), 3))
+        bare = cpu["bare"] - before["bare"]
+        per_round.append({m: round(1 - bare / (cpu[m] - before[m]), 3) for m in modes[1:]})
     return [{"mode": m, "ops": ops, "cpu_s": round(c, 2), "ops_per_cpu_s": round(ops / c, 1)} for m, c in cpu.items()] + [
-        {"collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3), "per_round": per_round}]
+        {**{f"{m}_cost": round(1 - cpu["bare"] / cpu[m], 3) for m in modes[1:]}, "collection_cost": round(1 - cpu["bare"] / cpu["collected"], 3),
+         "per_round": per_round}]
 
 
 def hook(n_seqs: int = 8, ops_per_seq: int = 100, rounds: int = 7, backend: str = "interpret") -> list[dict]:

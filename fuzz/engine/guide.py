@@ -274,6 +274,7 @@ class KnownReads:
         col.log = []
         try:
             yield
+            col.flush()  # a deferred collector's launches of this op: into the log
             self.memo[key] = tuple(col.log)
         finally:
             col.log = None
@@ -400,7 +401,7 @@ class GuidedTrack(SmallTrack):
             code = self._code
         self.sequences += 1
         t0 = time.process_time()  # CPU: the machine may be shared
-        col, fresh = Collector(code), plan["how"] == ["fresh"]
+        col, fresh = Collector(code, deferred=tier.backend == "cuda"), plan["how"] == ["fresh"]
         known = None  # another allocator may keep hidden state; another program order, a race a read would meet
         if self.known is not None and tier.allocator_cls is None and program_order_mode() == "launch":
             known, self.known.collector, self.known.replaying = self.known, col, code is None

@@ -137,6 +137,43 @@ def test_a_collector_alone_takes_launches_light_and_reaches_what_described_launc
     assert light and not heavy and n_light == 0 < n_heavy
 
 
+def test_a_deferred_collector_reaches_the_same_features_at_the_same_ops(tmp_path, monkeypatch):
+    """The CUDA tier's collector makes a launch's features at its op's end (``deferred``): the
+    guided track's sequences keep the same features, the same op for each (``where``) and the same
+    goals, and a launch's programs are counted at once (a fresh sequence's launch budget reads
+    them between launches: here, as each op begins, before the launches kept are made). Run
+    here on the interpreter, deferred and not."""
+    from fuzz.engine import features as feats
+
+    monkeypatch.setattr(guide, "SEED_ENTRIES", 10**6)  # every sequence fresh: the same ops both ways
+    tier, kept = make_tier("interpret"), {}
+    for deferred in (False, True):
+        made, programs = [], []
+
+        class Probe(feats.Collector):
+            def __init__(self, code, deferred=False, flag=deferred, made=made):
+                super().__init__(code, deferred=flag)
+                made.append(self)
+
+            def at(self, marks, pos, programs=programs):
+                programs.append(self.programs)
+                super().at(marks, pos)
+
+        monkeypatch.setattr(guide, "Collector", Probe)
+        track, ops = guide.GuidedTrack(tmp_path / str(deferred)), []
+        for seed in range(2):
+            track.plan(tier, seed)
+            seq = track.run_sequence(tier, seed, 40)
+            assert seq.divergence is None, seq.divergence
+            ops.append([op.to_json() for op in seq.ops])
+        entries = [{k: e[k] for k in ("features", "where", "goals", "ops")} for e in track.corpus.entries]
+        kept[deferred] = (ops, entries, programs, [c._pending is not None for c in made])
+    (ops, entries, programs, flags), (d_ops, d_entries, d_programs, d_flags) = kept[False], kept[True]
+    assert d_ops == ops and d_entries == entries and d_programs == programs and programs[-1] > 0
+    assert not any(flags) and len(d_flags) == 2 and all(d_flags)
+    assert len({op for e in entries for op in e["where"].values()}) > 3  # features first reached at several ops
+
+
 def test_the_corpus_survives_a_killed_campaign_and_the_next_one_resumes_from_it(tmp_path):
     corpus = tmp_path / "corpus"
     cmd = [sys.executable, "-m", "fuzz", "run", "--corpus", str(corpus), "--budget-s", "300",
