@@ -163,8 +163,7 @@ class Campaign:
             for slot in self.slots:
                 self._watch(slot)
             now = time.monotonic()
-            if "first_op" not in self.summary.timeline and self.ops_so_far():  # (or a finding: _record)
-                self.summary.timeline["first_op"] = now - self.start
+            self._note_first_op(now)
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now
@@ -410,6 +409,15 @@ class Campaign:
             executor.close()
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
+    def _note_first_op(self, now: float) -> None:
+        """The timeline's first op (or a finding's time: ``_record``), seen in the workers' op
+        counts, but only once a worker's hello has come (its "ready"): the counts are shared
+        memory and the hello a queue's message, which a worker's feeder thread may still hold
+        while its first ops are counted, so the first op would come before the ready it follows."""
+        timeline = self.summary.timeline
+        if "first_op" not in timeline and "ready" in timeline and self.ops_so_far():
+            timeline["first_op"] = now - self.start
+
     def ops_so_far(self) -> int:
         return sum(s.counted["ops"] + (s.child.slots[OPS] if s.child else 0) for s in self.slots)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -203,11 +204,15 @@ def test_noisy_is_right_and_prints_garbage_on_both_streams(device, capfdbinary):
     assert re.search(rb'\{"partial": [^\n]', out)  # a partial line, run into the next call's output
 
 
-def test_flaky_loses_a_tombstone_in_some_calls_only(device):
+def test_flaky_loses_a_tombstone_in_some_calls_only(device, monkeypatch):
     k = load(sibling("flaky"))
+    # Its draws seeded here (kvfuzz meets them from os.urandom): drawn afresh, all 30 calls came out
+    # right (2/3)^30 = 5e-6 of the time, and this test failed with nothing wrong
+    monkeypatch.setattr(k, "_rng", random.Random(30))
+    monkeypatch.delenv("KVFUZZ_FIXTURE_FLAKY_P", raising=False)
     results = [table_op(k, device, "free_unbind", 3, seed=s).diverged() for s in range(30)]
     bad = [r for r in results if r]
-    assert 0 < len(bad) < 30, results  # all 30 right: p = (2/3)**30 ~ 5e-6
+    assert 0 < len(bad) < 30, results
     assert all(r == ["p2v"] for r in bad), bad
     check_small(k, device, ops=("bind", "alloc_bind"))
 

@@ -127,11 +127,13 @@ def test_int32_offset_is_found_at_production_scale_on_the_interpreter(tmp_path):
     far table finds it, with the default mix and limits (``--max-sequences 1`` bounds the work,
     ``--stop-on-first`` ends it at the first case). One reproduction and no minimization: what
     is tested is the stream, and each fresh-child replay of a crash costs a process start
-    (``benchmarks/first_case.py`` measures the default flags, confirmation included)."""
+    (``benchmarks/first_case.py`` measures the default flags, confirmation included). An op-timeout
+    of its own: auto's 10 s for a first long op is 5x the 2 s the longest took on an idle core, and
+    a far table timed out would not be the crash or divergence asked for."""
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "fuzz", "run", "--backend", "interpret", "--scale", "production",
                            "--kernels", str(FOREIGN / "int32_offset.py"), "--max-sequences", "1", "--stop-on-first",
-                           "--reproduce", "1", "--no-minimize",
+                           "--reproduce", "1", "--no-minimize", "--op-timeout", "120",
                            "--out", str(out), "--summary", str(tmp_path / "summary.json")],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     text = proc.stdout + proc.stderr

@@ -158,7 +158,9 @@ def _hypothesis_kinds() -> tuple[set[str], set[str]]:
     pooled = strategies.pool_configs(page_sizes=(1, 2, 4)).flatmap(
         lambda c: st.tuples(st.just(c), st.just(material(c))))
 
-    @settings(max_examples=400, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    # derandomized: each violation kind is 4-5 % of the draws (measured over 4,000), so 400 random
+    # ones missed one ~2e-7 of the time; fixed draws cover them all in every run, or in none
+    @settings(max_examples=400, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(pooled, st.data())
     def draw(config_material, data):
         config, (live, dead) = config_material

@@ -67,8 +67,10 @@ def test_machine_catches_the_planted_bug(tmp_path):
                 _Recorder.last = (self.config, self.knobs, list(self.ops), self.divergence)
             super().teardown()
 
+    # derandomized: that it finds the bug, and shrinks it to 5 ops, must not hang on Hypothesis' seed
+    # of the run (a failure here is then the machine's, never the draw's; six random seeds all passed)
     with pytest.raises(Divergence) as info:
-        run_state_machine_as_test(Recording, settings=machine_settings(30))
+        run_state_machine_as_test(Recording, settings=settings(machine_settings(30), derandomize=True))
     d = info.value
     # Forgetting the tombstone shows at the free itself (the allocator's or the raw
     # kernel-level one): a stale p2v row, a crash in the eager compaction, or a stray

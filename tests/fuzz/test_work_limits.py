@@ -129,6 +129,30 @@ def test_stop_on_first_returns_once_the_first_case_is_written_and_minimized(tmp_
     assert work["rated"]["replays"] < work["minimized"]["replays"] <= work["written"]["replays"], work
 
 
+def test_the_first_op_is_noted_only_after_the_ready_it_follows():
+    """A worker's op count is shared memory, its hello a queue message its feeder thread may
+    still hold when the first ops are counted (in 3 of 30 runs of the stop-on-first campaign
+    above, at 6528fbe, it came after them).
+    A loop pass in between noted the first op before the ready, and the timeline's order above
+    failed by chance; the first op waits for the hello."""
+    from types import SimpleNamespace
+
+    from fuzz.engine import supervise
+    from fuzz.engine.campaign import Campaign
+    from fuzz.engine.summary import Summary
+
+    camp = Campaign.__new__(Campaign)
+    camp.summary, camp.start = Summary(), 100.0
+    slots = [0] * 8
+    slots[supervise.OPS] = 3  # counted, the hello not yet come
+    camp.slots = [SimpleNamespace(counted={"ops": 0}, child=SimpleNamespace(slots=slots))]
+    camp._note_first_op(100.5)
+    assert "first_op" not in camp.summary.timeline
+    camp.summary.worker_ready(0.7, {})
+    camp._note_first_op(100.7)
+    assert camp.summary.timeline["ready"] <= camp.summary.timeline["first_op"] == pytest.approx(0.7)
+
+
 def test_a_work_limit_the_budget_cut_short_is_not_clean(tmp_path):
     r = kvfuzz("run", "--backend", "torch", "--max-sequences", 100000, "--budget-s", 3, "--out", tmp_path / "o",
                "--summary", tmp_path / "s.json", timeout=120)
