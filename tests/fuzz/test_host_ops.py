@@ -1,0 +1,138 @@
+"""The production track's host-side shortcuts against their plain definitions, over real op streams.
+
+A GPU worker's default mix is host-bound, so the host work of a production op was cut
+(``benchmarks/profile_host_ops.py``): a graph read table's check and run share the very
+tuples of each step's inputs, its live masks' row lists are built only when results differ,
+host ints reach a tensor through ``array``, and the per-row hashes share their row half.
+None of it may change what is drawn, checked or run. Each test here computes the same thing
+both ways, the shortcut and the definition it replaced (kept here verbatim), over the ops the
+generator emits for many seeds of the default and read-heavy mixes at production limits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuzz.engine.production import graph
+from fuzz.engine.production.arith import cdiv
+from fuzz.engine.production.draws import device_ints
+from fuzz.engine.production.generator import READ_HEAVY_MIX, regenerate, scale_info
+from fuzz.engine.production.graph import GReadTable
+from fuzz.engine.tiers import make_tier
+
+SEEDS = range(40)
+N_OPS = 24
+
+
+@pytest.fixture(scope="module")
+def gpu_info() -> dict:
+    """kvkernels' scale_info as a GPU worker sends it (production limits, far tables on)."""
+    info = scale_info(make_tier("torch"))
+    info["gpu"] = True
+    return info
+
+
+def _stream_ops(info: dict, mix=None, seeds=SEEDS):
+    for seed in seeds:
+        config, ops = regenerate(seed, N_OPS, info, mix=mix)
+        for op in ops:
+            yield config, op
+
+
+@pytest.fixture(scope="module")
+def graph_ops(gpu_info) -> list:
+    ops = [(cfg, op) for cfg, op in _stream_ops(gpu_info) if isinstance(op, GReadTable)]
+    assert len(ops) >= 30 and any(op.packed for _, op in ops) and any(not op.packed for _, op in ops)
+    return ops
+
+
+# ---- a graph read table: one set of inputs per step, for its check and its run ---------------------------
+
+
+def _live_cols_eager(op, seq, ps):
+    """The table form's live columns as ``execute``'s compare built them before every check."""
+    return [min(cdiv(n, ps), op.max_pages) for n in seq]
+
+
+def _live_spans_eager(seq):
+    """The packed form's spans as ``execute``'s compare built them before every check."""
+    spans, at = [], 0
+    for n in seq:
+        spans.append((at, n))
+        at += n
+    return spans
+
+
+def test_a_graph_ops_check_and_run_are_handed_the_same_inputs(graph_ops):
+    """``preflight`` and ``execute`` both read ``_step_inputs``: the values ``step_inputs`` gives (the
+    lists the check read before), for every step of every graph op of the stream."""
+    for cfg, op in graph_ops:
+        ps = cfg.page_size
+        for step in range(-1, op.steps):
+            shared = dict(graph._step_inputs(op, step, ps))
+            assert {k: list(v) for k, v in shared.items()} == op.step_inputs(step, ps)
+            assert list(shared) == (["req", "seq", "indptr", "start"] if op.packed else ["req", "seq"])
+
+
+def test_a_graph_ops_live_masks_are_the_ones_built_eagerly(graph_ops):
+    for cfg, op in graph_ops:
+        ps = cfg.page_size
+        for step in range(-1, op.steps):
+            seq = dict(graph._step_inputs(op, step, ps))["seq"]
+            if op.packed:
+                assert op.live_spans(seq) == _live_spans_eager(seq)
+            else:
+                assert op.live_cols(seq, ps) == _live_cols_eager(op, seq, ps)
+
+
+# ---- host ints to a tensor ----------------------------------------------------------------------------
+
+
+def _device_ints_plain(values, device):
+    t = torch.tensor(values, dtype=torch.int64)
+    return t if str(device) == "cpu" else t.to(device, non_blocking=True)
+
+
+@pytest.mark.parametrize("values", [[], [0], [1, -1, 7], (3, 4, 5), [True, 2], [-(1 << 63), (1 << 63) - 1],
+                                    list(range(-600, 600, 7)), [1.5, 2]])
+def test_device_ints_are_torch_tensors_values(values):
+    got, want = device_ints(values, "cpu"), _device_ints_plain(values, "cpu")
+    assert got.dtype == want.dtype == torch.int64 and got.shape == want.shape and torch.equal(got, want)
+    assert got.untyped_storage().resizable()  # owns its storage, as torch.tensor's does
+
+
+@pytest.mark.parametrize("values", [[1 << 63], [-(1 << 63) - 1], ["a"], [None]])
+def test_device_ints_refuse_what_torch_tensor_refuses(values):
+    with pytest.raises(Exception) as want:
+        _device_ints_plain(values, "cpu")
+    with pytest.raises(Exception) as got:
+        device_ints(values, "cpu")
+    assert (type(got.value), str(got.value)) == (type(want.value), str(want.value))
+
+
+@pytest.mark.parametrize("mix", [None, READ_HEAVY_MIX], ids=["default", "read-heavy"])
+def test_every_read_tables_input_tensors_are_the_plain_ones(gpu_info, mix):
+    """The host inputs of every read table of the stream (``inputs``) against ``torch.tensor`` of their lists."""
+    class _Run:
+        device = "cpu"
+
+    seen = 0
+    for cfg, op in _stream_ops(gpu_info, mix, seeds=range(20)):
+        run = _Run()
+        run.config = cfg
+        if op.kind == "p_rows":
+            rows_shape = (op.rows, op.width)
+        if op.kind == "p_read_table":
+            seq, _, seq_t = op.inputs(run)
+            assert torch.equal(seq_t, _device_ints_plain(seq, "cpu"))
+            seen += 1
+        elif op.kind == "p_read_table_packed":
+            run.rows_shape = rows_shape
+            seq, indptr, ints = op.inputs(run)
+            _, _, starts = op.layout(rows_shape[1])
+            for name, v in (("seq", seq), ("indptr", indptr), ("start", starts)):
+                if v is not None:
+                    assert torch.equal(ints[name], _device_ints_plain(v, "cpu")), name
+            seen += 1
+    assert seen >= 50
