@@ -14,11 +14,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuzz.engine.production import graph
-from fuzz.engine.production.arith import cdiv
+from fuzz.engine.production import arith, graph
+from fuzz.engine.production.arith import HASH_P, cdiv, hash_int, row_hashes
 from fuzz.engine.production.draws import device_ints
 from fuzz.engine.production.generator import READ_HEAVY_MIX, regenerate, scale_info
 from fuzz.engine.production.graph import GReadTable
+from fuzz.engine.production.ops import PRows
 from fuzz.engine.tiers import make_tier
 
 SEEDS = range(40)
@@ -136,3 +137,34 @@ def test_every_read_tables_input_tensors_are_the_plain_ones(gpu_info, mix):
                     assert torch.equal(ints[name], _device_ints_plain(v, "cpu")), name
             seen += 1
     assert seen >= 50
+
+
+# ---- per-row hashes ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 127, 128, 513, 4097])
+@pytest.mark.parametrize("seed", [0, 1, 5, HASH_P - 1, HASH_P, HASH_P + 3, -7, -(1 << 40), (1 << 62) + 11, 123456789])
+def test_row_hashes_are_hash_ints_values(n, seed):
+    assert row_hashes(n, seed) == [hash_int(i, seed) for i in range(n)]
+
+
+def test_row_hashes_past_the_kept_rows_are_hash_ints_values(monkeypatch):
+    monkeypatch.setattr(arith, "ROW_HALF_MAX", 40)
+    assert row_hashes(100, 9) == [hash_int(i, 9) for i in range(100)]
+    assert row_hashes(40, 9) == [hash_int(i, 9) for i in range(40)]
+
+
+def _fills_loop(op):
+    w = op.width
+    return [w if hash_int(r, op.seed + 1) % 4 else hash_int(r, op.seed + 2) % (w + 1) for r in range(op.rows)]
+
+
+def test_every_rows_fills_are_the_loops(gpu_info):
+    """p_rows' fills (and a graph op's own rows) over the stream, against the row-by-row loop they were."""
+    seen = 0
+    for _, op in _stream_ops(gpu_info):
+        if isinstance(op, (PRows, GReadTable)):
+            rows = op if isinstance(op, PRows) else PRows(op.seed, op.rows, op.width, op.src, 0, op.dtype)
+            assert rows.fills() == _fills_loop(rows)
+            seen += 1
+    assert seen >= 100

@@ -32,7 +32,7 @@ from .. import launches, lazy
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Outcome
-from .arith import aligned_up, cdiv, hash_int, hash_rows, out_cols, vectorizable
+from .arith import aligned_up, cdiv, hash_int, hash_rows, out_cols, row_hashes, vectorizable
 from .compare import Compare, packed_live, table_live
 from .draws import device_ints
 from .ops import PRows, ScaleOp
@@ -235,7 +235,7 @@ class GReadTable(ScaleOp):
         if step < 0:
             if self.cap_len >= 0 and vectorizable(self.bs, self.cap_len):
                 return hash_rows(self.bs, self.seed + 5).remainder_(self.cap_len + 1).tolist()
-            return [hash_int(b, self.seed + 5) % (self.cap_len + 1) for b in range(self.bs)]
+            return [h % (self.cap_len + 1) for h in row_hashes(self.bs, self.seed + 5)]
         if step == self.steps - 1:
             return [maxlen] * self.bs
         s = hash_int(step, self.seed)
@@ -248,8 +248,7 @@ class GReadTable(ScaleOp):
             out = torch.where(pick == 1, h.remainder(maxlen + 1), out)
             return out.masked_fill_(pick == 0, self.long_len).tolist()
         out = []
-        for b in range(self.bs):
-            h = hash_int(b, s)
+        for h in row_hashes(self.bs, s):
             pick = h % 4
             if pick == 0:
                 out.append(self.long_len)
@@ -279,7 +278,7 @@ class GReadTable(ScaleOp):
             h = hash_rows(len(seq), s)
             room = torch.tensor(seq, dtype=torch.int64).neg_().add_(self.width + 1)  # >= 1 on every row
             return torch.where(h.remainder(3) == 0, 0, h.remainder(room)).tolist()
-        return [0 if h % 3 == 0 else h % (self.width - n + 1) for n, h in ((n, hash_int(b, s)) for b, n in enumerate(seq))]
+        return [0 if h % 3 == 0 else h % (self.width - n + 1) for n, h in zip(seq, row_hashes(len(seq), s))]
 
     def step_inputs(self, step: int, ps: int) -> dict:
         """The inputs ``step`` (-1: the capture) hands the kernel: req, seq, and when packed
