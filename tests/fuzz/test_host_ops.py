@@ -11,9 +11,14 @@ generator emits for many seeds of the default and read-heavy mixes at production
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 import torch
 
+from fuzz.engine import oplang
+from fuzz.engine.oplang import OpError, _plain
 from fuzz.engine.production import arith, graph
 from fuzz.engine.production.arith import HASH_P, cdiv, hash_int, row_hashes
 from fuzz.engine.production.draws import device_ints
@@ -168,3 +173,42 @@ def test_every_rows_fills_are_the_loops(gpu_info):
             assert rows.fills() == _fills_loop(rows)
             seen += 1
     assert seen >= 100
+
+
+# ---- an op's fields, checked on construction -------------------------------------------------------------
+
+
+def _coerced_plain(op_cls, values: dict) -> dict:
+    """What ``Op.__post_init__`` did per construction before its specs were kept per class."""
+    hints = typing.get_type_hints(op_cls)
+    return {f.name: oplang._coerce(hints[f.name], values[f.name], f"{op_cls.kind} op: field {f.name!r}")
+            for f in dataclasses.fields(op_cls)}
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except OpError as exc:
+        return str(exc)
+
+
+def _built(op_cls, values: dict) -> dict:
+    return dataclasses.asdict(op_cls(**values))
+
+
+def test_every_op_of_the_stream_is_coerced_as_before_and_refused_alike(gpu_info):
+    """Each op of the stream rebuilt from its JSON's values, and with each field in turn made wrong
+    (a float, a string, a list of a string), gives the fields or the message the per-call form gave."""
+    kinds = set()
+    for _, op in _stream_ops(gpu_info, seeds=range(10)):
+        values = {f.name: getattr(op, f.name) for f in dataclasses.fields(op)}
+        plain = {name: _plain(v) for name, v in values.items()}  # lists, as a case file holds them
+        assert _built(type(op), plain) == _coerced_plain(type(op), plain)
+        if type(op).__name__ in kinds:
+            continue
+        kinds.add(type(op).__name__)
+        for name in values:
+            for bad in (1.5, "x", ["x"], None, True):
+                wrong = {**plain, name: bad}
+                assert _outcome(_built, type(op), wrong) == _outcome(_coerced_plain, type(op), wrong)
+    assert len(kinds) >= 10
