@@ -19,7 +19,8 @@ import torch
 
 from fuzz.engine import oplang
 from fuzz.engine.oplang import OpError, _plain
-from fuzz.engine.production import arith, graph
+from fuzz.engine.production import arith, draws, graph
+from fuzz.engine.production import ops as production_ops
 from fuzz.engine.production.arith import HASH_P, cdiv, hash_int, row_hashes
 from fuzz.engine.production.draws import device_ints
 from fuzz.engine.production.generator import READ_HEAVY_MIX, regenerate, scale_info
@@ -212,3 +213,49 @@ def test_every_op_of_the_stream_is_coerced_as_before_and_refused_alike(gpu_info)
                 wrong = {**plain, name: bad}
                 assert _outcome(_built, type(op), wrong) == _outcome(_coerced_plain, type(op), wrong)
     assert len(kinds) >= 10
+
+
+# ---- the whole stream, and what each op derives from it ---------------------------------------------------
+
+
+def _derived(info: dict, mix) -> list:
+    """Per op of the stream: its JSON, and the inputs its check and run derive (a graph op's every
+    step, a read table's seq_lens or packed layout, p_rows' fills)."""
+    out, width = [], None
+    for cfg, op in _stream_ops(info, mix):
+        ps, row = cfg.page_size, [op.to_json()]
+        if isinstance(op, PRows):
+            width = op.width
+            row.append(op.fills())
+        elif isinstance(op, GReadTable):
+            row += [graph._step_inputs(op, step, ps) for step in range(-1, op.steps)]
+        elif op.kind == "p_read_table":
+            row.append(op.seq_lens(ps))
+        elif op.kind == "p_read_table_packed":
+            row.append(op.layout(width))
+        out.append(row)
+    return out
+
+
+def _clear_caches():
+    for fn in (graph._step_inputs, draws._seq_lens_of, draws._packed_layout_of):
+        fn.cache_clear()
+
+
+@pytest.mark.parametrize("mix", [None, READ_HEAVY_MIX], ids=["default", "read-heavy"])
+def test_the_stream_and_its_inputs_are_the_ones_the_row_loops_give(gpu_info, mix, monkeypatch):
+    """40 seeds x 24 ops, computed twice: as the code stands, and with every per-row hash a
+    ``hash_int`` loop again (the definition ``row_hashes`` replaced) and the op records' checks
+    worked out per construction."""
+    _clear_caches()
+    fast = _derived(gpu_info, mix)
+    loop = lambda n, seed: [hash_int(i, seed) for i in range(n)]  # noqa: E731
+    for mod in (graph, draws, production_ops):
+        monkeypatch.setattr(mod, "row_hashes", loop)
+    for cls in oplang.Op.registry.values():
+        monkeypatch.delattr(cls, "_field_specs", raising=False)
+    _clear_caches()
+    try:
+        assert _derived(gpu_info, mix) == fast
+    finally:
+        _clear_caches()
