@@ -95,12 +95,15 @@ class Op:
             Op.registry[cls.kind] = cls
 
     def __post_init__(self):
-        hints = type(self).__dict__.get("_hints_cache")
-        if hints is None:
+        # Every field is checked against its annotation on every construction; what each check
+        # needs (the name, the type, the error's wording) is worked out once per class.
+        specs = type(self).__dict__.get("_field_specs")
+        if specs is None:
             hints = typing.get_type_hints(type(self))
-            type(self)._hints_cache = hints
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _coerce(hints[f.name], getattr(self, f.name), f"{self.kind} op: field {f.name!r}"))
+            specs = tuple((f.name, hints[f.name], f"{self.kind} op: field {f.name!r}") for f in dataclasses.fields(self))
+            type(self)._field_specs = specs
+        for name, hint, what in specs:
+            object.__setattr__(self, name, _coerce(hint, getattr(self, name), what))
 
     # ---- JSON --------------------------------------------------------------------
     @classmethod

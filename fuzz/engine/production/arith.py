@@ -47,6 +47,23 @@ def hash_int(x: int, seed: int) -> int:
     return (h * HASH_B + HASH_C) % HASH_P
 
 
+# ``i * HASH_A mod HASH_P`` for rows ``i < len``: the half of ``hash_int(i, seed)`` that does not
+# depend on the seed, shared by every per-row draw (each step of a graph op hashes rows 0..bs-1).
+_ROW_HALF: list[int] = []
+ROW_HALF_MAX = 1 << 16  # rows kept (512 KB of ints at most); longer lists are hashed row by row
+
+
+def row_hashes(n: int, seed: int) -> list[int]:
+    """``[hash_int(i, seed) for i in range(n)]``, the same values: ``(i % P * A + seed % P) % P`` is
+    ``(i * A % P + seed % P) % P``, and ``i * A % P`` is computed once per row for every seed."""
+    if n > ROW_HALF_MAX:
+        return [hash_int(i, seed) for i in range(n)]
+    if n > len(_ROW_HALF):
+        _ROW_HALF.extend(i * HASH_A % HASH_P for i in range(len(_ROW_HALF), n))
+    s, p, b, c = seed % HASH_P, HASH_P, HASH_B, HASH_C
+    return [((x + s) % p * b + c) % p for x in _ROW_HALF[:n]]
+
+
 def hash_tensor(x: torch.Tensor, seed: int) -> torch.Tensor:
     """Elementwise ``hash_int`` of a non-negative int64 tensor (new tensor)."""
     h = x.remainder(HASH_P).mul_(HASH_A).add_(seed % HASH_P).remainder_(HASH_P)

@@ -32,7 +32,7 @@ from .. import launches, lazy
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, Ints
 from ..verdict import Outcome
-from .arith import aligned_up, cdiv, hash_int, hash_rows, out_cols, vectorizable
+from .arith import aligned_up, cdiv, hash_int, hash_rows, out_cols, row_hashes, vectorizable
 from .compare import Compare, packed_live, table_live
 from .draws import device_ints
 from .ops import PRows, ScaleOp
@@ -235,7 +235,7 @@ class GReadTable(ScaleOp):
         if step < 0:
             if self.cap_len >= 0 and vectorizable(self.bs, self.cap_len):
                 return hash_rows(self.bs, self.seed + 5).remainder_(self.cap_len + 1).tolist()
-            return [hash_int(b, self.seed + 5) % (self.cap_len + 1) for b in range(self.bs)]
+            return [h % (self.cap_len + 1) for h in row_hashes(self.bs, self.seed + 5)]
         if step == self.steps - 1:
             return [maxlen] * self.bs
         s = hash_int(step, self.seed)
@@ -248,8 +248,7 @@ class GReadTable(ScaleOp):
             out = torch.where(pick == 1, h.remainder(maxlen + 1), out)
             return out.masked_fill_(pick == 0, self.long_len).tolist()
         out = []
-        for b in range(self.bs):
-            h = hash_int(b, s)
+        for h in row_hashes(self.bs, s):
             pick = h % 4
             if pick == 0:
                 out.append(self.long_len)
@@ -279,18 +278,28 @@ class GReadTable(ScaleOp):
             h = hash_rows(len(seq), s)
             room = torch.tensor(seq, dtype=torch.int64).neg_().add_(self.width + 1)  # >= 1 on every row
             return torch.where(h.remainder(3) == 0, 0, h.remainder(room)).tolist()
-        return [0 if h % 3 == 0 else h % (self.width - n + 1) for n, h in ((n, hash_int(b, s)) for b, n in enumerate(seq))]
+        return [0 if h % 3 == 0 else h % (self.width - n + 1) for n, h in zip(seq, row_hashes(len(seq), s))]
 
     def step_inputs(self, step: int, ps: int) -> dict:
         """The inputs ``step`` (-1: the capture) hands the kernel: req, seq, and when packed
         indptr and start (computed once for the check and the run: ``_step_inputs``)."""
         return {name: list(v) for name, v in _step_inputs(self, step, ps)}
 
+    def live_cols(self, seq, ps: int) -> list[int]:
+        """Each batch row's live columns at a replay of these seq_lens (the table form's mask)."""
+        return [min(cdiv(n, ps), self.max_pages) for n in seq]
+
+    @staticmethod
+    def live_spans(seq) -> list[tuple[int, int]]:
+        """(start, length) of each row in the packed buffer at a replay of these seq_lens."""
+        return list(zip(accumulate(seq, initial=0), seq))
+
     def preflight(self, ctx):
-        """Every replay's inputs, and the capture's."""
+        """Every replay's inputs, and the capture's: the very tuples the run hands the kernel
+        (``_step_inputs``, shared by the check and the run)."""
         total = self.bs * self.max_pages
         for step in range(-1, self.steps):
-            v = self.step_inputs(step, ctx.config.page_size)
+            v = dict(_step_inputs(self, step, ctx.config.page_size))
             if self.packed:
                 check_packed_call(ctx, r2t_rows=self.rows, width=self.width, req_idx=v["req"], seq_lens=v["seq"],
                                   indptr=v["indptr"], kv_start=v["start"], max_tokens=total, out_len=total)
@@ -328,19 +337,18 @@ class GReadTable(ScaleOp):
                             max_tokens=total)
             return dict(args, max_pages=self.max_pages)
 
-        def set_inputs(step: int) -> list[int]:
-            vals = self.step_inputs(step, ps)
-            seq = vals["seq"]
+        def set_inputs(step: int) -> tuple[int, ...]:  # the step's seq_lens
+            vals = _step_inputs(self, step, ps)  # the tuples the check was given
             # One host-to-device copy for every input of the step (``draws.device_ints``: no wait for
             # the device), then device-side copies into both sides' static buffers.
-            flat = device_ints([x for v in vals.values() for x in v], dev)
+            flat = device_ints([x for _, v in vals for x in v], dev)
             at = 0
-            for name, v in vals.items():
+            for name, v in vals:
                 src = flat[at:at + len(v)]
                 at += len(v)
                 for t in static[name]:
                     t.copy_(src)
-            return seq
+            return dict(vals)["seq"]
 
         def oracle():
             fn = vo.read_table_packed if self.packed else vo.read_table
@@ -352,17 +360,14 @@ class GReadTable(ScaleOp):
         def target_call():
             getattr(run.tier.kernels, fn_name)(**target_args)
 
-        def compare(step: int, seq: list[int]):
+        def compare(step: int, seq):
+            # The live mask's per-row lists are built only when the results differ (``live`` is
+            # called by ``result_divergence`` alone), from the step's own immutable seq_lens.
             if self.packed:
-                spans, at = [], 0
-                for n in seq:
-                    spans.append((at, n))
-                    at += n
-                live = lambda: packed_live(o_buf.numel(), spans, dev)  # noqa: E731
+                live = lambda: packed_live(o_buf.numel(), self.live_spans(seq), dev)  # noqa: E731
                 where = lambda a: f"out[{a - PACKED_SLACK}] at replay {step}"  # noqa: E731
             else:
-                n_cols = [min(cdiv(n, ps), self.max_pages) for n in seq]
-                live = lambda: table_live(o_buf.shape, n_cols, dev)  # noqa: E731
+                live = lambda: table_live(o_buf.shape, self.live_cols(seq, ps), dev)  # noqa: E731
                 where = lambda a: f"out[{a[0] - 1}][{a[1]}] at replay {step} (capture seq_lens <= {self.cap_len})"  # noqa: E731
             run.check(i, self, [Compare("out", o_buf, t_buf, live=live, where=where)], results_only=True)
 
@@ -390,7 +395,7 @@ class GReadTable(ScaleOp):
             run.t_v2p.view.copy_(saved[1])
         return Outcome({"graph": "cuda" if not capture.emulated else "emulated", "replays": self.steps})
 
-    def _mutate(self, run, step: int, set_inputs, o_r2t, t_r2t) -> list[int]:
+    def _mutate(self, run, step: int, set_inputs, o_r2t, t_r2t) -> tuple[int, ...]:
         seq = set_inputs(step)
         s = hash_int(step, self.seed + 7)
         r = s % self.rows

@@ -28,7 +28,7 @@ from .. import lazy
 from .. import vector_oracle as vo
 from ..ops import PACKED_SLACK, POISON, R2T_DTYPES, Ints, Op
 from ..verdict import Outcome
-from .arith import ModIds, affine_error, affine_ids, affine_list, cdiv, hash_int, hash_tensor, out_cols, shrunk_ints
+from .arith import ModIds, affine_error, affine_ids, affine_list, cdiv, hash_tensor, out_cols, row_hashes, shrunk_ints
 from .compare import Compare, packed_live, table_live
 from .draws import _packed_layout_of, _req_tensor, _seq_lens, _seq_lens_of, device_ints, packed_layout
 from .preflight import check_packed_call, check_table_call
@@ -226,7 +226,8 @@ class PRows(ScaleOp):
 
     def fills(self) -> list[int]:
         w = self.width
-        return [w if hash_int(r, self.seed + 1) % 4 else hash_int(r, self.seed + 2) % (w + 1) for r in range(self.rows)]
+        return [w if h1 % 4 else h2 % (w + 1) for h1, h2 in zip(row_hashes(self.rows, self.seed + 1),
+                                                                 row_hashes(self.rows, self.seed + 2))]
 
     def build(self, config: kvref.PoolConfig, device) -> torch.Tensor:
         ps, w = config.page_size, self.width
