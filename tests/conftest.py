@@ -62,3 +62,19 @@ def every_minimized_case_keeps_its_signature(monkeypatch):
 
     monkeypatch.setattr(minimize.Minimizer, "run", checked)
     yield
+
+
+@pytest.fixture(autouse=True)
+def launch_knobs_are_back_at_their_defaults():
+    """A test that runs a pool with launch knobs (``BLOCK_COLS=4`` ...) leaves them set in the
+    kernel module, and a later test in the same worker (``--dist worksteal`` orders them as it
+    likes) then launches other grids than it reckons with. After each test every kernel set's
+    knobs go back to the defaults ``knobs.apply`` recorded when it first set them."""
+    yield
+    import sys
+
+    for mod in list(sys.modules.values()):
+        defaults = getattr(mod, "_KVFUZZ_DEFAULTS", None)
+        if isinstance(defaults, dict):
+            for name, value in defaults.items():
+                setattr(mod, name, value)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import kvref
-from fuzz.engine import features, guide, launches
+from fuzz.engine import features, guide, knobs, launches
 from fuzz.engine.ops import Alloc, ReadTable
 from fuzz.engine.runner import PoolRun
 from fuzz.engine.tiers import make_tier
@@ -78,14 +78,17 @@ def test_a_known_reads_features_are_replayed_as_its_launches_gave_them():
     tier, known = make_tier("interpret"), guide.KnownReads()
     ops = [Alloc(6), ReadTable([[1, 2, 3, 4, 5, 6]], [0], [6], 6, 6, False)]
     seen = []
-    for _ in range(2):
-        col = known.collector = features.Collector()
-        run = PoolRun(CONFIG, tier, knobs={"BLOCK_COLS": 4, "BLOCK_IDS": 4, "TARGET_BLOCKS": 2}, known=known)
-        with col, launches.Recorder() as rec:
-            for op in ops:
-                col.op += 1
-                run.step(op)
-        seen.append((col, [ln.name for ln in rec.launches]))
+    try:
+        for _ in range(2):
+            col = known.collector = features.Collector()
+            run = PoolRun(CONFIG, tier, knobs={"BLOCK_COLS": 4, "BLOCK_IDS": 4, "TARGET_BLOCKS": 2}, known=known)
+            with col, launches.Recorder() as rec:
+                for op in ops:
+                    col.op += 1
+                    run.step(op)
+            seen.append((col, [ln.name for ln in rec.launches]))
+    finally:
+        knobs.apply(tier.kernels, None)  # the knobs back at their defaults for the tests after this one
     (first, ran), (second, ran_again) = seen
     assert "read_table_kernel" in ran and "read_table_kernel" not in ran_again and len(ran_again) < len(ran)
     assert any(n.startswith("trips|read_table_kernel|") for n in first.names)
