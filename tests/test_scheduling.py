@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.scheduling import MEASURED_S, block_sizes, long_first, weight
+from tests.scheduling import DEFAULT_S, MEASURED_S, block_sizes, long_first, weight
 
 COSTS = {"a": 100, "b": 90, "c": 40, "d": 35, "e": 30}  # the long ones; the rest cost 0
 
@@ -70,7 +70,11 @@ def test_one_worker_or_no_long_test_changes_little():
 
 
 def test_weights_come_from_the_table_or_the_slow_marker():
-    name = next(iter(MEASURED_S))
-    assert weight(f"{name}[x-1]", slow=False) == MEASURED_S[name]  # parameters do not matter
+    name = next(k for k in MEASURED_S if "[" not in k)
+    assert weight(f"{name}[x-1]", slow=False) == MEASURED_S[name]  # a name's entry holds for each parameter
+    one = next(k for k in MEASURED_S if "[" in k)  # one instance measured: it has its own weight
+    assert weight(one, slow=True) == MEASURED_S[one]
+    assert weight(one.split("[")[0] + "[not-measured]", slow=False) == 0
+    assert weight(one.split("[")[0] + "[not-measured]", slow=True) == DEFAULT_S
     assert weight("tests/test_x.py::test_unlisted", slow=True) > 0
     assert weight("tests/test_x.py::test_unlisted", slow=False) == 0
