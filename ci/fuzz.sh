@@ -7,6 +7,8 @@
 # KVFUZZ_OP_TIMEOUT, KVFUZZ_CHECK_EVERY (N > 1: the GPU throughput mode), KVFUZZ_OUT (case
 # files, summary.json, junit.xml), KVFUZZ_BASELINE (known failures: a kvfuzz-baseline/1 file
 # or a folder of accepted cases; they are reported as known and do not fail the job).
+# KVFUZZ_CORPUS (a directory): coverage-guided generation from the corpus kept there, resumed if
+# it holds one, grown with what this run reaches (--corpus: --scale small; the nightly keeps one).
 # Work limits (a pre-merge job that must do the same work on any runner): KVFUZZ_MAX_SEQUENCES,
 # KVFUZZ_MAX_OPS (this shard's total, all workers together; the budget is then a safety cap,
 # default 3600 s).
@@ -30,4 +32,5 @@ exec "$PY" -m fuzz run --backend "$KVFUZZ_BACKEND" --kernels "${KVFUZZ_KERNELS:-
   --budget-s "$BUDGET" --max-sequences "${KVFUZZ_MAX_SEQUENCES:-}" --max-ops "${KVFUZZ_MAX_OPS:-}" --workers "${KVFUZZ_WORKERS:-$(nproc)}" \
   --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" \
   --op-timeout "${KVFUZZ_OP_TIMEOUT:-auto}" --check-every "${KVFUZZ_CHECK_EVERY:-1}" --out "$OUT" \
-  --summary "$OUT/summary.json" --junit-xml "$OUT/junit.xml" --baseline "${KVFUZZ_BASELINE:-}"
+  --summary "$OUT/summary.json" --junit-xml "$OUT/junit.xml" --baseline "${KVFUZZ_BASELINE:-}" \
+  --corpus "${KVFUZZ_CORPUS:-}"

@@ -3,8 +3,8 @@
 # (sharded with KVFUZZ_SHARD=I/N across a CI matrix or a Slurm/Kubernetes array), a
 # production-scale campaign (kernel-level ops at the kernel set's own block boundaries, and
 # CUDA-graph replay), the letter-of-SPEC kernel sets at both scales (letter/), the mutant catalogue (kill rate), and kvfuzz bench. Results land in
-# KVFUZZ_OUT (default nightly-out/): cases/ and production/ (case files, summary.json,
-# junit.xml), mutants.txt, bench.json. Exit 1 if any step failed (3 if kvfuzz itself did).
+# KVFUZZ_OUT (default nightly-out/): cases/, guided/ and production/ (case files, summary.json,
+# junit.xml), coverage.txt, mutants.txt, bench.json. Exit 1 if any step failed (3 if kvfuzz itself did).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash ci/setup.sh) || exit 2
@@ -20,6 +20,13 @@ else
 fi
 KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
   PATH="$(dirname "$PY"):$PATH" bash ci/fuzz.sh || status=1
+# Coverage-guided (README, "Guided generation"): a corpus kept between nights in KVFUZZ_CORPUS, resumed and grown
+# each night; what every night's corpus reached and never reached, per kernel and function, goes to
+# coverage.txt. Shards on machines of their own each keep theirs: `kvfuzz merge --corpus` makes one.
+CORPUS=${KVFUZZ_CORPUS:-$HOME/.cache/kvfuzz/corpus}
+KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/guided" KVFUZZ_CORPUS="$CORPUS" KVFUZZ_BUDGET_S="${KVFUZZ_GUIDED_S:-1800}" \
+  KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" PATH="$(dirname "$PY"):$PATH" bash ci/fuzz.sh || status=1
+"$PY" -m fuzz coverage "$CORPUS" > "$OUT/coverage.txt" || status=1
 "$PY" -m fuzz run --backend "$BACKEND" --scale production --kernels "${KVFUZZ_KERNELS:-kvkernels}" \
   --budget-s "${KVFUZZ_PRODUCTION_S:-1800}" --cache-dir "${KVFUZZ_CACHE_DIR:-$HOME/.cache/kvfuzz/triton}" --workers "$([ "$GPUS" -gt 0 ] && echo "$GPUS" || nproc)" \
   --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" --check-every "$CHECK_EVERY" \

@@ -150,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-minimize", action="store_true", help="write cases as found, without shrinking them")
     run.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     run.add_argument("--guided", action="store_true", help="coverage-guided sequences from a corpus (--scale small)")
-    run.add_argument("--corpus", metavar="DIR", help="the guided corpus, kept and resumed (default: OUT/corpus)")
+    run.add_argument("--corpus", metavar="DIR", type=lambda text: text or None,
+                     help="the guided corpus, kept and resumed (default: OUT/corpus); it implies --guided, and an "
+                          "empty value means none (as ci/fuzz.sh passes an unset KVFUZZ_CORPUS)")
 
     rp = command("replay", "replay one case file in a child process: exit 1 if it still fails")
     _case_target(rp, kernels_help="default: the case's kernel set (knobs it lacks are dropped, with a warning)")

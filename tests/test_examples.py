@@ -226,3 +226,37 @@ def test_nightly_merges_the_shards_against_a_baseline_in_the_repo():
     download = re.search(r"actions/download-artifact@v\d+\s+with:\s+pattern:\s*(\S+)", text)
     assert download and download.group(1) == upload + "*"
     assert re.search(r"^  merge:\n    needs: fuzz\n    if: always\(\)", text, re.M)
+
+
+# ---- ci/fuzz.sh's guided knob ----------------------------------------------------------------
+
+
+def _fuzz_sh(tmp_path: Path, out: str, **env) -> subprocess.CompletedProcess:
+    """``ci/fuzz.sh`` on the torch tier with this Python (``KVFUZZ_NO_VENV``), 4 sequences."""
+    import os
+    import sys
+
+    run_env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "KVFUZZ_NO_VENV": "1",
+               "KVFUZZ_BACKEND": "torch", "KVFUZZ_MAX_SEQUENCES": "4", "KVFUZZ_WORKERS": "1", "KVFUZZ_SEED": "7",
+               "KVFUZZ_OUT": str(tmp_path / out), **env}
+    run_env.pop("TRITON_INTERPRET", None)
+    return subprocess.run(["bash", str(REPO / "ci/fuzz.sh")], capture_output=True, text=True, timeout=300, env=run_env)
+
+
+def test_fuzz_sh_keeps_and_resumes_a_corpus_where_kvfuzz_corpus_names_one(tmp_path):
+    """What ci/nightly.sh relies on to keep a corpus between nights: KVFUZZ_CORPUS makes the campaign
+    guided from that directory, the next run resumes what the last left, and without it nothing is
+    guided (no corpus written)."""
+    corpus = tmp_path / "corpus"
+    first = _fuzz_sh(tmp_path, "night1", KVFUZZ_CORPUS=str(corpus))
+    assert first.returncode == 0, first.stdout + first.stderr
+    kept = sorted(p.name for p in corpus.glob("*.json"))
+    assert kept, first.stdout + first.stderr
+    second = _fuzz_sh(tmp_path, "night2", KVFUZZ_CORPUS=str(corpus))
+    assert second.returncode == 0, second.stdout + second.stderr
+    entries = [int(n) for n in re.findall(rf"corpus {re.escape(str(corpus))}: (\d+) entries", second.stdout + second.stderr)]
+    assert entries and entries[-1] >= len(kept), second.stdout + second.stderr
+    assert set(kept) <= {p.name for p in corpus.glob("*.json")}  # resumed from, not started over
+    blind = _fuzz_sh(tmp_path, "blind")
+    assert blind.returncode == 0, blind.stdout + blind.stderr
+    assert not (tmp_path / "blind/corpus").exists() and "corpus" not in blind.stdout + blind.stderr
