@@ -108,6 +108,24 @@ def _is_tensor(v) -> bool:
 _MEMO: dict[tuple, object] = {}  # (kernel id, grid, int arguments) -> its _Entry; (kernel, size argument, blocks, remainders) -> features
 MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
 _SERIAL = itertools.count()  # each entry's number: a collector skips the names of an entry it has taken
+_HOST_ROWS: dict[int, tuple[int, list]] = {}  # a device tensor's data_ptr -> (numel, the host values copied into it)
+
+
+def host_copy(tensor, values: list) -> None:
+    """Note that ``tensor`` (on a GPU) holds ``values``, copied there from the host, so that a read
+    table launched on it has its trips features without a read of the device (``_extras``): the
+    runner notes each read-table op's ``seq_lens`` (``PoolRun.batch``), and the next op's replace them."""
+    _HOST_ROWS.clear()
+    _HOST_ROWS[tensor.data_ptr()] = (len(values), list(values))
+
+
+def _host_rows(v) -> list | None:
+    """The row lengths of a read table's ``seq_lens`` argument: a CPU tensor's, or a GPU tensor's
+    that ``host_copy`` noted (the same pointer and size); None otherwise (not read from the device)."""
+    if getattr(v, "is_cpu", True):
+        return v.tolist() if hasattr(v, "tolist") else None
+    got = _HOST_ROWS.get(v.data_ptr())
+    return got[1] if got is not None and got[0] == v.numel() else None
 
 
 class _Entry(NamedTuple):
@@ -174,9 +192,12 @@ def _extras(got: _Entry, args, kwargs, dims: tuple, out: set[str], goals: dict |
             out.add(f"i32_dist|{got.kernel}|{got.params[i]}.numel|{log_bucket(INT32 - n)}")
     if got.lens is not None:
         v = args[got.lens] if type(got.lens) is int else kwargs.get(got.lens)
-        if getattr(v, "is_cpu", True):  # a GPU tensor's rows are not read
+        rows = None
+        with contextlib.suppress(Exception):
+            rows = _host_rows(v)  # a GPU tensor's rows are never read from the device
+        if rows is not None:
             values = by_name(getattr(got.fn, "fn", got.fn), args, kwargs)
-            _trip_features(got.kernel, values, got.constexprs, dims, out, {} if goals is None else goals)
+            _trip_features(got.kernel, values, rows, got.constexprs, dims, out, {} if goals is None else goals)
 
 
 def _launch_entry(fn, args, kwargs, dims: tuple) -> _Entry:
@@ -221,7 +242,8 @@ def _size_features(kernel: str, name: str, rems: tuple | None, blocks: tuple) ->
     return out
 
 
-def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out: set[str], goals: dict) -> None:
+def _trip_features(kernel: str, values: dict, rows: list, constexprs: dict, grid: tuple, out: set[str],
+                   goals: dict) -> None:
     """Trips of each program (b, j) of a read table's strided loop: ``start = j * BLOCK``, then
     ``start += col_stride`` while ``start < n`` (a kernel without ``col_stride``, the legacy
     grid, makes one trip by construction: its masks say the rest), where n is the row's live
@@ -230,16 +252,13 @@ def _trip_features(kernel: str, values: dict, constexprs: dict, grid: tuple, out
     first row): the comparison's operands (libFuzzer's CMP tracing), so a mutation can set the row
     that reached a stone to the length of one more trip, or of the same trips with the other last
     block (``streams.row_target``), instead of stepping towards it blind."""
-    lens = values["seq_lens_ptr"]
-    if getattr(getattr(lens, "device", None), "type", "cpu") != "cpu":
-        return
     block, ps = constexprs["BLOCK"], constexprs.get("PAGE_SIZE", 1)
     stride = values["col_stride"]
     step = stride * max(1, constexprs.get("UNROLL", 1))
     cap = values.get("max_pages", values.get("max_tokens"))
     per_page = "max_pages" in values
     with contextlib.suppress(Exception):
-        for seq in lens.tolist()[: grid[0]]:
+        for seq in rows[: grid[0]]:
             n = -(-max(int(seq), 0) // ps) if per_page else max(int(seq), 0)
             if isinstance(cap, int):
                 n = min(n, cap)

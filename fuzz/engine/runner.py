@@ -27,7 +27,7 @@ import contextlib
 import kvref
 from kvref import ContractViolation, InvariantViolation
 
-from . import lazy
+from . import features, lazy
 from .gate import GeneratedInvalid, spec_refusal
 from .generate import HOSTILE
 from .knobs import apply as apply_knobs
@@ -106,10 +106,13 @@ class TargetSide:
         if self.device.type == "cuda":
             r2t = r2t.pin_memory()
         c, g = self.config, self.zones.guard
+        seq_lens = self._guarded("seq_lens", op.seq_lens, index_canary(op.width, g))
+        if self.device.type != "cpu":  # its rows for the trips features, which never read the device
+            features.host_copy(seq_lens, op.seq_lens)
         return dict(req_to_token=self.zones.guarded(INPUT + "req_to_token", r2t,
                                                     index_canary(c.table_rows, g, c.page_size)),
                     req_pool_indices=self._guarded("req_pool_indices", op.req_idx, index_canary(len(rows), g)),
-                    seq_lens=self._guarded("seq_lens", op.seq_lens, index_canary(op.width, g)))
+                    seq_lens=seq_lens)
 
     def damage(self) -> list[str]:
         """Damaged red zones (tables and inputs), then forget the inputs checked."""

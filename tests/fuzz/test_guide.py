@@ -71,6 +71,48 @@ def test_launch_features_count_trips_and_the_last_block_of_a_read_table():
 
 
 
+def test_a_gpu_read_tables_trips_come_from_the_host_copy_of_its_rows_and_the_device_is_never_read():
+    """On CUDA a read table's seq_lens lives on the GPU: its trips features come from the values the
+    runner copied there (``features.host_copy``, noted in ``PoolRun.batch``), matched by pointer and
+    size; a tensor nobody noted, or one of another size at that pointer, gives none, and the
+    device tensor's values are never asked for."""
+    from kvkernels import triton_kernels
+
+    class OnGpu:  # a stand-in CUDA tensor: reading its values fails the test
+        is_cpu = False
+
+        def __init__(self, ptr, n):
+            self.ptr, self.n = ptr, n
+
+        def data_ptr(self):
+            return self.ptr
+
+        def numel(self):
+            return self.n
+
+        def tolist(self):
+            raise AssertionError("the device was read")
+
+    def launch(lens):
+        return type("L", (), {"name": "read_table_kernel", "fn": triton_kernels.read_table_kernel, "args": (),
+                              "grid_dims": (1, 1), "kwargs": {"seq_lens_ptr": lens, "max_pages": 64, "col_stride": 4,
+                                                              "BLOCK": 4, "PAGE_SIZE": 1}})
+
+    noted = OnGpu(0x7F00, 1)
+    features.host_copy(noted, [10])
+    out: set[str] = set()
+    features.launch_features(launch(noted), out)
+    assert "trips|read_table_kernel|3+|partial" in out, sorted(out)
+    for stranger in (OnGpu(0x8F00, 1), OnGpu(0x7F00, 2)):  # not noted; noted, but not this size
+        out = set()
+        features.launch_features(launch(stranger), out)
+        assert "mask|read_table_kernel|max_pages/BLOCK|full" in out and not any(f.startswith("trips|") for f in out)
+    features.host_copy(OnGpu(0x9F00, 1), [3])  # the next op's rows replace the last op's
+    out = set()
+    features.launch_features(launch(noted), out)
+    assert not any(f.startswith("trips|") for f in out), out
+
+
 def test_a_launch_shapes_features_are_memoized_and_its_trips_are_not():
     """The same shape again gives the same features from the memo; another size others; and a
     row of other contents in a tensor of the same size its own trips (read from it every time)."""
