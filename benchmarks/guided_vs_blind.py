@@ -224,7 +224,7 @@ def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
 
 
 def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: int = 200,
-                modes=("blind", "guided")) -> list[dict]:
+                modes=("blind", "guided"), backend: str = "interpret") -> list[dict]:
     """Work to kill, in one process and without a campaign (no start-up, no minimizing, no op
     timeouts a loaded machine trips): the sequences a one-worker campaign of seed ``s`` runs
     (sequence seeds ``s * 1_000_003 + k``, 200 ops each, guided's as its plans cut them), blind and guided (a
@@ -233,7 +233,7 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
 
     rows = []
     for name in names:
-        tier = mutant_tier_named(name, "interpret")
+        tier = mutant_tier_named(name, backend)
         for seed in seeds:
             for mode in modes:
                 with tempfile.TemporaryDirectory() as root:
@@ -357,7 +357,7 @@ def main() -> int:
                    help="kill-ops: blind's rows taken from an earlier run's JSON (same mutants, seeds, --max-ops) "
                         "instead of run again: the blind generator's streams are unchanged, so its ops are too")
     p.add_argument("--backend", choices=("interpret", "cuda"), default="interpret",
-                   help="the tier (cuda: the overhead and hook parts only, value features alone)")
+                   help="the tier (cuda: the overhead, hook and kill-ops parts only; value features alone)")
     p.add_argument("--out")
     args = p.parse_args()
     select_backend(args.backend)
@@ -383,7 +383,7 @@ def main() -> int:
     if "kill-ops" in parts:
         names, modes = args.fixtures.split(","), args.modes.split(",")
         reused = _reused_blind(args.reuse_blind, names, seeds) if args.reuse_blind else []
-        result["kill_ops"] = reused + ops_to_kill(names, seeds, args.max_ops,
+        result["kill_ops"] = reused + ops_to_kill(names, seeds, args.max_ops, backend=args.backend,
                                                   modes=[m for m in modes if not (reused and m == "blind")])
         result["kill_ops_medians"] = medians(result["kill_ops"])
         for row in result["kill_ops_medians"]:
