@@ -115,11 +115,16 @@ def report(dirs) -> dict:
     return {"entries": entries, "features": dict(by_domain), "kernels": dict(kernels), "code": code}
 
 
+SHOWN = 6  # a kernel's reached features named in the text (the JSON has them all)
+
+
 def text(rep: dict, all_lines: bool = False) -> str:
     out = [f"corpus: {rep['entries']} entries, features by domain: "
            + ", ".join(f"{d} {n}" for d, n in sorted(rep["features"].items()))]
     for kernel, k in rep["kernels"].items():
-        out.append(f"{kernel}: reached {len(k['reached'])}")
+        shown = k["reached"][:SHOWN]
+        more = f", and {len(k['reached']) - SHOWN} more" if len(k["reached"]) > SHOWN else ""
+        out.append(f"{kernel}: reached {len(k['reached'])}" + (": " + ", ".join(shown) + more if shown else ""))
         out += [f"  never: {kernel}: {why}" for why in k["never"]]
     for short, per in rep["code"].items():
         never = {fn: v for fn, v in per.items() if v["never"]}

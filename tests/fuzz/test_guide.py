@@ -296,6 +296,8 @@ def test_the_report_names_what_no_sequence_reached(tmp_path):
     assert any(v["never"] for v in alloc.values()) and rep["features"]["code"] == 1
     r = kvfuzz("coverage", tmp_path)
     assert r.returncode == 0 and "never: read_table_kernel: no program ever ran 3+ trips" in r.stdout
+    assert "bind_kernel: reached 1: N/BLOCK partial\n" in r.stdout, r.stdout  # what was reached, named
+    assert "read_table_kernel: reached 2: trips 1 (partial last block), trips 2 (partial last block)\n" in r.stdout
 
 
 def test_guided_is_the_small_tracks_only(tmp_path):
