@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -233,9 +235,6 @@ def test_nightly_merges_the_shards_against_a_baseline_in_the_repo():
 
 def _fuzz_sh(tmp_path: Path, out: str, **env) -> subprocess.CompletedProcess:
     """``ci/fuzz.sh`` on the torch tier with this Python (``KVFUZZ_NO_VENV``), 4 sequences."""
-    import os
-    import sys
-
     run_env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "KVFUZZ_NO_VENV": "1",
                "KVFUZZ_BACKEND": "torch", "KVFUZZ_MAX_SEQUENCES": "4", "KVFUZZ_WORKERS": "1", "KVFUZZ_SEED": "7",
                "KVFUZZ_OUT": str(tmp_path / out), **env}

@@ -45,7 +45,7 @@ import itertools
 import math
 import zlib
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from .signatures import by_name, int_constexprs, kernel_name
 
@@ -108,24 +108,24 @@ def _is_tensor(v) -> bool:
 _MEMO: dict[tuple, object] = {}  # (kernel id, grid, int arguments) -> its _Entry; (kernel, size argument, blocks, remainders) -> features
 MEMO_MAX = 1 << 15  # keys kept (then the memo starts again)
 _SERIAL = itertools.count()  # each entry's number: a collector skips the names of an entry it has taken
-_HOST_ROWS: dict[int, tuple[int, list]] = {}  # a device tensor's data_ptr -> (numel, the host values copied into it)
+_HOST_ROWS: dict[int, Sequence[int]] = {}  # a device tensor's data_ptr -> the host values copied into it
 
 
-def host_copy(tensor, values: list) -> None:
+def host_copy(tensor, values: Sequence[int]) -> None:
     """Note that ``tensor`` (on a GPU) holds ``values``, copied there from the host, so that a read
     table launched on it has its trips features without a read of the device (``_extras``): the
     runner notes each read-table op's ``seq_lens`` (``PoolRun.batch``), and the next op's replace them."""
     _HOST_ROWS.clear()
-    _HOST_ROWS[tensor.data_ptr()] = (len(values), list(values))
+    _HOST_ROWS[tensor.data_ptr()] = values
 
 
-def _host_rows(v) -> list | None:
+def _host_rows(v) -> Sequence[int] | None:
     """The row lengths of a read table's ``seq_lens`` argument: a CPU tensor's, or a GPU tensor's
     that ``host_copy`` noted (the same pointer and size); None otherwise (not read from the device)."""
     if getattr(v, "is_cpu", True):
         return v.tolist() if hasattr(v, "tolist") else None
     got = _HOST_ROWS.get(v.data_ptr())
-    return got[1] if got is not None and got[0] == v.numel() else None
+    return got if got is not None and len(got) == v.numel() else None
 
 
 class _Entry(NamedTuple):
@@ -242,7 +242,7 @@ def _size_features(kernel: str, name: str, rems: tuple | None, blocks: tuple) ->
     return out
 
 
-def _trip_features(kernel: str, values: dict, rows: list, constexprs: dict, grid: tuple, out: set[str],
+def _trip_features(kernel: str, values: dict, rows: Sequence[int], constexprs: dict, grid: tuple, out: set[str],
                    goals: dict) -> None:
     """Trips of each program (b, j) of a read table's strided loop: ``start = j * BLOCK``, then
     ``start += col_stride`` while ``start < n`` (a kernel without ``col_stride``, the legacy
