@@ -132,7 +132,8 @@ def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -
     summary = out / "summary.json"
     cmd = [sys.executable, "-m", "fuzz", "run", "--backend", args.backend, "--scale", target["scale"],
            *target["flags"], "--seed", str(args.seed), "--budget-s", str(args.budget_s), "--stop-on-first",
-           "--cache-dir", str(cache), "--out", str(out / "cases"), "--summary", str(summary)]
+           "--cache-dir", str(cache), "--out", str(out / "cases"), "--summary", str(summary),
+           *(args.run_flags.split() if args.run_flags else [])]
     zdir = zygote_dir(args, scratch, cache_state)
     env = _env(scratch, zdir)
     cpu0 = (resource.getrusage(resource.RUSAGE_CHILDREN), daemon_cpu(zdir))
@@ -159,6 +160,7 @@ def campaign(args, target: dict, cache: Path, scratch: Path, cache_state: str) -
            "compile_s": s.get("compile_s"), "loads": s.get("loads"), "load_s": s.get("load_s"),
            # where the seconds went (the summary's, from the campaign's start): the process, the first
            # worker set up and its first op; the case's rate, minimization, second rate, rewrite
+           "head_start": [w["head_start"] for w in s.get("workers", ()) if w.get("head_start")] or None,
            "timeline": s.get("timeline"), "confirm_timeline": failures[0].get("confirm_timeline") if failures else None,
            # what confirming ran: children started and replays sent, so far, at the end of each step
            "confirm_work": failures[0].get("confirm_work") if failures else None}
@@ -272,6 +274,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--note", default="", help="a line on the machine's load, for the table")
+    ap.add_argument("--run-flags", default="", metavar="FLAGS",
+                    help="more kvfuzz run flags for every campaign, one string (e.g. '--compile-ahead off': an A/B)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--render", type=Path, help="only rewrite OUT/first_case.md (and its summary) from this JSON")
     args = ap.parse_args(argv)
@@ -307,7 +311,7 @@ def main(argv=None) -> int:
               "machine": f"{platform.node() or 'this machine'}, {os.cpu_count()} CPUs",
               "note": args.note or "", "versions": versions(), "campaigns": rows,
               "start_method": os.environ.get("KVFUZZ_START_METHOD") or "daemon (default)",
-              "cold_daemon": args.cold_daemon,
+              "cold_daemon": args.cold_daemon, "run_flags": args.run_flags,
               "summary": {s: _stats([r for r in rows if r["cache"] == s]) for s in states}}
     (args.out / "first_case.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     (args.out / "first_case.md").write_text(markdown(report))

@@ -136,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "compile the specializations they meet in parallel into the Triton cache, so workers only "
                           "load them (auto: follow for --backend cuda with --scale production; the interpreter and "
                           "torch tiers compile nothing); follow: and keep scouting and compiling the workers' later "
-                          "sequences while they run, on the cores they leave; on: the first ones only")
+                          "sequences while they run, on the cores they leave; on: the first ones only. On the small "
+                          "track a GPU worker makes a head start of its own instead (its warm-up sequences scouted "
+                          "and compiled on the spare cores while it sets up): off turns that off too")
     run.add_argument("--ahead-sequences", type=_count, default=48, metavar="N",
                      help="sequences per worker the compile-ahead scouts, after its warm-up ones (default 48)")
     run.add_argument("--progress-s", type=_positive(float), default=30.0,

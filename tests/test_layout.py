@@ -96,7 +96,7 @@ ENGINE_ROWS = [  # README.md's engine table, leaf modules first
      "zygote", "supervise", "health"],
     ["spec_side", "shapes", "generate"], ["runner", "strategies"], ["production", "compile_check"],
     ["tracks", "guide", "streams"],
-    ["kinds", "dispatch"], ["case", "minimize", "slot"], ["worker"], ["options", "confirm", "summary", "campaign"],
+    ["kinds", "dispatch"], ["case", "minimize", "slot"], ["worker", "head_start"], ["options", "confirm", "summary", "campaign"],
 ]
 
 

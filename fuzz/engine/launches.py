@@ -70,6 +70,7 @@ _LOADS = [0.0, 0]  # seconds in compiled launches whose new variant came from th
 _HITS = [0, 0]  # disk-cache hits and misses Triton's compilation listener reported (stays 0 without one)
 _LIGHT = [False]  # every observer takes a launch light (``_run_light``): no Launch built for it
 _RECORD_ONLY: list = []  # callbacks of record_only(): while any, launches are recorded and not run
+_GATES: list = []  # callbacks of gate(): each handed an outermost launch before it runs (and may wait)
 
 
 @dataclass
@@ -134,6 +135,10 @@ def _wrap(original):
         nested = getattr(_LOCAL, "depth", 0) > 0
         if _RECORD_ONLY and not nested:
             return _record_only(self, args, kwargs, original, recorders)
+        if _GATES and not nested:
+            gated = _describe(self, args, kwargs, original)
+            for callback in list(_GATES):
+                callback(gated)
         if nested or not (recorders or _OBSERVERS or _BUDGETS):
             return _timed(self, args, kwargs, original, nested)
         if _LIGHT[0] and not recorders and not _BUDGETS:
@@ -228,6 +233,18 @@ def record_only(callback):
         yield
     finally:
         _RECORD_ONLY.remove(callback)
+
+
+def gate(callback) -> None:
+    """Hand each outermost launch to ``callback`` before it runs, until ``ungate(callback)``
+    (``head_start``: it waits while a child compiles the launch's variant)."""
+    install()
+    _GATES.append(callback)
+
+
+def ungate(callback) -> None:
+    with contextlib.suppress(ValueError):
+        _GATES.remove(callback)
 
 
 def bound_arguments(launch: Launch) -> dict:

@@ -65,6 +65,11 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     from .supervise import process_age
 
     entered, t0 = process_age(), time.monotonic()  # seconds from this process's start to here (its imports)
+    from . import head_start
+
+    # Before the tier (and any CUDA context): the first compiles, in parallel children (head_start.py).
+    head = head_start.begin(opts, worker, start_k, warm) if head_start.wanted(opts) else None
+    headed = time.monotonic()
     tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
     if tier is None:
         return
@@ -86,12 +91,14 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     except SetupError as exc:
         queue.put(("setup", worker, str(exc)))
         return
-    if loaded:
-        info["notes"] = [*info.get("notes", ()), loaded]
+    for note in (head, loaded):
+        if note:
+            info["notes"] = [*info.get("notes", ()), note]
     hello = {"kernels": tier.kernels_name, "skips": sorted(tier.allocator_skips), **info}  # skips: ops its allocator lacks
     # Where the worker's set-up went (the summary's timeline): its start (a fork, or a fresh
     # interpreter importing torch) to its entry; the tier (kernel set, device, smoke test); the rest.
-    hello["setup_s"] = {"setup_entry": entered, "setup_tier": made - t0, "setup_rest": time.monotonic() - made}
+    hello["setup_s"] = {"setup_entry": entered, "setup_head_start": headed - t0, "setup_tier": made - headed,
+                        "setup_rest": time.monotonic() - made}
     queue.put(("hello", worker, hello))
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
     elements = 0  # result elements diffed against the oracle
@@ -111,6 +118,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
                                      "compile_s": compile_seconds(), "compiles": compiles(), "loads": loads(),
                                      "load_s": load_seconds(), "not_applicable": not_applicable,
                                      "elements": elements, "unrun_by_kind": unrun_by_kind,
+                                     "head_start": head_start.state(),
                                      "now": (time.time(), stats.ops)}))
 
     not_applicable: dict[str, int] = {}  # what a sequence could not check, and why (e.g. graph replay on a torch path)

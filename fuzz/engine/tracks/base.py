@@ -40,6 +40,7 @@ class Track:
     default_ops: int = 200  # ops per generated sequence
     gpu_warmup: int = 0  # warm-up sequences a GPU worker runs before it is timed (``generate.warmup_seed``)
     uses_allocator: bool = False  # its sequences drive an allocator (``--allocator`` swaps it)
+    head_start: bool = False  # a GPU worker scouts its first sequences and compiles what they meet in parallel (head_start.py)
     palette_on_gpu: bool = False  # ``--palette auto`` gives its GPU workers a palette of sizes (each new size compiles)
     case_extra: dict = {}  # keys every case of this track records (read back by nothing: for people)
 

@@ -26,6 +26,7 @@ class SmallTrack(Track):
     default_ops = 200
     gpu_warmup = WARMUP_SEQUENCES
     uses_allocator = True
+    head_start = True  # its stream is drawn from the spec alone: a scout of it predicts the launches
 
     def worker_info(self, tier, *, palette_seed=None) -> dict:
         return {"has": [fn for fn in OPTIONAL if tier.has(fn)]}

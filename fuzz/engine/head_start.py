@@ -1,0 +1,422 @@
+"""A GPU worker's head start: the small track's first compiles, in parallel, before it fuzzes.
+
+Why. On an empty Triton cache a small-track GPU worker compiles each kernel variant at the
+moment it first launches it, one after another: the smoke test's, then what its warm-up
+sequences meet. One H200 (s17): 4.1 s of a cold first case's 11.4 s, on one core of sixteen.
+The production track learns its variants before the clock (``production.ahead``); the small
+track's stream runs on the allocator state machine, but it is drawn from the spec alone
+(``generate.OpGenerator`` reads the spec's state and the spec's outcomes, never the
+target's), so the same kind of scout predicts it.
+
+How, at the worker's entry, its kernel set imported and no CUDA context made yet:
+
+1. **Scout** in this process: the smoke test's calls, then the worker's warm-up sequences and
+   its first ones, run on CPU tensors under ``launches.record_only`` (described, not run; a
+   launcher that routes CPU tensors elsewhere by a module-level ``INTERPRET`` flag, as ours
+   does, is told to route them to its kernels meanwhile). The target's results are garbage,
+   so its divergences are ignored and an op that raises only ends its sequence.
+2. **Compile** each new specialization the moment the scout meets it, in the order met, on
+   ``MAX_CHILDREN`` compile children at most: ``recipes.compile_recipe`` into the Triton cache,
+   loaded onto the GPU too, so that its launcher is built and cached as well.
+3. **Wait only for what is launched.** The scout and the compiles run in a *coordinator*
+   forked at the worker's entry (before the worker, or any of them, touches CUDA: each compile
+   child makes a context of its own); the worker goes on to make its tier at once. The
+   coordinator tells it each specialization it queued and each one done (a digest of
+   ``signatures.specialization``); a launch of one queued and not done waits for it
+   (``launches.gate``), any other launch runs as it would have. The worker meets its variants
+   in the order the scout queued them, so it waits for the compiles of sixteen cores, not one.
+
+A marker under the Triton cache (keyed by the set's kernel sources, Triton's version, the knobs
+and the seeds scouted) says a head start was made there already: a warm cache pays a hash.
+Without a GPU (tests), ``KVFUZZ_COMPILE_TARGET`` names the target the children compile for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+SCOUT_S = 3.0  # the scout starts no sequence after this long
+WAIT_S = 60.0  # the longest a launch waits for its variant (then it compiles it itself)
+MAX_CHILDREN = 8  # compile children per worker (each holds a CUDA context while it loads)
+SCHEMA = 1  # of the marker's key
+
+__all__ = ["Gate", "begin", "digest", "marker_key", "scout", "wanted"]
+
+
+def wanted(opts) -> bool:
+    """Whether a worker of this campaign makes a head start: compiled kernels (``cuda``), a track
+    whose stream the spec alone draws (``Track.head_start``), a plain kernel set (a factory's tier
+    is built by the factory), and compile-ahead not ``off``."""
+    return (opts.backend == "cuda" and getattr(opts.track, "head_start", False) and not opts.factory
+            and opts.compile_ahead != "off")
+
+
+def _jit_functions(module) -> dict[str, str]:
+    """The ``@triton.jit`` functions a kernel set holds (on itself, and on the modules its
+    attributes name, one level down: our launchers keep theirs in ``_k``), qualname -> source."""
+    from triton.runtime.jit import JITFunction
+
+    found: dict[str, str] = {}
+    seen: set[int] = set()
+    todo = [module]
+    for depth in range(3):
+        nxt = []
+        for mod in todo:
+            if id(mod) in seen:
+                continue
+            seen.add(id(mod))
+            for value in list(vars(mod).values()):
+                if isinstance(value, JITFunction):
+                    found.setdefault(value.fn.__qualname__, value.src)
+                elif depth < 2 and type(value).__name__ == "module" and not value.__name__.startswith(("triton", "torch")):
+                    nxt.append(value)
+        todo = nxt
+    return found
+
+
+def marker_key(module, knobs, seeds, params: dict) -> str | None:
+    """The marker's name: a digest of the set's kernel sources, Triton's version, the knobs, the
+    seeds and what else decides the stream; None for a set with no compiled kernel."""
+    import triton
+
+    kernels = _jit_functions(module)
+    if not kernels:
+        return None
+    text = json.dumps([SCHEMA, triton.__version__, sorted(kernels.items()), sorted((knobs or {}).items()),
+                       list(seeds), sorted(params.items())], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _marker_dir() -> Path:
+    return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache") / "kvfuzz-head-start"
+
+
+@contextlib.contextmanager
+def _route_cpu_to_kernels(module):
+    """While entered, a launcher module that sends CPU tensors to a torch path unless its
+    ``INTERPRET`` flag is set (ours: ``kvkernels.launchers``) sends them to its kernels, where
+    ``record_only`` takes them: the scout's tensors are CPU ones."""
+    flags = []
+    for name in ("alloc_bind_inplace", "build_kv_read_table"):
+        g = getattr(getattr(module, name, None), "__globals__", None)
+        if g is not None and isinstance(g.get("INTERPRET"), bool) and not any(f is g for f, _ in flags):
+            flags.append((g, g["INTERPRET"]))
+            g["INTERPRET"] = True
+    try:
+        yield
+    finally:
+        for g, was in flags:
+            g["INTERPRET"] = was
+
+
+def _scout_runner():
+    from .runner import PoolRun
+    from .verdict import Divergence
+
+    class ScoutRun(PoolRun):
+        """A PoolRun whose target never ran (``record_only``): its divergences mean nothing, and
+        the spec's outcome goes on to the generator as in a real run. Its allocator runs
+        unchecked: a checked one reads the tables its kernels never wrote and refuses the op
+        (a free of pages it finds unbound), where the real one launches."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.target.checked = False
+
+        def _step_on(self, i, op, spec_out):
+            try:
+                return super()._step_on(i, op, spec_out)
+            except Divergence:
+                return spec_out
+
+        def finish(self) -> None:
+            pass
+
+    return ScoutRun
+
+
+def scout(module, name: str, seeds, knobs, *, n_ops: int, hostile: str, check_every: int, on_launch,
+          deadline: float | None = None) -> dict:
+    """Record what a small-track worker with ``knobs`` launches for the smoke test and ``seeds``
+    (``on_launch(launch)`` for each, none of them run); counts of what ran."""
+    from .generate import OpGenerator, contract_rate, sequence_params, sequence_r2t_dtype
+    from .knobs import apply as apply_knobs
+    from .launches import record_only
+    from .tiers import Tier, smoke_calls
+
+    tier = Tier("cuda", name, module, "cpu")
+    ScoutRun = _scout_runner()
+    done = {"sequences": 0, "ops": 0, "cut": 0, "skipped": 0}
+    with record_only(on_launch), _route_cpu_to_kernels(module), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _, call in smoke_calls(module, "cpu"):
+            with contextlib.suppress(Exception):
+                call()
+        for seed in seeds:
+            if deadline is not None and time.monotonic() > deadline:
+                done["skipped"] += 1
+                continue
+            config, scenario, rng = sequence_params(seed)
+            gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
+                              r2t_dtype=sequence_r2t_dtype(seed))
+            try:
+                run = ScoutRun(config, tier, knobs=knobs, hostile=hostile, check_every=check_every)
+                for _ in range(n_ops):
+                    op = gen.next_op(run.spec)
+                    done["ops"] += 1
+                    gen.observe(op, run.step(op))
+            except Exception:  # noqa: BLE001 - the target's garbage broke an op: this sequence ends here
+                done["cut"] += 1
+            done["sequences"] += 1
+        apply_knobs(module, None)
+    return done
+
+
+def digest(launch) -> str:
+    """The short name of a launch's specialization the coordinator and the gate agree on."""
+    from .signatures import specialization
+
+    return hashlib.sha256(repr(specialization(launch)).encode()).hexdigest()[:16]
+
+
+def _die_with_parent() -> None:
+    """This process ends with the one that forked it (Linux; elsewhere it ends on its own)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _fork(body) -> int:
+    """Fork a child that runs ``body()`` and exits with its code (1 if it raised)."""
+    with warnings.catch_warnings():  # 3.12 warns of fork() with threads: the child runs none of them
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            _die_with_parent()
+            code = body()
+        finally:
+            os._exit(code or 0)
+    return pid
+
+
+def _compiler(tasks, results, lookup, target: str | None) -> int:
+    """A compile child: recipes from ``tasks`` until None, each compiled (and loaded onto the GPU
+    unless compiling for ``target`` without one), its outcome to ``results``."""
+    from .production.recipes import StandInDriver, compile_recipe
+
+    if target:
+        from triton.runtime import driver
+
+        driver.set_active(StandInDriver(target))
+    while (item := tasks.get()) is not None:
+        name, recipe = item
+        try:
+            got = compile_recipe(lookup(recipe), recipe, on_device=not target)
+            status = "failed" if not got["ok"] else "cached" if got.get("hit") else "compiled"
+        except Exception:  # noqa: BLE001 - the launch compiles it again and says why
+            status = "failed"
+        results.put((name, status))
+    return 0
+
+
+def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, tell, marker: Path,
+                target: str | None) -> int:
+    """The coordinator: fork the compile children, scout, queue each new specialization (and tell
+    the worker, ``tell((what, digest))``), relay each one done; the marker once all are, cleanly."""
+    import multiprocessing
+
+    from .compile_check.child import jit_index
+    from .production.recipes import Book
+
+    t0 = time.monotonic()
+    index = jit_index()
+    ctx = multiprocessing.get_context("fork")
+    tasks, results = ctx.SimpleQueue(), ctx.SimpleQueue()
+    lookup = lambda recipe: index.get((recipe["kernel"], recipe["file"])) or index.get((recipe["kernel"], ""))  # noqa: E731
+    pids = [_fork(lambda: _compiler(tasks, results, lookup, target)) for _ in range(children)]
+    book, queued = Book(), []
+
+    def on_launch(launch) -> None:
+        before = len(book.recipes)
+        book(launch)
+        if len(book.recipes) > before:
+            key = digest(launch)
+            queued.append(key)
+            tell(("queued", key))
+            tasks.put((key, next(reversed(book.recipes.values()))))
+
+    done = scout(module, name, seeds, knobs, n_ops=params["n_ops"], hostile=params["hostile"],
+                 check_every=params["check_every"], on_launch=on_launch, deadline=t0 + SCOUT_S)
+    scouted = time.monotonic() - t0
+    for _ in pids:
+        tasks.put(None)
+    counts = {"compiled": 0, "cached": 0, "failed": 0}
+    left, alive = set(queued), set(pids)
+    while left and alive:
+        while left and not results.empty():
+            key, status = results.get()
+            left.discard(key)
+            counts[status] += 1
+            tell(("done", key))
+        for pid in list(alive):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                alive.discard(pid)
+        time.sleep(0.005)
+    while not results.empty():  # the last children's last words
+        key, status = results.get()
+        left.discard(key)
+        counts[status] += 1
+    for pid in alive:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    report = {**counts, "lost": len(left), "specializations": len(queued), "sequences": done["sequences"],
+              "skipped": done["skipped"], "launches": book.launches, "scout_s": round(scouted, 2),
+              "seconds": round(time.monotonic() - t0, 2), "processes": children}
+    if not (counts["failed"] or left or done["skipped"]):
+        with contextlib.suppress(OSError):
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            tmp = marker.with_name(marker.name + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(report))
+            os.replace(tmp, marker)
+    tell(("end", report))
+    return 0
+
+
+class Gate:
+    """The worker's side (``launches.gate``): a launch whose specialization the coordinator queued
+    and has not done waits for it (``WAIT_S`` at most); told the coordinator ended (or gone), it
+    lets every launch through and takes itself off."""
+
+    def __init__(self, conn, pid: int | None = None):
+        self.conn, self.pid = conn, pid
+        self.pending: set[str] = set()
+        self.report: dict | None = None
+        self.waits, self.waited_s, self.gated = 0, 0.0, 0
+        self.open = True
+
+    def _drain(self, timeout: float = 0.0) -> None:
+        try:
+            while self.conn.poll(timeout):
+                what, value = self.conn.recv()
+                timeout = 0.0
+                if what == "queued":
+                    self.pending.add(value)
+                elif what == "done":
+                    self.pending.discard(value)
+                else:
+                    self.report = value
+        except (EOFError, OSError):  # the coordinator is gone: nothing more will be compiled for us
+            self.report = self.report or {"error": "the coordinator ended early"}
+        if self.report is not None:
+            self.pending.clear()
+
+    def __call__(self, launch) -> None:
+        self._drain()
+        if self.report is not None:
+            self.close()
+            return
+        self.gated += 1
+        key = digest(launch)
+        if key not in self.pending:
+            return
+        t0 = time.monotonic()
+        while key in self.pending and time.monotonic() - t0 < WAIT_S:
+            self._drain(0.01)
+        self.waits += 1
+        self.waited_s += time.monotonic() - t0
+
+    def close(self) -> None:
+        from .launches import ungate
+
+        if not self.open:
+            return
+        self.open = False
+        ungate(self)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        if self.pid is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, os.WNOHANG)
+
+    def summary(self) -> dict:
+        return {"waits": self.waits, "waited_s": round(self.waited_s, 2), "gated": self.gated,
+                **{k: v for k, v in (self.report or {}).items()}}
+
+
+_GATE: list[Gate] = []  # this worker's gate, for its final report (``state``)
+
+
+def state() -> dict | None:
+    """What this worker's head start did (the coordinator's report once it ended, the waits)."""
+    if not _GATE:
+        return None
+    _GATE[0]._drain()
+    return _GATE[0].summary()
+
+
+def begin(opts, worker: int, start_k: int, warm: bool) -> str | None:
+    """Start worker ``worker``'s head start (``wanted(opts)``), before its tier is made: a note for
+    its hello, or None where none was started (a marker says it was made already). Never
+    raises: a failure leaves the compiles to the launches, as without it."""
+    try:
+        return _begin(opts, worker, start_k, warm)
+    except Exception as exc:  # noqa: BLE001 - a head start only
+        return f"head start: not made ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def _begin(opts, worker: int, start_k: int, warm: bool) -> str | None:
+    import multiprocessing
+
+    from .generate import warmup_seed
+    from .knobs import choose
+    from .launches import gate
+    from .slot import sequence_seed
+    from .tiers import load_kernels, select_backend
+
+    spec = opts.tier_spec()
+    select_backend("cuda")
+    module = load_kernels(spec.name)  # the worker's own import of it, next, finds it loaded
+    knobs = choose(module, opts.seed * 7919 + worker)  # the GPU worker's knobs (worker.fuzz_main)
+    seeds = [warmup_seed(i) for i in range(opts.track.gpu_warmup if warm else 0)]
+    seeds += [sequence_seed(opts, worker, k) for k in range(start_k, start_k + 2)]
+    params = {"n_ops": opts.n_ops(), "hostile": opts.hostile, "check_every": opts.check_every}
+    key = marker_key(module, knobs, seeds, params)
+    if key is None:
+        return None
+    marker = _marker_dir() / key
+    if marker.is_file():
+        return None
+    if _cuda_touched():
+        return "head start: not made (this process has a CUDA context already: its children could not use CUDA)"
+    target = os.environ.get("KVFUZZ_COMPILE_TARGET")
+    cores = max(1, (os.cpu_count() or 1) - opts.workers)
+    children = max(1, min(MAX_CHILDREN, cores // max(1, opts.workers)))
+    reader, writer = multiprocessing.get_context("fork").Pipe(duplex=False)
+
+    def coordinator() -> int:
+        reader.close()
+        return _coordinate(module, spec.name, seeds, knobs, params, children, writer.send, marker, target)
+
+    pid = _fork(coordinator)
+    writer.close()
+    g = Gate(reader, pid)
+    _GATE[:] = [g]
+    gate(g)
+    return (f"head start: {len(seeds)} sequences scouted and their specializations compiled on {children} "
+            f"processes beside this worker (head_start.py)")
+
+
+def _cuda_touched() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and getattr(torch.cuda, "is_initialized", lambda: False)())

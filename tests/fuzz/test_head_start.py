@@ -1,0 +1,187 @@
+"""A GPU worker's head start (``fuzz/engine/head_start.py``) on the CPU.
+
+What a GPU adds is its own compiler and a context per child; everything else runs here. The
+scout, run on the compiled JITFunctions of a set imported without ``TRITON_INTERPRET`` (a
+subprocess), predicts every specialization the interpreter's real launches of the same
+small-track sequences show; the coordinator compiles them (for sm_90, through a stand-in
+driver) into the cache, where a fresh process's launches with the real tensors find every one;
+a marker makes the next head start nothing; and the worker's gate holds a launch only while its
+own variant is being compiled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing import Pipe
+from pathlib import Path
+
+import pytest
+
+from fuzz.engine import head_start, launches, signatures
+from fuzz.engine.options import CampaignOptions
+
+REPO = Path(__file__).resolve().parents[2]
+SEEDS, N_OPS = 4, 100  # warm-up sequences 0-3, 100 ops each: 57 specializations of kvkernels
+
+_SCOUT = """
+import json, sys
+from fuzz.engine import head_start
+from fuzz.engine.generate import warmup_seed
+from fuzz.engine.knobs import choose
+from fuzz.engine.production.recipes import Book
+from fuzz.engine.tiers import load_kernels
+module = load_kernels("kvkernels")
+book = Book()
+head_start.scout(module, "kvkernels", [warmup_seed(i) for i in range(int(sys.argv[1]))], choose(module, 0),
+                 n_ops=int(sys.argv[2]), hostile="spec", check_every=1, on_launch=book)
+print(json.dumps(sorted(book.recipes)))
+"""
+
+# A head start as a worker makes it (compiling for sm_90: no GPU here), then the same call again.
+_BEGIN = """
+import json, sys, time
+from fuzz.engine import head_start
+from fuzz.engine.options import CampaignOptions
+opts = CampaignOptions(backend="cuda", ops_per_sequence=int(sys.argv[1]))
+note = head_start.begin(opts, 0, 0, True)
+gate = head_start._GATE[0]
+end = time.monotonic() + 500
+while gate.report is None and time.monotonic() < end:
+    gate._drain(0.1)
+print(json.dumps({"note": note, "state": head_start.state(), "again": head_start.begin(opts, 0, 0, True)}))
+"""
+
+# In a fresh process: the same sequences' launches (recorded), each looked up with its real tensors.
+_LOOKUP = """
+import json, sys
+from triton import knobs
+from triton.runtime import driver
+from fuzz.engine import head_start
+from fuzz.engine.generate import warmup_seed
+from fuzz.engine.knobs import choose
+from fuzz.engine.production.recipes import StandInDriver
+from fuzz.engine.tiers import load_kernels
+driver.set_active(StandInDriver("cuda:90:32"))
+module = load_kernels("kvkernels")
+seen = []
+head_start.scout(module, "kvkernels", [warmup_seed(i) for i in range(8)], choose(module, 0), n_ops=int(sys.argv[1]),
+                 hostile="spec", check_every=1, on_launch=seen.append)
+hits = []
+knobs.compilation.listener = lambda **kw: hits.append(bool(kw["cache_hit"]))
+for launch in seen:
+    launch.fn.warmup(*launch.args, grid=(1,), **launch.kwargs)
+print(json.dumps({"launches": len(seen), "hits": hits.count(True), "misses": hits.count(False)}))
+"""
+
+
+def _compiled(code: str, *args, **env) -> dict | list:
+    full = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    full["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    full.update(env)
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=full, cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_scout_predicts_every_specialization_the_interpreters_real_launches_show():
+    """Nothing the scout's target launched ran, and its checked allocator would have refused
+    ops on tables its kernels never wrote; yet every specialization the interpreter's real run
+    of the same warm-up sequences (same knobs) launches is among those it recorded. It records
+    the smoke test's too (4, with every table aligned), which the real run made before its
+    observer was installed."""
+    from fuzz.engine.generate import warmup_seed
+    from fuzz.engine.knobs import choose
+    from fuzz.engine.tiers import make_tier
+    from fuzz.engine.tracks import get
+
+    scouted = set(_compiled(_SCOUT, SEEDS, N_OPS))
+    tier = make_tier("interpret", "kvkernels")
+    keys: set[str] = set()
+    stop = launches.observe(lambda launch: keys.add(repr(signatures.specialization(launch))))
+    try:
+        for i in range(SEEDS):
+            seq = get("small").run_sequence(tier, warmup_seed(i), N_OPS, knobs=choose(tier.kernels, 0))
+            assert seq.divergence is None, seq.divergence
+    finally:
+        stop()
+    assert len(keys) >= 30  # page sizes, dtypes, alignments, block shapes: a comparison that could fail
+    assert keys <= scouted, sorted(keys - scouted)[:3]
+    assert len(scouted - keys) <= 8
+
+
+def test_a_head_start_compiles_what_it_scouted_and_its_marker_makes_the_next_one_nothing(tmp_path):
+    """The coordinator compiles each specialization its scout met (none fails, none is lost);
+    a fresh process's launches of the same sequences with their real tensors then find every
+    one on disk; and the marker it left makes the same worker's next head start a no-op."""
+    cache = tmp_path / "cache"
+    n_ops = 12
+    got = _compiled(_BEGIN, n_ops, TRITON_CACHE_DIR=cache, KVFUZZ_COMPILE_TARGET="cuda:90:32")
+    state = got["state"]
+    assert got["note"].startswith("head start: 10 sequences scouted"), got["note"]
+    assert state["specializations"] >= 10 and state["failed"] == 0 and state["lost"] == 0, state
+    assert state["compiled"] + state["cached"] == state["specializations"]
+    assert got["again"] is None
+    assert len(list((cache / "kvfuzz-head-start").iterdir())) == 1
+    found = _compiled(_LOOKUP, n_ops, TRITON_CACHE_DIR=cache)
+    assert found["misses"] == 0 and found["hits"] >= 10, found
+
+
+class _Conn:
+    """One end of a pipe, as the gate reads it."""
+
+    def __init__(self):
+        self.reader, self.writer = Pipe(duplex=False)
+
+    def send(self, *msg):
+        self.writer.send(msg)
+
+
+def test_the_gate_holds_a_launch_only_while_its_own_variant_is_being_compiled(monkeypatch):
+    monkeypatch.setattr(head_start, "digest", lambda launch: launch)  # a launch named by its digest here
+    conn = _Conn()
+    gate = head_start.Gate(conn.reader)
+    conn.send("queued", "a")
+    conn.send("queued", "b")
+    conn.send("done", "a")
+    t0 = time.monotonic()
+    gate("a")  # done already
+    gate("c")  # never queued: it compiles (or loads) at its launch, as without a head start
+    assert time.monotonic() - t0 < 0.5 and gate.waits == 0
+    threading.Timer(0.4, conn.send, ("done", "b")).start()
+    t0 = time.monotonic()
+    gate("b")
+    assert time.monotonic() - t0 >= 0.35 and gate.waits == 1
+    conn.send("end", {"compiled": 2})
+    launches.gate(gate)
+    gate("d")  # told the coordinator ended: the gate takes itself off
+    assert not gate.open and gate not in launches._GATES and gate.report == {"compiled": 2}
+
+
+def test_the_gate_lets_everything_through_once_the_coordinator_is_gone(monkeypatch):
+    monkeypatch.setattr(head_start, "digest", lambda launch: launch)
+    conn = _Conn()
+    gate = head_start.Gate(conn.reader)
+    conn.send("queued", "a")
+    gate("z")
+    conn.writer.close()  # the coordinator died with "a" unfinished
+    t0 = time.monotonic()
+    gate("a")
+    assert time.monotonic() - t0 < 0.5 and not gate.open and "error" in gate.report
+
+
+@pytest.mark.parametrize(("opts", "wanted"), [
+    (CampaignOptions(backend="cuda"), True),
+    (CampaignOptions(backend="cuda", guided=True), True),
+    (CampaignOptions(backend="cuda", compile_ahead="off"), False),
+    (CampaignOptions(backend="cuda", scale="production"), False),  # compile-ahead's, before the clock
+    (CampaignOptions(backend="cuda", factory="fuzz.tools.mutants:mutant_tier_named", factory_arg="x"), False),
+    (CampaignOptions(backend="interpret"), False),
+], ids=["gpu-small", "gpu-guided", "off", "production", "factory", "interpreter"])
+def test_a_worker_makes_a_head_start_on_compiled_kernels_of_the_small_track_only(opts, wanted):
+    assert head_start.wanted(opts) is wanted
