@@ -13,7 +13,7 @@ PART=${1:-a}
 cold_run() {  # cold_run NAME FLAGS...: kvkernels on an empty cache, 10 sequences, its summary's compile lines
   local cache=/tmp/cold-cache-$1; rm -rf "$cache"
   local t0; t0=$(date +%s.%N)
-  timeout 200 $PY -m fuzz run --backend cuda --budget-s 120 --max-sequences 10 --cache-dir "$cache" --out /tmp/cold-$1 \
+  timeout 90 $PY -m fuzz run --backend cuda --budget-s 60 --max-sequences 10 --cache-dir "$cache" --out /tmp/cold-$1 \
     --summary "$OUT/$PART-cold-$1.json" --progress-s 1000 "${@:2}" 2>&1 | grep -E "^kvfuzz run|head start" | cut -c1-400
   echo "exit ${PIPESTATUS[0]}, $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$t0") s"
   $PY -c "import json,sys; s=json.load(open(sys.argv[1])); print('compiles', s['compiles'], 'compile_s', round(s['compile_s'],1), 'loads', s['loads'], 'load_s', round(s['load_s'],1), 'steady', s.get('steady_ops_per_s'), 'timeline', {k: round(v,2) for k, v in s['timeline'].items()}, 'head_start', [w.get('head_start') for w in s['workers']])" "$OUT/$PART-cold-$1.json"
