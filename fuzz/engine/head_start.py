@@ -17,7 +17,10 @@ How, at the worker's entry, its kernel set imported and no CUDA context made yet
    so its divergences are ignored and an op that raises only ends its sequence.
 2. **Compile** each new specialization the moment the scout meets it, in the order met, on
    ``MAX_CHILDREN`` compile children at most: ``recipes.compile_recipe`` into the Triton cache,
-   loaded onto the GPU too, so that its launcher is built and cached as well.
+   for the target NVML names (``nvml_target``), through a stand-in driver, so that no child makes
+   a CUDA context: eight contexts made beside the worker's held its own set-up back by a second
+   (one H200, s18), where the compiles themselves cost it nothing. Where NVML cannot say, each
+   child compiles through the real driver and loads onto the GPU.
 3. **Wait only for what is launched.** The scout and the compiles run in a *coordinator*
    forked at the worker's entry (before the worker, or any of them, touches CUDA: each compile
    child makes a context of its own); the worker goes on to make its tier at once. The
@@ -59,12 +62,12 @@ def wanted(opts) -> bool:
             and opts.compile_ahead != "off")
 
 
-def _jit_functions(module) -> dict[str, str]:
+def _jit_functions(module) -> dict[str, object]:
     """The ``@triton.jit`` functions a kernel set holds (on itself, and on the modules its
-    attributes name, one level down: our launchers keep theirs in ``_k``), qualname -> source."""
+    attributes name, two levels down: our launchers keep theirs in ``_k``), by qualname."""
     from triton.runtime.jit import JITFunction
 
-    found: dict[str, str] = {}
+    found: dict[str, object] = {}
     seen: set[int] = set()
     todo = [module]
     for depth in range(3):
@@ -75,7 +78,7 @@ def _jit_functions(module) -> dict[str, str]:
             seen.add(id(mod))
             for value in list(vars(mod).values()):
                 if isinstance(value, JITFunction):
-                    found.setdefault(value.fn.__qualname__, value.src)
+                    found.setdefault(value.fn.__qualname__, value)
                 elif depth < 2 and type(value).__name__ == "module" and not value.__name__.startswith(("triton", "torch")):
                     nxt.append(value)
         todo = nxt
@@ -90,7 +93,8 @@ def marker_key(module, knobs, seeds, params: dict) -> str | None:
     kernels = _jit_functions(module)
     if not kernels:
         return None
-    text = json.dumps([SCHEMA, triton.__version__, sorted(kernels.items()), sorted((knobs or {}).items()),
+    text = json.dumps([SCHEMA, triton.__version__, sorted((k, fn.src) for k, fn in kernels.items()),
+                       sorted((knobs or {}).items()),
                        list(seeds), sorted(params.items())], default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -210,9 +214,49 @@ def _fork(body) -> int:
     return pid
 
 
-def _compiler(tasks, results, lookup, target: str | None) -> int:
-    """A compile child: recipes from ``tasks`` until None, each compiled (and loaded onto the GPU
-    unless compiling for ``target`` without one), its outcome to ``results``."""
+def nvml_target() -> str | None:
+    """``cuda:ARCH:32`` for this machine's NVIDIA GPUs, from NVML (which makes no CUDA context);
+    None where NVML cannot say, or the GPUs are not all of one architecture."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    caps: set[int] = set()
+    try:
+        if nvml.nvmlInit_v2() != 0:
+            return None
+        n = ctypes.c_uint()
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(n)) != 0:
+            return None
+        for i in range(n.value):
+            handle, major, minor = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
+            if (nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0 or
+                    nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0):
+                return None
+            caps.add(major.value * 10 + minor.value)
+        nvml.nvmlShutdown()
+    except AttributeError:  # an NVML without these entry points
+        return None
+    return f"cuda:{caps.pop()}:32" if len(caps) == 1 else None
+
+
+def _launcher(kernel) -> None:
+    """Build the kernel's launcher where this Triton builds one per signature (and caches it on
+    disk: 3.6's CUDA launcher), without a device; a Triton whose launcher needs one builds it at
+    the worker's first launch, as before."""
+    with contextlib.suppress(Exception):
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        CudaLauncher(kernel.src, kernel.metadata)
+
+
+def _compiler(tasks, results, lookup, target: str | None, launcher: bool) -> int:
+    """A compile child: recipes from ``tasks`` until None, each compiled (for ``target`` through a
+    stand-in driver, with its launcher where ``launcher``: no CUDA context; without a target,
+    through the real driver and loaded onto the GPU, a context of its own), its outcome to
+    ``results``."""
     from .production.recipes import StandInDriver, compile_recipe
 
     if target:
@@ -222,7 +266,7 @@ def _compiler(tasks, results, lookup, target: str | None) -> int:
     while (item := tasks.get()) is not None:
         name, recipe = item
         try:
-            got = compile_recipe(lookup(recipe), recipe, on_device=not target)
+            got = compile_recipe(lookup(recipe), recipe, on_device=not target, then=_launcher if launcher else None)
             status = "failed" if not got["ok"] else "cached" if got.get("hit") else "compiled"
         except Exception:  # noqa: BLE001 - the launch compiles it again and says why
             status = "failed"
@@ -240,11 +284,23 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
     from .production.recipes import Book
 
     t0 = time.monotonic()
-    index = jit_index()
+    near = _jit_functions(module)  # the set's own, found at once; any other JITFunction by a scan of the heap
     ctx = multiprocessing.get_context("fork")
     tasks, results = ctx.SimpleQueue(), ctx.SimpleQueue()
-    lookup = lambda recipe: index.get((recipe["kernel"], recipe["file"])) or index.get((recipe["kernel"], ""))  # noqa: E731
-    pids = [_fork(lambda: _compiler(tasks, results, lookup, target)) for _ in range(children)]
+
+    def lookup(recipe):
+        fn = near.get(recipe["kernel"])
+        code = getattr(getattr(fn, "fn", None), "__code__", None)
+        if code is not None and Path(code.co_filename).name == recipe["file"]:
+            return fn
+        index = jit_index()
+        return index.get((recipe["kernel"], recipe["file"])) or index.get((recipe["kernel"], ""))
+
+    launcher = False
+    if not target:  # the GPU's target from NVML: the children then make no CUDA context (none to contend with the worker's)
+        target = nvml_target()
+        launcher = target is not None
+    pids = [_fork(lambda: _compiler(tasks, results, lookup, target, launcher)) for _ in range(children)]
     book, queued = Book(), []
 
     def on_launch(launch) -> None:

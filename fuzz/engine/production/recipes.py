@@ -122,10 +122,10 @@ class StandInDriver:
         return 0
 
 
-def compile_recipe(fn, item: dict, on_device: bool = False) -> dict:
+def compile_recipe(fn, item: dict, on_device: bool = False, then=None) -> dict:
     """Compile ``item`` for ``fn`` (its JITFunction) with ``warmup``, and with ``on_device`` load
-    it onto the GPU too; whether Triton found it on disk already (``hit``, where Triton's
-    compilation listener says)."""
+    it onto the GPU too; ``then(kernel)`` after, if given; whether Triton found it on disk
+    already (``hit``, where Triton's compilation listener says)."""
     if fn is None:
         return {"ok": False, "error": f"no @triton.jit kernel {item['kernel']} ({item['file']}) in the set"}
     hits: list[bool] = []
@@ -139,6 +139,8 @@ def compile_recipe(fn, item: dict, on_device: bool = False) -> dict:
                            **{k: decode(v) for k, v in item["kwargs"].items()})
         if on_device:
             _onto_device(kernel)
+        if then is not None:
+            then(kernel)
     except Exception as exc:  # noqa: BLE001 - a variant that does not compile: the campaign meets it as a case
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-300:]}", "seconds": time.perf_counter() - t0}
     finally:
