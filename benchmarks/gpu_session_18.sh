@@ -6,7 +6,8 @@
 #    start and one without (--compile-ahead off), each on an empty cache; then the first case over the
 #    catalogue, cold then warm, with the head start.
 # b: the first case over the catalogue with --compile-ahead off (the A/B, same session).
-# Usage: OUT=$OUT bash benchmarks/gpu_session_18.sh [a|b]
+# c: pytest -m 'cuda and not slow' (every CUDA test, the head start in each small-track campaign).
+# Usage: OUT=$OUT bash benchmarks/gpu_session_18.sh [a|b|c]
 set -u
 . benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, first_case_cuda
 PART=${1:-a}
@@ -18,6 +19,10 @@ cold_run() {  # cold_run NAME FLAGS...: kvkernels on an empty cache, 10 sequence
   echo "exit ${PIPESTATUS[0]}, $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$t0") s"
   $PY -c "import json,sys; s=json.load(open(sys.argv[1])); print('compiles', s['compiles'], 'compile_s', round(s['compile_s'],1), 'loads', s['loads'], 'load_s', round(s['load_s'],1), 'steady', s.get('steady_ops_per_s'), 'timeline', {k: round(v,2) for k, v in s['timeline'].items()}, 'head_start', [w.get('head_start') for w in s['workers']])" "$OUT/$PART-cold-$1.json"
 }
+if [ "$PART" = c ]; then
+  { environment; cuda_tests "the head start in every small-track CUDA campaign"; } 2>&1 | tee "$OUT/session-c.log"
+  exit 0
+fi
 if [ "$PART" = b ]; then
   {
     environment

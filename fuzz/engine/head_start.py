@@ -30,7 +30,10 @@ How, at the worker's entry, its kernel set imported and no CUDA context made yet
    in the order the scout queued them, so it waits for the compiles of sixteen cores, not one.
 
 A marker under the Triton cache (keyed by the set's kernel sources, Triton's version, the knobs
-and the seeds scouted) says a head start was made there already: a warm cache pays a hash.
+and the seeds scouted) says a head start was made there already: a warm cache pays a hash. A
+head start cut short (its worker found a bug and ended: ``--stop-on-first``) leaves the digests
+it finished beside it (``KEY.done``); the next one queues the rest only, so that a launch never
+waits for a child to load what it would load itself.
 Without a GPU (tests), ``KVFUZZ_COMPILE_TARGET`` names the target the children compile for.
 """
 
@@ -302,12 +305,21 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
         launcher = target is not None
     pids = [_fork(lambda: _compiler(tasks, results, lookup, target, launcher)) for _ in range(children)]
     book, queued = Book(), []
+    progress = marker.with_name(marker.name + ".done")  # the digests an earlier head start of it finished
+    try:
+        finished = set(progress.read_text().split())
+    except OSError:
+        finished = set()
+    earlier: set[str] = set()
 
     def on_launch(launch) -> None:
         before = len(book.recipes)
         book(launch)
         if len(book.recipes) > before:
             key = digest(launch)
+            if key in finished:  # on disk since a head start its campaign ended before it did
+                earlier.add(key)
+                return
             queued.append(key)
             tell(("queued", key))
             tasks.put((key, next(reversed(book.recipes.values()))))
@@ -319,29 +331,40 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
         tasks.put(None)
     counts = {"compiled": 0, "cached": 0, "failed": 0}
     left, alive = set(queued), set(pids)
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        log = os.open(progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:  # a cache it cannot write: nothing is kept for the next head start
+        log = None
+
+    def take() -> None:
+        key, status = results.get()
+        left.discard(key)
+        counts[status] += 1
+        tell(("done", key))
+        if status != "failed" and log is not None:
+            os.write(log, f"{key}\n".encode())
+
     while left and alive:
         while left and not results.empty():
-            key, status = results.get()
-            left.discard(key)
-            counts[status] += 1
-            tell(("done", key))
+            take()
         for pid in list(alive):
             if os.waitpid(pid, os.WNOHANG)[0]:
                 alive.discard(pid)
         time.sleep(0.005)
     while not results.empty():  # the last children's last words
-        key, status = results.get()
-        left.discard(key)
-        counts[status] += 1
+        take()
     for pid in alive:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-    report = {**counts, "lost": len(left), "specializations": len(queued), "sequences": done["sequences"],
+    if log is not None:
+        os.close(log)
+    report = {**counts, "earlier": len(earlier), "lost": len(left), "specializations": len(queued) + len(earlier),
+              "sequences": done["sequences"],
               "skipped": done["skipped"], "launches": book.launches, "scout_s": round(scouted, 2),
               "seconds": round(time.monotonic() - t0, 2), "processes": children}
     if not (counts["failed"] or left or done["skipped"]):
         with contextlib.suppress(OSError):
-            marker.parent.mkdir(parents=True, exist_ok=True)
             tmp = marker.with_name(marker.name + f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(report))
             os.replace(tmp, marker)

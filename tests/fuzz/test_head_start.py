@@ -53,7 +53,17 @@ gate = head_start._GATE[0]
 end = time.monotonic() + 500
 while gate.report is None and time.monotonic() < end:
     gate._drain(0.1)
-print(json.dumps({"note": note, "state": head_start.state(), "again": head_start.begin(opts, 0, 0, True)}))
+first = head_start.state()
+again = head_start.begin(opts, 0, 0, True)
+# Cut short: the marker gone, what it finished kept (a campaign that ended before its head start did).
+marker = next(p for p in head_start._marker_dir().iterdir() if not p.name.endswith(".done"))
+marker.unlink()
+head_start.begin(opts, 0, 0, True)
+gate = head_start._GATE[0]
+while gate.report is None and time.monotonic() < end:
+    gate._drain(0.1)
+print(json.dumps({"note": note, "state": first, "again": again, "resumed": head_start.state(),
+                  "marker_back": marker.is_file()}))
 """
 
 # In a fresh process: the same sequences' launches (recorded), each looked up with its real tensors.
@@ -118,7 +128,8 @@ def test_the_scout_predicts_every_specialization_the_interpreters_real_launches_
 def test_a_head_start_compiles_what_it_scouted_and_its_marker_makes_the_next_one_nothing(tmp_path):
     """The coordinator compiles each specialization its scout met (none fails, none is lost);
     a fresh process's launches of the same sequences with their real tensors then find every
-    one on disk; and the marker it left makes the same worker's next head start a no-op."""
+    one on disk; the marker it left makes the same worker's next head start a no-op; and without
+    the marker (a head start cut short) the next one queues only what the last did not finish."""
     cache = tmp_path / "cache"
     n_ops = 12
     got = _compiled(_BEGIN, n_ops, TRITON_CACHE_DIR=cache, KVFUZZ_COMPILE_TARGET="cuda:90:32")
@@ -127,7 +138,10 @@ def test_a_head_start_compiles_what_it_scouted_and_its_marker_makes_the_next_one
     assert state["specializations"] >= 10 and state["failed"] == 0 and state["lost"] == 0, state
     assert state["compiled"] + state["cached"] == state["specializations"]
     assert got["again"] is None
-    assert len(list((cache / "kvfuzz-head-start").iterdir())) == 1
+    assert len(list((cache / "kvfuzz-head-start").iterdir())) == 2  # the marker, and the digests it finished
+    resumed = got["resumed"]  # after the marker was lost: nothing queued, nothing waited for, the marker back
+    assert resumed["earlier"] == state["specializations"] == resumed["specializations"], resumed
+    assert resumed["compiled"] + resumed["cached"] == 0 and got["marker_back"]
     found = _compiled(_LOOKUP, n_ops, TRITON_CACHE_DIR=cache)
     assert found["misses"] == 0 and found["hits"] >= 10, found
 
