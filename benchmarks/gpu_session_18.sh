@@ -7,7 +7,8 @@
 #    catalogue, cold then warm, with the head start.
 # b: the first case over the catalogue with --compile-ahead off (the A/B, same session).
 # c: pytest -m 'cuda and not slow' (every CUDA test, the head start in each small-track campaign).
-# Usage: OUT=$OUT bash benchmarks/gpu_session_18.sh [a|b|c]
+# d: after Triton's key is computed once before the forks: the first case on seven mutants, cold then warm.
+# Usage: OUT=$OUT bash benchmarks/gpu_session_18.sh [a|b|c|d]
 set -u
 . benchmarks/gpu_common.sh  # $OUT, $PY, step, environment, first_case_cuda
 PART=${1:-a}
@@ -19,6 +20,17 @@ cold_run() {  # cold_run NAME FLAGS...: kvkernels on an empty cache, 10 sequence
   echo "exit ${PIPESTATUS[0]}, $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$t0") s"
   $PY -c "import json,sys; s=json.load(open(sys.argv[1])); print('compiles', s['compiles'], 'compile_s', round(s['compile_s'],1), 'loads', s['loads'], 'load_s', round(s['load_s'],1), 'steady', s.get('steady_ops_per_s'), 'timeline', {k: round(v,2) for k, v in s['timeline'].items()}, 'head_start', [w.get('head_start') for w in s['workers']])" "$OUT/$PART-cold-$1.json"
 }
+if [ "$PART" = d ]; then  # after _triton_key: the first case on seven of the catalogue's mutants, cold then warm
+  {
+    environment
+    step "first case, seven mutants, head start with Triton's key computed once before the forks"
+    timeout 230 $PY benchmarks/first_case.py --backend cuda --scale small --cold --warm --budget-s 20 \
+      --mutants free-forgets-p2v-tombstone,free-unmasked-double-free,read-table-no-negative-guard,alloc-bind-descending,translate-no-negative-guard,free-sorts-holes,grow-down-start-off-by-one \
+      --note "one H200, nothing else running; head start, triton_key before the forks" --out "$OUT/d-fc" > "$OUT/d-first-case.log" 2>&1
+    echo "exit $?"; tail -18 "$OUT/d-fc/first_case.md" 2>/dev/null || tail -5 "$OUT/d-first-case.log"
+  } 2>&1 | tee "$OUT/session-d.log"
+  exit 0
+fi
 if [ "$PART" = c ]; then
   { environment; cuda_tests "the head start in every small-track CUDA campaign"; } 2>&1 | tee "$OUT/session-c.log"
   exit 0

@@ -194,6 +194,17 @@ def digest(launch) -> str:
     return hashlib.sha256(repr(specialization(launch)).encode()).hexdigest()[:16]
 
 
+def _triton_key() -> None:
+    """Triton's own key (a hash of its files and libtriton, lru-cached: 0.4-0.8 s in each process,
+    computed at its first compile or cache lookup), computed here so that the processes forked
+    after inherit it. A daemon computes it for its children once idle (``zygote.daemon``), so a
+    cold campaign's first worker, and whatever it forks, would each compute it again."""
+    with contextlib.suppress(Exception):
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+
+
 def _die_with_parent() -> None:
     """This process ends with the one that forked it (Linux; elsewhere it ends on its own)."""
     with contextlib.suppress(Exception):
@@ -303,6 +314,7 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
     if not target:  # the GPU's target from NVML: the children then make no CUDA context (none to contend with the worker's)
         target = nvml_target()
         launcher = target is not None
+    _triton_key()  # once here, not in each child at its first compile (eight at once: 1.5-1.9 s on an H200)
     pids = [_fork(lambda: _compiler(tasks, results, lookup, target, launcher)) for _ in range(children)]
     book, queued = Book(), []
     progress = marker.with_name(marker.name + ".done")  # the digests an earlier head start of it finished
@@ -489,6 +501,11 @@ def _begin(opts, worker: int, start_k: int, warm: bool) -> str | None:
 
     pid = _fork(coordinator)
     writer.close()
+    import threading
+
+    # The worker's own first launch needs Triton's key too (to look on disk): computed meanwhile,
+    # mostly outside the GIL (file reads, hashing), while the worker makes its CUDA context.
+    threading.Thread(target=_triton_key, name="kvfuzz-triton-key", daemon=True).start()
     g = Gate(reader, pid)
     _GATE[:] = [g]
     gate(g)
