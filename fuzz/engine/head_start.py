@@ -8,26 +8,25 @@ track's stream runs on the allocator state machine, but it is drawn from the spe
 (``generate.OpGenerator`` reads the spec's state and the spec's outcomes, never the
 target's), so the same kind of scout predicts it.
 
-How, at the worker's entry, its kernel set imported and no CUDA context made yet:
+How. At the worker's entry, its kernel set imported and no CUDA context made yet, it forks a
+*coordinator* and goes on to make its tier at once:
 
-1. **Scout** in this process: the smoke test's calls, then the worker's warm-up sequences and
-   its first ones, run on CPU tensors under ``launches.record_only`` (described, not run; a
+1. **Scout** (in the coordinator): the smoke test's calls, then the worker's warm-up sequences and
+   its first two, run on CPU tensors under ``launches.record_only`` (described, not run; a
    launcher that routes CPU tensors elsewhere by a module-level ``INTERPRET`` flag, as ours
    does, is told to route them to its kernels meanwhile). The target's results are garbage,
    so its divergences are ignored and an op that raises only ends its sequence.
 2. **Compile** each new specialization the moment the scout meets it, in the order met, on
-   ``MAX_CHILDREN`` compile children at most: ``recipes.compile_recipe`` into the Triton cache,
-   for the target NVML names (``nvml_target``), through a stand-in driver, so that no child makes
-   a CUDA context: eight contexts made beside the worker's held its own set-up back by a second
-   (one H200, s18), where the compiles themselves cost it nothing. Where NVML cannot say, each
-   child compiles through the real driver and loads onto the GPU.
-3. **Wait only for what is launched.** The scout and the compiles run in a *coordinator*
-   forked at the worker's entry (before the worker, or any of them, touches CUDA: each compile
-   child makes a context of its own); the worker goes on to make its tier at once. The
-   coordinator tells it each specialization it queued and each one done (a digest of
-   ``signatures.specialization``); a launch of one queued and not done waits for it
-   (``launches.gate``), any other launch runs as it would have. The worker meets its variants
-   in the order the scout queued them, so it waits for the compiles of sixteen cores, not one.
+   ``MAX_CHILDREN`` compile children forked by the coordinator: ``recipes.compile_recipe`` into
+   the Triton cache, for the target NVML names (``nvml_target``), through a stand-in driver, so
+   that no child makes a CUDA context: eight contexts made beside the worker's held its own
+   set-up back by a second (one H200, s18). Where NVML cannot say, each child compiles through
+   the real driver and loads onto the GPU (the fork came before any CUDA, so it can).
+3. **Wait only for what is launched.** The coordinator tells the worker each specialization it
+   queued and each one done (a digest of ``signatures.specialization``); a launch of one queued
+   and not done waits for it (``launches.gate``), any other launch runs as it would have. The
+   worker meets its variants in the order the scout queued them, so it waits for the compiles
+   of eight cores, not one.
 
 A marker under the Triton cache (keyed by the set's kernel sources, Triton's version, the knobs
 and the seeds scouted) says a head start was made there already: a warm cache pays a hash. A
@@ -51,7 +50,7 @@ from pathlib import Path
 
 SCOUT_S = 3.0  # the scout starts no sequence after this long
 WAIT_S = 60.0  # the longest a launch waits for its variant (then it compiles it itself)
-MAX_CHILDREN = 8  # compile children per worker (each holds a CUDA context while it loads)
+MAX_CHILDREN = 8  # compile children per worker (fewer where the cores are fewer)
 SCHEMA = 1  # of the marker's key
 
 __all__ = ["Gate", "begin", "digest", "marker_key", "scout", "wanted"]
@@ -509,8 +508,8 @@ def _begin(opts, worker: int, start_k: int, warm: bool) -> str | None:
     g = Gate(reader, pid)
     _GATE[:] = [g]
     gate(g)
-    return (f"head start: {len(seeds)} sequences scouted and their specializations compiled on {children} "
-            f"processes beside this worker (head_start.py)")
+    return (f"head start: the smoke test and {len(seeds)} sequences scouted, their specializations compiled on "
+            f"{children} processes beside this worker, each launch waiting for its own (head_start.py)")
 
 
 def _cuda_touched() -> bool:
