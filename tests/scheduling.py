@@ -31,6 +31,8 @@ MEASURED_S = {
     "tests/fuzz/test_compile_check.py::test_our_kernels_and_indep_compile_at_every_specialization[kvkernels]": 21,
     "tests/fuzz/test_supervision.py::test_a_faulty_kernel_set_yields_a_case_and_the_campaign_lives_on[hang-1]": 20,
     "tests/fuzz/test_compile_ahead.py::test_a_recipe_compiled_ahead_is_what_a_launch_with_the_real_tensors_finds_on_disk": 18,
+    "tests/fuzz/test_head_start.py::test_a_head_start_compiles_what_it_scouted_and_its_marker_makes_the_next_one_nothing": 18,
+    "tests/fuzz/test_head_start.py::test_the_scout_predicts_every_specialization_the_interpreters_real_launches_show": 11,
     "tests/fuzz/test_compile_check.py::test_a_cpu_run_reports_the_fixture_as_a_case_that_replays": 18,
     "tests/clients/test_sglang.py::test_spec_hostile_classes_find_exactly_the_baseline": 18,
     "tests/test_pytest_plugin.py::test_interpreter_tier_from_a_clean_environment": 17,
