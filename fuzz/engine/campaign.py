@@ -493,7 +493,7 @@ class Campaign:
         s.op_timeout_s = round(self.op_timeout(), 2)
         s.workers = [{"worker": slot.index, "last_op_s": round(slot.last_op_s, 2), "restarts": slot.restarts,
                       "longest_op_s": round(slot.longest, 3),
-                      **({"head_start": hs} if (hs := (slot.stats or {}).get("head_start")) else {})}
+                      **({"head_start": hs} if (hs := (slot.stats or (slot.kept or [{}])[-1]).get("head_start")) else {})}
                      for slot in self.slots]
         s.cases = list(self.cases.values())
         s.paths = [self.paths[c.signature] for c in s.cases]
