@@ -162,6 +162,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
             if seed < WARMUP_BASE:
                 k += 1
             if d is not None:
+                if opts.stop_on_first:  # the parent halts this worker at the finding: its stats go first
+                    report()
                 queue.put(("finding", worker, {"seed": seed, "scenario": scenario, "config": seq.config.to_json(),
                                                "ops": [op.to_json() for op in seq.ops[: d.step + 1]],
                                                "divergence": d.to_json(), "knobs": knobs, "extra": seq.extra,

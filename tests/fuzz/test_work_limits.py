@@ -113,6 +113,8 @@ def test_stop_on_first_returns_once_the_first_case_is_written_and_minimized(tmp_
     [failure] = data["failures"]
     # the worker stops itself in the sequence that failed: the same work however slow the parent is
     assert data["sequences"] == 1 and data["ops"] == failure["original_ops"], data
+    # and what it ran is in the summary: its last stats reached the parent before it was halted
+    assert sum(data["by_kind"].values()) == data["ops"], data["by_kind"]
     assert failure["minimized_ops"] < failure["original_ops"] and failure["minimized_ops"] <= 5, failure
     assert failure["reproduced"]["k"] >= 1, failure
     written = json.loads((out / next(p.name for p in out.iterdir())).read_text())
