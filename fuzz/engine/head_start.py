@@ -123,16 +123,16 @@ def _route_cpu_to_kernels(module):
             g["INTERPRET"] = was
 
 
-def _scout_runner():
+def _scout_track():
+    """The small track with a runner whose target never ran (``record_only``): its divergences
+    mean nothing, and the spec's outcome goes on to the generator as in a real run. Its
+    allocator runs unchecked: a checked one reads the tables its kernels never wrote and refuses
+    the op (a free of pages it finds unbound), where the real one launches."""
     from .runner import PoolRun
+    from .tracks.small import SmallTrack
     from .verdict import Divergence
 
     class ScoutRun(PoolRun):
-        """A PoolRun whose target never ran (``record_only``): its divergences mean nothing, and
-        the spec's outcome goes on to the generator as in a real run. Its allocator runs
-        unchecked: a checked one reads the tables its kernels never wrote and refuses the op
-        (a free of pages it finds unbound), where the real one launches."""
-
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.target.checked = False
@@ -146,20 +146,23 @@ def _scout_runner():
         def finish(self) -> None:
             pass
 
-    return ScoutRun
+    class ScoutTrack(SmallTrack):
+        def runner(self, config, tier, **kw):
+            return ScoutRun(config, tier, **kw)
+
+    return ScoutTrack()
 
 
 def scout(module, name: str, seeds, knobs, *, n_ops: int, hostile: str, check_every: int, on_launch,
           deadline: float | None = None) -> dict:
     """Record what a small-track worker with ``knobs`` launches for the smoke test and ``seeds``
-    (``on_launch(launch)`` for each, none of them run); counts of what ran."""
-    from .generate import OpGenerator, contract_rate, sequence_params, sequence_r2t_dtype
+    (``on_launch(launch)`` for each, none of them run): each sequence as the worker's track runs
+    it (``SmallTrack.run_sequence``), on a scout's runner; counts of what ran."""
     from .knobs import apply as apply_knobs
     from .launches import record_only
     from .tiers import Tier, smoke_calls
 
-    tier = Tier("cuda", name, module, "cpu")
-    ScoutRun = _scout_runner()
+    tier, track = Tier("cuda", name, module, "cpu"), _scout_track()
     done = {"sequences": 0, "ops": 0, "cut": 0, "skipped": 0}
     with record_only(on_launch), _route_cpu_to_kernels(module), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -170,15 +173,9 @@ def scout(module, name: str, seeds, knobs, *, n_ops: int, hostile: str, check_ev
             if deadline is not None and time.monotonic() > deadline:
                 done["skipped"] += 1
                 continue
-            config, scenario, rng = sequence_params(seed)
-            gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
-                              r2t_dtype=sequence_r2t_dtype(seed))
             try:
-                run = ScoutRun(config, tier, knobs=knobs, hostile=hostile, check_every=check_every)
-                for _ in range(n_ops):
-                    op = gen.next_op(run.spec)
-                    done["ops"] += 1
-                    gen.observe(op, run.step(op))
+                seq = track.run_sequence(tier, seed, n_ops, knobs=knobs, hostile=hostile, check_every=check_every)
+                done["ops"] += len(seq.ops)
             except Exception:  # noqa: BLE001 - the target's garbage broke an op: this sequence ends here
                 done["cut"] += 1
             done["sequences"] += 1

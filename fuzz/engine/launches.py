@@ -135,15 +135,14 @@ def _wrap(original):
         nested = getattr(_LOCAL, "depth", 0) > 0
         if _RECORD_ONLY and not nested:
             return _record_only(self, args, kwargs, original, recorders)
-        if _GATES and not nested:
-            gated = _describe(self, args, kwargs, original)
-            for callback in list(_GATES):
-                callback(gated)
+        launch = _describe(self, args, kwargs, original) if _GATES and not nested else None  # once, gated or not
+        for callback in list(_GATES) if launch is not None else ():
+            callback(launch)
         if nested or not (recorders or _OBSERVERS or _BUDGETS):
             return _timed(self, args, kwargs, original, nested)
         if _LIGHT[0] and not recorders and not _BUDGETS:
             return _run_light(self, args, kwargs, original)
-        launch = _describe(self, args, kwargs, original)
+        launch = launch or _describe(self, args, kwargs, original)
         for rec in recorders:
             rec.launches.append(launch)
         if callable(grid := kwargs.get("grid")):  # noted when Triton resolves it: never called twice

@@ -48,8 +48,8 @@ class SmallTrack(Track):
         config, scenario, rng = params or sequence_params(seed)
         gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
                           r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
-        run = PoolRun(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
-                      beat=beat, check_every=check_every, known=known)
+        run = self.runner(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
+                          beat=beat, check_every=check_every, known=known)
         ops, d = [], None
         try:
             for _ in range(n_ops):
