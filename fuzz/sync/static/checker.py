@@ -10,16 +10,14 @@ from __future__ import annotations
 import ast
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import regions, vocab
-from .kinds import Env, Eval, attr_kinds, note_annotation
+from .annotations import note_annotation
+from .host import CheckerHost
+from .kinds import Env, Eval, attr_kinds
 from .model import Class, Func, Module
+from .records import Family, Rule
 from .regions import Exemption
-
-if TYPE_CHECKING:
-    from .reach import Analysis
-    from .records import Family, Rule
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ _BRANCH_LABEL = {"eager": "eager", "cpu-only": "CPU-only", "checked": "checked-m
 
 
 class FunctionChecker(ast.NodeVisitor):
-    def __init__(self, analysis: Analysis, func: Func, self_cls: Class | None, env: Env,
+    def __init__(self, analysis: CheckerHost, func: Func, self_cls: Class | None, env: Env,
                  inherited: Exemption | None, families: tuple[Family, ...]):
         self.analysis = analysis
         self.project = analysis.project

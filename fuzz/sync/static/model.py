@@ -17,7 +17,7 @@ import tokenize
 from dataclasses import dataclass, field
 
 from . import vocab
-from .kinds import note_annotation
+from .annotations import note_annotation
 
 
 class ParseError(Exception):
