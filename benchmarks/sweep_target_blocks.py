@@ -1,7 +1,7 @@
 """Sweep TARGET_BLOCKS for the strided read table on a GPU (CUDA graph, captured at full size).
 
 Run from the repo root on a CUDA machine: ``PYTHONPATH=. python3 benchmarks/sweep_target_blocks.py``.
-The H200 figures are in benchmarks/results/h200-2026-11-29/sweep-target-blocks.log.
+The H200 figures are in benchmarks/results/sweep-target-blocks-h200/sweep-target-blocks.log.
 """
 
 import torch

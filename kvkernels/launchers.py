@@ -59,7 +59,7 @@ READ_TABLE_RULES: tuple[tuple[int, int, bool, int, int], ...] = (
     # (max bs, max max_pages, legacy, BLOCK_COLS, num_warps): from one H200 sweep of the
     # strided grid, graph-replayed at live lengths 1k/8k/128k tokens, the config with the best
     # geometric mean per (bs, max_pages) (benchmarks/sweep_read_table.py,
-    # benchmarks/results/h200-2026-11-30/sweep-read-table.json). The legacy grid keeps its
+    # benchmarks/results/read-table-h200/sweep-read-table.json). The legacy grid keeps its
     # historical (512, 4): it is the reference the strided grid is measured against.
     (1, 8192, False, 128, 8),
     (16, 8192, False, 512, 4),
@@ -120,7 +120,7 @@ def read_table_launch(bs: int, max_pages: int, *, legacy: bool = False) -> tuple
 def read_table_unroll(bs: int, max_pages: int) -> int:
     """Column blocks per trip of the strided loop: two where rows are long and many (each
     program makes many trips, and two blocks' loads in flight together hide latency: on an
-    H200, bs 64/256/512 at 128k pages ran 1-4% faster, benchmarks/results/h200-2026-11-30/
+    H200, bs 64/256/512 at 128k pages ran 1-4% faster, benchmarks/results/read-table-h200/
     ab-unroll.json), one elsewhere (where it measured no better). Host ints only."""
     if READ_TABLE_UNROLL is not None:
         return READ_TABLE_UNROLL

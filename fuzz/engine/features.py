@@ -21,7 +21,7 @@ Two sources, both collected per sequence (``Collector``):
   a third trip is kept before the third trip is reached, and its mutations try from there;
   only **within reach** (at most one block and ``REACH`` pages short): a row hundreds of
   pages short of a 512-page block's second trip is no stone, and such buckets flooded the
-  progress domain (benchmarks/results/guided-vs-blind-2026-12-02.md).
+  progress domain (benchmarks/results/guided-vs-blind/stones-and-resizes.md).
   Trips are computed from the sizes the launch was given (``seq_lens``, ``max_pages`` /
   ``max_tokens``, ``col_stride``), the way the kernel's while loop counts them, so they are
   the same on every tier; ``seq_lens`` is read only where it lives on the CPU (reading a

@@ -21,7 +21,7 @@ table made the most trips (``Corpus.frontier``), most of them one edit aimed at 
 last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
 ``AIM_TAIL`` ops past the stone; the rest are picked by rarity (``Corpus.pick``), one to three
 drawn edits near the op that reached the feature, run ``TAIL`` past it
-(benchmarks/results/guided-vs-blind-2026-12-04.md).
+(benchmarks/results/guided-vs-blind/README.md).
 
 A read the target already ran and passed from the same history of state-changing ops (a plan's
 replayed prefix, a repeated read table) is not run again, its features replayed (``KnownReads``).
@@ -179,7 +179,7 @@ class Corpus:
         where rarity spreads them over every domain's singletons); None while no entry has one.
         Per kernel, one drawn at random among those whose next trip features (``missing``) some
         entry still lacks: the packed table counts tokens and makes eight trips where the
-        paged one makes one (benchmarks/results/guided-vs-blind-2026-12-04.md), and a
+        paged one makes one (benchmarks/results/guided-vs-blind/README.md), and a
         frontier over both stayed on it."""
         best: dict[str, tuple[tuple, list]] = {}  # kernel -> ((most trips, -stride), [(entry, feature)])
         for e in self.entries:
@@ -210,7 +210,7 @@ class Corpus:
         each costed as its own run). So an entry that keeps paying is
         tried more, and one picked often for nothing fades, whatever its cost; a cost factor
         alone (1/cost) drifted the corpus to cheap sequences, large blocks and one trip, which
-        starved the rows that reach three trips (benchmarks/results/guided-vs-blind-2026-12-01.md)."""
+        starved the rows that reach three trips (benchmarks/results/guided-vs-blind/energy-by-payoff.md)."""
         rare = sum(1.0 / self.counts[f] for f in entry["ids"] if f >> 40)  # domain 0 is code: hundreds of arcs
         median = self.median_yield() if median is None else median
         ratio = _yield(entry) / median if median > 0 else 1.0
@@ -231,7 +231,7 @@ class KnownReads:
     config, knobs and hostile mode) and the op, with what their launches reached: a mutated
     plan replays its entry's ops up to its first edit, and a repeated read table leaves the
     state where it was, so the same read from the same state comes again and again (a quarter
-    of a guided run's CPU seconds, guided-vs-blind-2026-12-02-s10.md). The target is a function
+    of a guided run's CPU seconds, guided-vs-blind/known-reads.md). The target is a function
     of its history (a case replays from its ops alone), so ``runner.PoolRun`` does not run such
     a read again, and the features its launches reached are replayed into ``collector`` as at
     that op (``Collector.take``): a run's features, and so the corpus and every later plan, are
@@ -489,7 +489,7 @@ def code_schedule(i: int) -> tuple[bool, bool]:
     catalogue mutants and many fixture runs die in the fresh phase, and a traced sequence pays
     the tracer's start (~0.15 CPU s the first time) and ~25 % more per op, a kernel-traced one
     ~2.5x. Until the kills were timed in CPU seconds the second sequence was traced, kernel
-    bodies included: up to a third of a fixture's time to kill (guided-vs-blind-2026-12-02-s9.md)."""
+    bodies included: up to a third of a fixture's time to kill (guided-vs-blind/traced-sequences.md)."""
     return i % CODE_EVERY == CODE_EVERY - 1, i % KERNEL_CODE_EVERY == KERNEL_CODE_EVERY - 1
 
 

@@ -51,8 +51,8 @@ class ChoiceRandom(random.Random):
     a fresh ``Random`` of its own (keyed by ``fresh_seed`` and the op's index), one that draws
     fewer leaves the rest unread. So an edit to one op's draws (a resize lengthens an alloc, a
     later free then permutes more pages) leaves every later op reading the draws it read
-    before; read sequentially, a resize shifted them all (benchmarks/results/guided-vs-blind-
-    2026-12-02.md: 11 of 18 resizes kept the read table on the resized row). Without marks,
+    before; read sequentially, a resize shifted them all (benchmarks/results/guided-vs-blind/
+    stones-and-resizes.md: 11 of 18 resizes kept the read table on the resized row). Without marks,
     all of ``given`` is the config's and every op draws fresh (a fresh sequence). ``log`` is
     every draw made, ``ranges`` each draw's integer range (0 for a float), ``pos`` how many."""
 

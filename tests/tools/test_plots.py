@@ -14,7 +14,7 @@ import pytest
 from fuzz.tools import bench, plots
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks/results"
-GPU_REPORTS = sorted((RESULTS / "h200-2026-11-29").glob("bench-*.json"))
+GPU_REPORTS = sorted((RESULTS / "sweep-target-blocks-h200").glob("bench-*.json"))
 SVG = "{http://www.w3.org/2000/svg}"
 
 

@@ -61,7 +61,7 @@ class ScaleRun:
     ``defer``: how many ops' checks may wait for one host read (default ``DEFER_CUDA`` on a
     GPU, 1 elsewhere; ``KVFUZZ_DEFER_CHECKS`` overrides it). Each check is one host read,
     and on a GPU that read waits for the device, which then idles while the host draws
-    the next op. Measured on one H200 (benchmarks/results/h200-2026-12-02-s9): reads 3x
+    the next op. Measured on one H200 (benchmarks/results/deferred-checks-h200): reads 3x
     fewer, elements/s within noise, since the phase is bound by the oracle's device passes
     and the host's own work per op, not by its reads. A check that compares results only (no state due) is queued instead, with its flags
     already computed on the device, and read with the next check that reads state, when
