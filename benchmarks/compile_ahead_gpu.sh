@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 25 item 1 on a GPU: compiling before the clock (fuzz/engine/production/ahead.py), on and off
+# Compiling before the clock on a GPU (fuzz/engine/production/ahead.py), on and off
 # side by side; logs and JSON go to $OUT (default benchmarks/results/gpu-run). Parts, in this order
 # (the first matter most, so a device call cut short keeps them):
 #   indep:     benchmarks/scale_gpu.py --seconds 10 --warmup 8 on indep.py, read-heavy and default mix,
@@ -17,7 +17,13 @@
 # Knobs: SECONDS_PER (10), WARMUP (8), AHEAD_SEQ (96: timed sequences scouted), BUDGET (30).
 set -u
 PARTS=${*:-indep campaign kvkernels report}
-. benchmarks/gpu_common.sh  # $OUT, $PY, $FOREIGN, step
+OUT=${OUT:-benchmarks/results/gpu-run}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=.
+unset TRITON_INTERPRET
+PY=${PY:-python3}
+FOREIGN=tests/fixtures/kernels/foreign
+step() { echo; echo "== $*  ($(date -u +%T))"; }
 SECONDS_PER=${SECONDS_PER:-10}
 WARMUP=${WARMUP:-8}
 AHEAD_SEQ=${AHEAD_SEQ:-96}

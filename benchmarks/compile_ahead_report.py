@@ -9,6 +9,7 @@ campaign, the share of its Triton launches that still compiled.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -57,7 +58,9 @@ def campaign_rows(folder: Path) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    folder = Path(argv[1] if len(argv) > 1 else "benchmarks/results/gpu-run")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", nargs="?", default="benchmarks/results/gpu-run", help="the OUT of compile_ahead_gpu.sh")
+    folder = Path(ap.parse_args(argv[1:]).folder)
     scale, campaign = scale_rows(folder), campaign_rows(folder)
     for r in scale:
         print(f"{r['phase']:22s} ahead={r['compile_ahead']:3s} {r['elements_per_s']:.3e} el/s  {r['ops_per_s']:7.1f} ops/s  "

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import torch
@@ -14,6 +15,7 @@ from fuzz.engine.production.far import FarMemory
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     dev = torch.device("cuda", torch.cuda.current_device())
     x = torch.empty(1 << 28, device=dev)  # an ordinary cached block (1 GiB) that must stay cached
     del x

@@ -4,6 +4,8 @@ Run from the repo root on a CUDA machine: ``PYTHONPATH=. python3 benchmarks/swee
 The H200 figures are in benchmarks/results/sweep-target-blocks-h200/sweep-target-blocks.log.
 """
 
+import argparse
+
 import torch
 
 import kvkernels
@@ -31,6 +33,7 @@ def graph_for(bs: int, r2t, v2p):
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     r2t = torch.arange(256 * MAX_CONTEXT, device=DEV, dtype=torch.int64).reshape(256, MAX_CONTEXT) % MAX_CONTEXT
     v2p = torch.randperm(MAX_CONTEXT + 1, device=DEV, dtype=torch.int64)
     for target in (1024, 2048, 4096, 8192):
