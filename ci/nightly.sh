@@ -20,7 +20,7 @@ else
 fi
 KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
   PATH="$(dirname "$PY"):$PATH" bash ci/fuzz.sh || status=1
-# Coverage-guided (README, "Guided generation"): a corpus kept between nights in KVFUZZ_CORPUS, resumed and grown
+# Coverage-guided (docs/guided.md): a corpus kept between nights in KVFUZZ_CORPUS, resumed and grown
 # each night; what every night's corpus reached and never reached, per kernel and function, goes to
 # coverage.txt. Shards on machines of their own each keep theirs: `kvfuzz merge --corpus` makes one.
 CORPUS=${KVFUZZ_CORPUS:-$HOME/.cache/kvfuzz/corpus}

@@ -15,8 +15,8 @@ trap 'rm -rf "$KVFUZZ_ZYGOTE_DIR"' EXIT
 # --dist worksteal: an idle worker takes queued tests from a busy one, so the long campaign
 # tests do not queue behind each other on one worker while the other has run dry.
 # One worker more than the cores: a campaign test spends part of its time waiting (for an
-# op-timeout, a child's start), and the extra worker runs another test meanwhile. Measured on
-# 2 cores (2026-12-03): -n 3 and -n 4 both 10.5 min; more workers only add their own start-up,
-# the suite being bound by CPU by then (README says more).
+# op-timeout, a child's start), and the extra worker runs another test meanwhile. On 2 cores
+# -n 3 and -n 4 take the same time: more workers only add their own start-up, the suite being
+# bound by CPU by then.
 "$PY" -m pytest -n "${KVFUZZ_TEST_WORKERS:-$(( $(nproc) + 1 ))}" --dist worksteal "$@"
 "$PY" -m fuzz check-sync

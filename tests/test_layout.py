@@ -107,7 +107,7 @@ def test_only_the_tracks_ask_which_scale_runs():
     assert not hits, hits
 
 
-ENGINE_ROWS = [  # README.md's engine table, leaf modules first
+ENGINE_ROWS = [  # docs/architecture.md's engine table, leaf modules first
     ["verdict", "gate", "lazy", "budget"], ["oplang", "ops", "raw_ops"],
     ["memory", "boundary", "knobs", "vector_oracle", "signatures", "launches", "features", "sources", "tiers", "allocators",
      "zygote", "supervise", "health"],
@@ -118,7 +118,7 @@ ENGINE_ROWS = [  # README.md's engine table, leaf modules first
 
 
 def test_the_engine_imports_only_downwards():
-    """Each engine module imports only the rows above its own (README's table), so the leaf
+    """Each engine module imports only the rows above its own (docs/architecture.md's table), so the leaf
     modules (verdict, the op records) can be read, and reused, without the rest."""
     rank = {m: i for i, row in enumerate(ENGINE_ROWS) for m in row}
     engine = FUZZ / "engine"
@@ -127,7 +127,7 @@ def test_the_engine_imports_only_downwards():
         parts = path.relative_to(engine).with_suffix("").parts
         if parts == ("__init__",):
             continue
-        assert parts[0] in rank, f"{path}: a module the README's engine table does not place"
+        assert parts[0] in rank, f"{path}: a module docs/architecture.md's engine table does not place"
         me = rank[parts[0]]
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.ImportFrom) or not node.level or (len(parts) > 1 and node.level == 1):

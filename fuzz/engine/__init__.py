@@ -1,6 +1,6 @@
 """The fuzzing engine: one engine, several tracks (``tracks``: small, production, compile).
 
-Leaf modules first (README.md's table; ``tests/test_layout.py`` holds the engine to
+Leaf modules first (docs/architecture.md's table; ``tests/test_layout.py`` holds the engine to
 importing only downwards): ``verdict`` (what a run concluded), ``oplang``/``ops`` (the op
 records), the primitives (``memory`` red zones, ``boundary``, ``knobs``, ``vector_oracle``,
 ``signatures``, ``launches``: the one hook on Triton's launch path, ``tiers``, ``zygote``: how a child
