@@ -1,6 +1,6 @@
 """Campaigns on kernel sets that fault the GPU: the exit code of each, and what its cases say.
 
-Issue 23's measurement, made repeatable: a kernel set whose free stores at an illegal address
+A repeatable measurement: a kernel set whose free stores at an illegal address
 (``segfault.py``) and one whose free trips a device-side assert (``device_assert.py``), each
 fuzzed by ``--campaigns`` one-worker campaigns (seeds 21, 22, ...). A CUDA fault must be a
 case, never kvfuzz's own error: every campaign exits 1 (never 3), every case replays with exit

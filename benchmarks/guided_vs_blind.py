@@ -1,4 +1,4 @@
-"""Guided against blind generation on the interpreter (issue 26), the same seeds and budgets.
+"""Guided against blind generation on the interpreter, the same seeds and budgets.
 
 Four parts, each printed as a table row and written as JSON (``--out``):
 
@@ -36,8 +36,8 @@ import time
 
 def _track(mode: str, root: str):
     """The track a mode runs: ``blind`` (the seeded generator), ``guided`` (``guide.GuidedTrack``),
-    ``guided-rerun`` (guided with every read run again: no ``guide.KnownReads``, as before s10),
-    ``guided-between`` (a fresh sequence's program budget checked between ops only, as before s12)."""
+    ``guided-rerun`` (guided with every read run again: no ``guide.KnownReads``, what it saves),
+    ``guided-between`` (a fresh sequence's program budget checked between ops only, not per launch)."""
     from fuzz.engine import guide, tracks
 
     if mode not in MODES:

@@ -1,4 +1,4 @@
-"""Where a worker's set-up goes before its first op (issue 25: the first case waits for it).
+"""Where a worker's set-up goes before its first op (the first case waits for it).
 
 A warm first case on one H200 spends about 1.3 s between a worker's fork and its first op
 (``ready`` in a campaign's timeline), 1.0 s of it in the tier (``setup_tier``). This script

@@ -1,4 +1,4 @@
-"""What a child costs to start, forked from ``zygote``'s preloaded server or spawned (issue 24).
+"""What a child costs to start, forked from ``zygote``'s preloaded server or spawned.
 
 Two parts, each printed and written as JSON (``--out``):
 

@@ -4,7 +4,7 @@ For every point of the kernel bench grid (fuzz/tools/bench_kernels.py: bs 1..512
 size 1 and 16, a graph captured at max_pages = 128k tokens / ps and replayed at live
 lengths from short to full), it times BLOCK_COLS in {128, 256, 512, 1024} x num_warps in
 {1, 2, 4, 8} for the strided grid and the legacy grid, and reports per point the winning
-config of each, today's config (512, 4) of each, and whether the tuned strided kernel
+config of each, the shipped config (512, 4) of each, and whether the tuned strided kernel
 still loses to legacy. The launcher's choice may depend on (bs, max_pages) only (it must
 be graph-safe), so the suggested rules pick, per (bs, max_pages), the config with the best
 geometric mean over live lengths, and are printed in the form of
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
                                          "block_cols": block_cols, "num_warps": warps, "live_tokens": live,
                                          "us": round(us, 3)})
                         key = (ps, bs)
-                        if key not in reference:  # today's strided result: every config must match it
+                        if key not in reference:  # the shipped config's strided result: every config must match it
                             graph_ref, seq_ref, out_ref = capture(bs, ps, tokens, v2p, False, *TODAY)
                             seq_ref.fill_(MAX_CONTEXT)
                             graph_ref.replay()

@@ -42,8 +42,8 @@ ROWS = (
     ("flaky", "foreign/flaky.py", 30, 1, ("free/", "k_free_unbind/", "flush/", "alloc/"), False),
 )
 # Rows bounded by work (--max-ops), their budget only a cap: hang_late's free of exactly 49 pages
-# comes at a fixed op of seed 0's blind stream, which a 90 s budget reached on 2026-12-03 (~41,000
-# ops) and missed on 2026-12-04's slower machine (22,549 ops: exit 0, no case). Guided finds it sooner.
+# comes at a fixed op of seed 0's blind stream, which a 90 s budget reaches on a fast 2-core machine
+# (~41,000 ops) and misses on a slow one (22,549 ops: exit 0, no case). Guided finds it sooner.
 MAX_OPS = {"hang_late": 60_000}
 
 

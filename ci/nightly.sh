@@ -33,7 +33,7 @@ KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/guided" KVFUZZ_CORPUS="$CORPUS" KVFUZZ_BUDGET_
   --out "$OUT/production" --summary "$OUT/production/summary.json" --junit-xml "$OUT/production/junit.xml" \
   || status=1
 # The letter-of-SPEC kernel sets (tests/fixtures/kernels/letter/): right on all valid input, so any
-# finding against one is kvfuzz handing it input SPEC refuses (issue 22). Each at both scales.
+# finding against one is kvfuzz handing it input SPEC refuses. Each at both scales.
 for set in tests/fixtures/kernels/letter/[a-z]*.py; do
   for scale in small production; do
     "$PY" -m fuzz run --backend "$BACKEND" --scale "$scale" --kernels "$set" --budget-s "${KVFUZZ_LETTER_S:-60}" \

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash ci/setup.sh)
 # The suite's own fork daemons (fuzz/engine/zygote/daemon.py): one preload of torch and Triton
-# per Triton mode serves every campaign the tests start, where each command used to pay its own
+# per Triton mode serves every campaign the tests start, where each command would pay its own
 # (about 2 CPU s, over a hundred commands). A private socket directory, removed at the end:
 # its daemons see their socket gone and exit within seconds, leaving nothing behind the job.
 KVFUZZ_ZYGOTE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/kvfuzz-ci-zygote.XXXXXX")

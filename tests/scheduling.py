@@ -15,7 +15,7 @@ from typing import Callable, Sequence, TypeVar
 
 T = TypeVar("T")
 
-# Seconds per test (call and setup) in `ci/test.sh --durations=70` on a fresh clone, 2026-12-04,
+# Seconds per test (call and setup) in `ci/test.sh --durations=70` on a fresh clone,
 # 2-core machine, -n 3 (its tests of 6 s or more): only their order matters. A key with parameters
 # is that one instance; a test with none here but marked slow counts DEFAULT_S.
 MEASURED_S = {

@@ -291,7 +291,7 @@ class GuidedTrack(SmallTrack):
         self._plans: dict[int, dict] = {}
         self._code: CodeCoverage | None = None
         self.known = KnownReads() if known_reads else None  # off: every read runs (benchmarks/guided_vs_blind.py)
-        self.launch_budget = launch_budget  # off: a fresh sequence's budget is checked between ops only (as before s12)
+        self.launch_budget = launch_budget  # off: a fresh sequence's budget is checked between ops only, not per launch
         self.sequences = 0
         self.kept = 0
         self._seq_seeds: list[int] = []  # the seeds whose streams are under .seq/, oldest first
@@ -488,8 +488,8 @@ def code_schedule(i: int) -> tuple[bool, bool]:
     every ``KERNEL_CODE_EVERY`` (the 32nd, 64th, ...). The first sequences run untraced: most
     catalogue mutants and many fixture runs die in the fresh phase, and a traced sequence pays
     the tracer's start (~0.15 CPU s the first time) and ~25 % more per op, a kernel-traced one
-    ~2.5x. Until the kills were timed in CPU seconds the second sequence was traced, kernel
-    bodies included: up to a third of a fixture's time to kill (guided-vs-blind/traced-sequences.md)."""
+    ~2.5x. Tracing the second sequence, kernel bodies included, costs up to a third of a
+    fixture's time to kill in CPU seconds (guided-vs-blind/traced-sequences.md)."""
     return i % CODE_EVERY == CODE_EVERY - 1, i % KERNEL_CODE_EVERY == KERNEL_CODE_EVERY - 1
 
 

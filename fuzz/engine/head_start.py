@@ -2,7 +2,8 @@
 
 Why. On an empty Triton cache a small-track GPU worker compiles each kernel variant at the
 moment it first launches it, one after another: the smoke test's, then what its warm-up
-sequences meet. One H200 (s17): 4.1 s of a cold first case's 11.4 s, on one core of sixteen.
+sequences meet: on one H200, 4.1 s of a cold first case's 11.4 s without a head start, on one
+core of sixteen (benchmarks/results/guided-vs-blind-h200/).
 The production track learns its variants before the clock (``production.ahead``); the small
 track's stream runs on the allocator state machine, but it is drawn from the spec alone
 (``generate.OpGenerator`` reads the spec's state and the spec's outcomes, never the
@@ -20,7 +21,7 @@ How. At the worker's entry, its kernel set imported and no CUDA context made yet
    ``MAX_CHILDREN`` compile children forked by the coordinator: ``recipes.compile_recipe`` into
    the Triton cache, for the target NVML names (``nvml_target``), through a stand-in driver, so
    that no child makes a CUDA context: eight contexts made beside the worker's held its own
-   set-up back by a second (one H200, s18). Where NVML cannot say, each child compiles through
+   set-up back by a second (one H200, benchmarks/results/first-case-h200/). Where NVML cannot say, each child compiles through
    the real driver and loads onto the GPU (the fork came before any CUDA, so it can).
 3. **Wait only for what is launched.** The coordinator tells the worker each specialization it
    queued and each one done (a digest of ``signatures.specialization``); a launch of one queued

@@ -1,4 +1,4 @@
-"""Choice streams, the guided track's inputs, and the mutations that edit them (issue 26).
+"""Choice streams, the guided track's inputs, and the mutations that edit them.
 
 An input is not an op list but the **choice stream** the seeded generator consumed
 (``ChoiceRandom``: every draw is one float in [0, 1)), with marks where each op's draws

@@ -2,7 +2,7 @@
 and kvfuzz reports each of them clean.
 
 Each set is right on every input meeting one SPEC §2 precondition and does something else on
-input breaking it (a kernel that is merely forgiving hides generator bugs: issue 22). The
+input breaking it (a kernel that is merely forgiving hides generator bugs). The
 first tests show each behaviour on one call that breaks its precondition (so the sets are not
 indep.py under another name); the campaigns show kvfuzz never hands them such input as valid.
 """

@@ -208,7 +208,7 @@ def test_bugs_and_traces_cover_the_same_factories():
 def test_each_planted_bug_is_found_by_the_generator_and_minimized(bug):
     """The campaign's sequences (seeds 0, 1, ...), in process: found in the first ones, and
     shrunk to a handful of ops, within a bound of replays (not of seconds: the same shrinking
-    on any machine; the most any bug took, measured 2026-12-03: 130 replays)."""
+    on any machine; the most any bug took, measured: 130 replays)."""
     from fuzz.engine.minimize import Minimizer
     from fuzz.engine.tracks import get
 
@@ -347,8 +347,8 @@ def test_cli_finds_each_planted_bug_and_the_case_replays(tmp_path, bug):
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Triton's interpreter is off (a GPU is present)")
 def test_cli_interpreter_tier_finds_a_bug_and_replays_it(tmp_path):
-    """Bounded by work, not time: seed 1 meets the planted flush bug in its 7th sequence (measured
-    after issue 22's generator fixes), and the run stops there, on a machine of any speed (a 20 s
+    """Bounded by work, not time: seed 1 meets the planted flush bug in its 7th sequence (measured),
+    and the run stops there, on a machine of any speed (a 20 s
     budget once ran 6 sequences of seed 0 on a loaded runner and missed it)."""
     out = tmp_path / "out"
     r = kvfuzz("run", "--backend", "interpret", "--seed", 1, "--max-sequences", 12, "--stop-on-first", "--workers", 1,
@@ -375,7 +375,7 @@ def test_pytest_plugin_takes_an_allocator(tmp_path):
 
     project = scratch(tmp_path)
     # the ci profile: derandomized, so whether the state machine meets the bug is the same every run
-    # (dev draws afresh each time; it met it 6 of 6 times on 2026-12-04, but a find is not a draw's to decide)
+    # (dev draws afresh each time; it met it 6 of 6 times when measured, but a find is not a draw's to decide)
     r = pytest_in(project, f"--kvfuzz-allocator={heap('free_sorts_free_list')}", "--kvfuzz-out", "found",
                   "--kvfuzz-profile", "ci", "-k", "kvfuzz")
     assert r.returncode == 1 and "FAILED kvfuzz::state_machine" in r.stdout, r.stdout + r.stderr

@@ -1,4 +1,4 @@
-"""Asynchronous device faults and replays that could not run (issue 23; issue 22 item 4).
+"""Asynchronous device faults and replays that could not run.
 
 A CUDA fault surfaces wherever the device is next waited for, possibly in the next job of a
 reused process: it must be charged to the replay that caused it (never to kvfuzz: exit 3),

@@ -340,7 +340,7 @@ def test_minimizer_keeps_the_signature_and_shrinks():
             break
     assert d is not None and d.step >= 10, "no seed in 0..99 failed after 10 ops on the planted bug"
     ops = ops[: d.step + 1]
-    m = Minimizer(tier, d.signature, max_replays=500)  # work, not seconds: 47 replays (measured 2026-12-03)
+    m = Minimizer(tier, d.signature, max_replays=500)  # work, not seconds: 47 replays (measured)
     small_config, small, small_d = m.run(config, ops)
     assert small_d.signature == d.signature
     assert len(small) < len(ops) and len(small) <= 5, small

@@ -2,8 +2,8 @@
 
 What counts as valid input is the spec's to say: an op a generator hands the target as
 valid but that breaks a clause turns a kernel that follows SPEC to the letter into a false
-finding (issue 22: the far packed read table had ``indptr[bs] > max_tokens`` and an ``out``
-of only the lengths' sum). These tests drive every generator (the small track's, its
+finding (a far packed read table with ``indptr[bs] > max_tokens`` and an ``out`` of only the
+lengths' sum). These tests drive every generator (the small track's, its
 warm-up seeds that the compile track learns from, and the production track's with far,
 graph and packed read tables, at interpreter and at GPU limits) through many sequences,
 generation only (the spec side is kvref, production ops are checked from their
@@ -117,7 +117,7 @@ def test_production_generator_emits_only_valid_input(seed, n_ops, gpu, mix):
 @_settings(60)
 @given(seed=st.integers(0, 2**32), n_ops=st.integers(1, 12), gpu=st.booleans())
 def test_far_read_tables_are_valid_input(seed, n_ops, gpu):
-    """The far read table alone (issue 22's false alarm), in both forms."""
+    """The far read table alone (where a false alarm once hid), in both forms."""
     assert _production_violation(seed, n_ops, gpu, {"p_read_table_far": 4, "p_read_table": 1}) is None
 
 
@@ -131,7 +131,7 @@ def test_every_hostile_class_names_registered_clauses():
 
 
 def test_issue_22s_far_packed_call_breaks_two_clauses():
-    """The check the property stands on can fail: issue 22's far packed call (bs 3, max_tokens
+    """The check the property stands on can fail: a far packed call that breaks it (bs 3, max_tokens
     2870 = the long row, indptr the lengths' running sum, out holding only that sum)."""
     from kvref import preconditions as pre
 

@@ -1,4 +1,4 @@
-"""Guided generation (issue 26): features, the corpus on disk, merge, the coverage report."""
+"""Guided generation: features, the corpus on disk, merge, the coverage report."""
 
 from __future__ import annotations
 

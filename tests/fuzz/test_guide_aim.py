@@ -1,4 +1,4 @@
-"""Guided generation aims at the kill's conjunction (issue 26): trips x last block, per kernel."""
+"""Guided generation aims at the kill's conjunction: trips x last block, per kernel."""
 
 from __future__ import annotations
 

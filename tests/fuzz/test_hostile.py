@@ -252,7 +252,7 @@ def test_production_streams_probe_unless_hostile_is_off_and_regenerate_follows_t
 
 
 # Bounds of work, not of seconds (a 60 s loop and a 10 s minimizer found and shrank less on a
-# slower or loaded runner). Measured (2026-12-03): seeds 0..3 meet the three probe kinds, and the
+# slower or loaded runner). Measured: seeds 0..3 meet the three probe kinds, and the
 # free's case shrinks to 1 op in 27 replays.
 PROBE_SEEDS = 40
 PROBE_MINIMIZE_REPLAYS = 400

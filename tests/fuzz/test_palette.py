@@ -160,7 +160,7 @@ def test_without_a_palette_every_stream_is_the_one_it_was(gpu_info, monkeypatch)
     constants of a foreign set (tests/fixtures/kernels/foreign/indep.py). Aligned layouts
     (``sequence_aligned``, added later) change widths and out strides by design: off here.
     Recomputed once since, by design too: packed read tables lost their indptr gaps (SPEC §2's
-    ``indptr_consistent``, issue 22), which moves every later draw of a sequence that has one."""
+    ``indptr_consistent``), which moves every later draw of a sequence that has one."""
     from fuzz.engine.production import generator as gen_mod
 
     monkeypatch.setattr(gen_mod, "sequence_aligned", lambda seed, gpu: False)

@@ -24,7 +24,7 @@ from tests.fuzz.test_engine import REPO, kvfuzz, show
 
 FOREIGN = REPO / "tests/fixtures/kernels/foreign"
 SEQUENCES = 2  # seed 0 meets the order bug in sequence 0 (a 5+ page free at its 7th op; measured at 0a8ebf0)
-# Seed 1 meets the trip bug at its 16th op (p_read_table; measured 2026-12-02: seed 0 is clean): 16 ops,
+# Seed 1 meets the trip bug at its 16th op (p_read_table; measured: seed 0 is clean): 16 ops,
 # as the sequences always had, and twice the sequences it takes.
 TRIP_SEQUENCES, TRIP_OPS = 4, 16
 needs_interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",

@@ -48,7 +48,7 @@ FOREIGN = Path(__file__).resolve().parents[1] / "fixtures" / "kernels" / "foreig
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 needs_interpreter = pytest.mark.skipif(not INTERPRET, reason="Triton's interpreter is off (a GPU is present): "
                                                              "the cuda twin runs the kernels")
-# Work, not seconds (a loop on the clock finds less on a loaded runner). Measured (2026-12-02, interpreter
+# Work, not seconds (a loop on the clock finds less on a loaded runner). Measured (interpreter
 # tier): drops_last_col_block and stride_skips_trips diverge at seed 2, op 3; floor_div_grid at seed 1,
 # op 3; host_bound_seq_lens under GRAPH_MIX at seed 0, op 1: twice that many seeds and ops.
 FIND_SEEDS = 6

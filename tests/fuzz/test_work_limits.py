@@ -1,4 +1,4 @@
-"""Campaigns bounded by work, not time (issue 24): ``--max-sequences`` / ``--max-ops`` run the
+"""Campaigns bounded by work, not time: ``--max-sequences`` / ``--max-ops`` run the
 same sequences on any machine for a seed and shard, the budget then only a safety cap;
 ``--stop-on-first`` ends once the first finding is confirmed, minimized and written; the
 summary's ``stopped_by`` says which limit ended a campaign.

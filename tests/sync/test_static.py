@@ -206,8 +206,8 @@ def test_calls_are_followed_transitively_inside_the_module():
 
 
 def test_free_paths_come_from_entry_points_not_from_names_or_tombstones():
-    """A ``-1`` store or a call to a free-named helper no longer makes a root (issue 9: relocation
-    helpers and allocation paths were taken for free paths); ``--root`` names such an entry point."""
+    """A ``-1`` store or a call to a free-named helper makes no root (relocation
+    helpers and allocation paths are not free paths); ``--root`` names such an entry point."""
     by_tombstone = """
     import torch
 
@@ -248,7 +248,7 @@ def test_free_paths_come_from_entry_points_not_from_names_or_tombstones():
     ("unbind", True), ("evict_request", True), ("dealloc", True), ("freeze", False), ("refresh", False),
     ("alloc", False), ("free_virtual_count", True), ("free_group_end", True), ("build_kv_read_table", True),
     ("build_read_table", True), ("bench_read_table", False), ("test_read_table_matches_spec", False),
-    # issue 9: an allocation helper whose name holds "free", and private helpers, are not entry points
+    # an allocation helper whose name holds "free", and private helpers, are not entry points
     ("merge_and_sort_free", False), ("_free_eager", False), ("_check_read_table", False), ("relocate", False),
 ])
 def test_default_entry_point_patterns(name, expected):

@@ -87,9 +87,9 @@ class StartMethodError(SetupError):
 def method() -> str:
     """``daemon`` (the default: a fork server that outlives the command, ``daemon.py``),
     ``forkserver`` (one per command) or ``spawn``: ``KVFUZZ_START_METHOD`` (read at each child,
-    so it can change between campaigns). The fork server was opt-in for one session because
-    of one lost exit status (``crash/exit-255`` in a full test run); that was two threads
-    polling one child at once (``_Popen.poll``), now fixed and tested."""
+    so it can change between campaigns). Two threads may poll one child at once: ``_Popen.poll``
+    reads its one status message under a lock, or one of them would see a lost exit status
+    (``crash/exit-255``)."""
     asked = os.environ.get(START_ENV, "").strip() or "daemon"
     if asked not in METHODS:
         raise StartMethodError(f"{START_ENV}={asked!r}: choose one of {', '.join(METHODS)}")

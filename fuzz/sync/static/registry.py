@@ -1,7 +1,7 @@
 """The rule registry: every code the checker reports is one ``Rule`` record.
 
-Why records: a rule used to live in three places (the docstring table, the message
-table and the if-chains that detect it) and they drifted. Now a rule family module
+Why records: a rule kept in three places (the docstring table, the message table and
+the if-chains that detect it) drifts between them. A rule family module
 declares its rules next to the hooks that detect them; the message, the docs table
 (``docs/check-sync.md``), ``--help``, ``--list-rules`` and SARIF's rule metadata are
 all generated from the same records.
