@@ -21,7 +21,7 @@ within its budget counts as infinitely slow in the median and the worst.
 
     .venv/bin/python benchmarks/first_case.py --backend interpret --mutants free-sorts-holes --cold --warm \\
         --budget-s 60 --out benchmarks/results/first-case-interpret
-    .venv/bin/python benchmarks/first_case.py --backend cuda --out benchmarks/results/h200-first-case   # all mutants
+    .venv/bin/python benchmarks/first_case.py --backend cuda --out benchmarks/results/first-case-h200   # all mutants
     .venv/bin/python benchmarks/first_case.py --backend interpret --mutants none --scale production \\
         --sets tests/fixtures/kernels/foreign/int32_offset.py --cold --out /tmp/fc
 

@@ -11,33 +11,37 @@
 # Compile-ahead on/off side by side has a script of its own: benchmarks/compile_ahead_gpu.sh.
 set -u
 
-PARTS_HELP='environment       the GPU, the versions, the cores, the tree
-cuda-tests        pytest -m "cuda and not slow" on 8 workers: the CUDA twins of the CPU tests
-small-shapes      small-shape campaigns on CUDA, 1, 4 and 8 workers, fully checked (ops/s), warm cache
-production        production elements checked/s, our kernels and indep (scale_gpu.py, 8 warm-up sequences)
-compile-ahead     the same phases with --compile-ahead on: kvkernels read-heavy, indep default mix
-first-case        seconds to the first confirmed, minimized case over the mutant catalogue, cold then warm
-head-start        a cold campaign of 10 sequences with the small track'"'"'s head start and without it
-collection-cost   what collecting value features costs the guided track on CUDA (three runs)
-guided-kill-ops   ops to kill the third-trip fixtures, guided against blind, seeds 0-5
-guided-nights     the nightly'"'"'s guided step twice on one corpus (ci/fuzz.sh), then kvfuzz coverage
-verdicts          crash-proofing fixtures on CUDA (hang, exit, SIGKILL, flaky, noisy, slow), each case replayed
-faults            asynchronous faults: an out-of-bounds free and a device assert, 10 campaigns each
-sanitizer         the segfault fixture found, minimized, then replayed under compute-sanitizer memcheck
-mutants           kvfuzz mutants on CUDA: every planted bug killed
-bench             kvfuzz bench: fuzz rates per tier and the read-table launch grid
-read-table        the read-table launch sweep, one or two column blocks per trip, the vectorized oracle
-profiles          where time goes: device kernels, synchronizing calls, a worker'"'"'s set-up, the collector
-pinning           (2+ GPUs) workers pinned one GPU each: what each process sees
-sglang            SGLang'"'"'s kernels through the adapter, small and production scale (EXTRA_PYTHONPATH)'
+PARTS=(  # NAME|what it runs
+  "environment|the GPU, the versions, the cores, the tree"
+  "cuda-tests|pytest -m 'cuda and not slow' on 8 workers: the CUDA twins of the CPU tests"
+  "small-shapes|small-shape campaigns on CUDA, 1, 4 and 8 workers, fully checked (ops/s), warm cache"
+  "production|production elements checked/s, our kernels and indep (scale_gpu.py, 8 warm-up sequences)"
+  "compile-ahead|the same phases with --compile-ahead on: kvkernels read-heavy, indep default mix"
+  "first-case|seconds to the first confirmed, minimized case over the mutant catalogue, cold then warm"
+  "head-start|a cold campaign of 10 sequences with the small track's head start and without it"
+  "collection-cost|what collecting value features costs the guided track on CUDA (three runs)"
+  "guided-kill-ops|ops to kill the third-trip fixtures, guided against blind, seeds 0-5"
+  "guided-nights|the nightly's guided step twice on one corpus (ci/fuzz.sh), then kvfuzz coverage"
+  "verdicts|crash-proofing fixtures on CUDA (hang, exit, SIGKILL, flaky, noisy, slow), each case replayed"
+  "faults|asynchronous faults: an out-of-bounds free and a device assert, 10 campaigns each"
+  "sanitizer|the segfault fixture found, minimized, then replayed under compute-sanitizer memcheck"
+  "mutants|kvfuzz mutants on CUDA: every planted bug killed"
+  "bench|kvfuzz bench: fuzz rates per tier and the read-table launch grid"
+  "read-table|the read-table launch sweep, one or two column blocks per trip, the vectorized oracle"
+  "profiles|where time goes: device kernels, synchronizing calls, a worker's set-up, the collector"
+  "pinning|(2+ GPUs) workers pinned one GPU each: what each process sees"
+  "sglang|SGLang's kernels through the adapter, small and production scale (EXTRA_PYTHONPATH)"
+)
+list_parts() { for p in "${PARTS[@]}"; do printf '%-17s %s\n' "${p%%|*}" "${p#*|}"; done; }
+is_part() { for p in "${PARTS[@]}"; do [ "${p%%|*}" = "$1" ] && return 0; done; return 1; }
 
 if [ $# -eq 0 ] || [ "$1" = --list ] || [ "$1" = --help ] || [ "$1" = -h ]; then
   echo "usage: bash benchmarks/gpu_runs.sh PART...   (logs and JSON to \$OUT)"
-  echo "$PARTS_HELP"
+  list_parts
   [ $# -eq 0 ] && exit 2 || exit 0
 fi
 for part in "$@"; do
-  if ! grep -q "^$part " <<< "$PARTS_HELP"; then
+  if ! is_part "$part"; then
     echo "gpu_runs.sh: no part named '$part' (--list shows them)" >&2
     exit 2
   fi

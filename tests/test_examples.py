@@ -1,4 +1,4 @@
-"""The CI examples (ci/examples/) and the CI scripts (ci/*.sh) stay runnable: every kvfuzz
+"""The CI examples (ci/examples/), the CI and GPU-run scripts (ci/*.sh, benchmarks/*.sh) and every command in README.md and the docs stay runnable: every kvfuzz
 command line in them parses with ``fuzz.cli.build_parser()`` (subcommand, flags, their
 values where the value is literal), every ``--kvfuzz-*`` option is one the pytest plugin
 has, and the workflows have the shape GitHub Actions reads (deeply with PyYAML when it
@@ -7,6 +7,7 @@ is installed; it is no dependency of kvfuzz)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import io
 import os
@@ -24,13 +25,15 @@ from fuzz.cli import build_parser
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "ci/examples"
 WORKFLOWS = sorted(EXAMPLES.glob("*.yml"))
-SCRIPTS = sorted([*EXAMPLES.glob("*.sh"), *(REPO / "ci").glob("*.sh")])
+SCRIPTS = sorted([*EXAMPLES.glob("*.sh"), *(REPO / "ci").glob("*.sh"), *(REPO / "benchmarks").glob("*.sh")])
 
 VAR = "@VAR@"  # what a shell variable or a GitHub expression stands for here
+# A word in capitals stands for a value the reader supplies (CASE, OUT_DIR..., I/N, SET/PHASE).
+PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*(?:[/.:][A-Z0-9_]+)*(?:\.\.\.)?$")
 # Innermost first (so ${A:-${B}} and ${A:-$(cmd)} nest): a GitHub expression, $((...)),
-# $(...), ${...}, $NAME.
-_EXPANSION = re.compile(r"\$\{\{[^}]*\}\}|\$\(\([^()]*\)\)|\$\([^()]*\)|\$\{[^${}]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
-_SHELL_OPS = {";", "&&", "||", "|", "&", ">", ">>", "<", "2>", "(", ")"}
+# $(...), ${...}, $NAME, $1.
+_EXPANSION = re.compile(r"\$\{\{[^}]*\}\}|\$\(\([^()]*\)\)|\$\([^()]*\)|\$\{[^${}]*\}|\$(?:[A-Za-z_][A-Za-z0-9_]*|[0-9])")
+_SHELL_OPS = {";", "&&", "||", "|", "&", ">", ">>", "<", "2>", ">&", "&>", "(", ")"}
 
 
 def shell_lines(path: Path) -> list[str]:
@@ -69,24 +72,40 @@ def kvfuzz_commands(path: Path) -> list[list[str]]:
     """The argument lists of every ``kvfuzz ...`` / ``python -m fuzz ...`` call in a file."""
     found = []
     for line in shell_lines(path):
-        while _EXPANSION.search(line):
-            line = _EXPANSION.sub(VAR, line)
-        lex = shlex.shlex(line, posix=True, punctuation_chars=";&|<>()")
-        lex.whitespace_split = True
-        lex.commenters = "#"
         try:
-            tokens = list(lex)
+            found += kvfuzz_commands_in(line)
         except ValueError:
             pytest.fail(f"{path.name}: cannot split {line!r} as shell")
-        for i, tok in enumerate(tokens):
-            if Path(tok).name == "kvfuzz" and _command_position(tokens, i):
-                start = i + 1
-            elif tok == "-m" and tokens[i + 1:i + 2] == ["fuzz"]:
-                start = i + 2
-            else:
-                continue
-            end = next((j for j in range(start, len(tokens)) if tokens[j] in _SHELL_OPS), len(tokens))
-            found.append(tokens[start:end])
+    return found
+
+
+def shell_tokens(line: str) -> list[str]:
+    """One shell line as words and operators, each expansion standing as ``VAR`` (ValueError: it
+    does not split as shell)."""
+    line = re.sub(r'"?\$(?:@|\{@[^}]*\})"?', "", line)  # a script's "$@": whatever flags its caller adds
+    line = re.sub(r"(?<=\s)\d(?=>)", "", line)  # 2>&1, 2>/dev/null: the descriptor is no argument
+    while _EXPANSION.search(line):
+        line = _EXPANSION.sub(VAR, line)
+    lex = shlex.shlex(line, posix=True, punctuation_chars=";&|<>()")
+    lex.whitespace_split = True
+    lex.commenters = "#"
+    return list(lex)
+
+
+def kvfuzz_commands_in(line: str) -> list[list[str]]:
+    """The kvfuzz argument lists of one shell line; a word in capitals (a value the reader
+    supplies: CASE, I/N) stands as ``VAR``."""
+    tokens = [VAR if PLACEHOLDER.match(t) else t for t in shell_tokens(line)]
+    found = []
+    for i, tok in enumerate(tokens):
+        if Path(tok).name == "kvfuzz" and _command_position(tokens, i):
+            start = i + 1
+        elif tok == "-m" and tokens[i + 1:i + 2] == ["fuzz"]:
+            start = i + 2
+        else:
+            continue
+        end = next((j for j in range(start, len(tokens)) if tokens[j] in _SHELL_OPS), len(tokens))
+        found.append(tokens[start:end])
     return found
 
 
@@ -259,3 +278,168 @@ def test_fuzz_sh_keeps_and_resumes_a_corpus_where_kvfuzz_corpus_names_one(tmp_pa
     blind = _fuzz_sh(tmp_path, "blind")
     assert blind.returncode == 0, blind.stdout + blind.stderr
     assert not (tmp_path / "blind/corpus").exists() and "corpus" not in blind.stdout + blind.stderr
+
+
+# ---- commands in README.md and the docs ------------------------------------------------------
+# Every command a reader copies from README.md, docs/*.md or benchmarks/README.md runs as written:
+# a kvfuzz command parses (its flags exist, literal values pass their types); a benchmark's flags
+# are ones its parser declares; a script or a file it names exists; a gpu_runs.sh part exists;
+# a `--kvfuzz-*` option is the plugin's. The cheap ones are also run.
+
+DOCS = sorted([REPO / "README.md", REPO / "benchmarks/README.md", *(REPO / "docs").glob("*.md")])
+_REPO_ROOTS = ("tests/", "ci/", "benchmarks/", "fuzz/", "kvkernels/", "kvref/", "docs/", ".ci/")
+
+
+def doc_commands(path: Path) -> tuple[list[str], list[str]]:
+    """The shell lines of a Markdown file's ```bash blocks (continuations joined), and its inline
+    code spans that name a kvfuzz command (prose: ``kvfuzz replay CASE --tries N``), apart."""
+    text = path.read_text()
+    lines = []
+    for block in re.findall(r"^```(?:bash|sh|console)\n(.*?)^```", text, re.M | re.S):
+        lines += [ln for ln in block.replace("\\\n", " ").splitlines() if ln.strip()]
+    spans = [span for span in re.findall(r"`([^`\n]+)`", text) if re.match(r"(?:\.venv/bin/)?kvfuzz [a-z][a-z-]*(?: |$)", span)]
+    return lines, spans
+
+
+def _declared_flags(script: Path) -> set[str]:
+    """The option strings a benchmark's argparse parser declares (read from its source)."""
+    flags = {"-h", "--help"}
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+            flags |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")}
+    return flags
+
+
+def check_doc_line(line: str) -> list[str]:
+    """What is wrong with one documented command line (nothing: an empty list)."""
+    problems = []
+    try:
+        tokens = [VAR if PLACEHOLDER.match(t) else t for t in shell_tokens(line)]
+    except ValueError:
+        return [f"cannot split {line!r} as shell"]
+    for i, tok in enumerate(tokens):  # an input in this repository: a script run, a kernel set, an allocator
+        before = tokens[i - 1] if i else ""
+        if before in ("bash", "python", "python3", "--kernels", "--allocator") or tok.startswith(
+                ("--kernels=", "--allocator=", "--kvfuzz-kernels=", "--kvfuzz-allocator=")):
+            path = tok.split("=")[-1].split(":")[0]
+            if path.startswith(_REPO_ROOTS) and VAR not in path and not (REPO / path).exists():
+                problems.append(f"{path}: no such file")
+    for i, tok in enumerate(tokens):
+        if tok.endswith(".py") and tok.startswith("benchmarks/") or (tok == "-m" and tokens[i + 1:i + 2]
+                                                                     and tokens[i + 1].startswith("benchmarks.")):
+            script = REPO / (tok if tok.endswith(".py") else tokens[i + 1].replace(".", "/") + ".py")
+            start = i + 1 if tok.endswith(".py") else i + 2
+            end = next((j for j in range(start, len(tokens)) if tokens[j] in _SHELL_OPS), len(tokens))
+            if script.exists():
+                used = {t.split("=")[0] for t in tokens[start:end] if t.startswith("-")}
+                problems += [f"{script.name}: no flag {f}" for f in sorted(used - _declared_flags(script))]
+        if tok.endswith("gpu_runs.sh"):
+            parts = subprocess.run(["bash", str(REPO / "benchmarks/gpu_runs.sh"), "--list"], capture_output=True,
+                                   text=True).stdout.split("\n")[1:]
+            names = {p.split()[0] for p in parts if p.strip()}
+            end = next((j for j in range(i + 1, len(tokens)) if tokens[j] in _SHELL_OPS), len(tokens))
+            problems += [f"gpu_runs.sh: no part {p}" for p in tokens[i + 1:end] if not p.startswith("-") and p not in names]
+    return problems
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_documented_command_runs_as_written(path):
+    lines, spans = doc_commands(path)
+    problems = []
+    for line in lines:
+        problems += [f"{line.strip()[:100]}: {p}" for p in check_doc_line(line)]
+        for args in kvfuzz_commands_in(line):
+            try:
+                check_command(args)
+            except pytest.fail.Exception as exc:
+                problems.append(str(exc))
+    for span in spans:  # prose names a command and some of its flags: each flag must exist
+        problems += [f"`{span}`: {p}" for p in span_flags_unknown(span)]
+    for opt in {o for text in [*lines, *spans] for o in re.findall(r"--kvfuzz-[a-z-]+", text)} - _plugin_options():
+        problems.append(f"the pytest plugin has no {opt}")
+    assert not problems, f"{path.relative_to(REPO)}:\n  " + "\n  ".join(problems)
+
+
+def span_flags_unknown(span: str) -> list[str]:
+    """The flags an inline ``kvfuzz SUBCOMMAND ...`` names that the subcommand does not have."""
+    words = span.split()
+    subs = _subparsers(build_parser())
+    sub = subs.get(words[1]) if len(words) > 1 else None
+    if sub is None:
+        return [f"no subcommand {words[1:2]}"]
+    known = {o for a in sub._actions for o in a.option_strings}
+    return [f"kvfuzz {words[1]} has no {w}" for w in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", span) if w not in known]
+
+
+def _plugin_options() -> set[str]:
+    names: set[str] = set()
+
+    class Options:
+        def getgroup(self, *args, **kwargs):
+            return self
+
+        def addoption(self, *opts, **kwargs):
+            names.update(opts)
+
+    pytest_plugin.pytest_addoption(Options())
+    return names
+
+
+def test_the_doc_checker_catches_what_a_reader_would_trip_on(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("Run `kvfuzz replay CASE --tries 3`, or `kvfuzz run [--seed N]` (a synopsis).\n\n```bash\n"
+                   "kvfuzz run --backend interpret \\\n  --shard I/N --budget-s 60   # a comment\n"
+                   "python benchmarks/first_case.py --cold --warm\n```\n")
+    lines, spans = doc_commands(doc)
+    assert lines == ["kvfuzz run --backend interpret    --shard I/N --budget-s 60   # a comment",
+                     "python benchmarks/first_case.py --cold --warm"]
+    assert spans == ["kvfuzz replay CASE --tries 3", "kvfuzz run [--seed N]"]
+    assert kvfuzz_commands_in(lines[0]) == [["run", "--backend", "interpret", "--shard", VAR, "--budget-s", "60"]]
+    assert check_doc_line(lines[1]) == [] and not any(span_flags_unknown(s) for s in spans)
+    assert check_doc_line("python benchmarks/first_case.py --cold --frozen") == ["first_case.py: no flag --frozen"]
+    assert check_doc_line("kvfuzz run --kernels tests/fixtures/kernels/foreign/gone.py") == [
+        "tests/fixtures/kernels/foreign/gone.py: no such file"]
+    assert check_doc_line("bash benchmarks/gpu_runs.sh cuda-tests warp-speed") == ["gpu_runs.sh: no part warp-speed"]
+    assert span_flags_unknown("kvfuzz replay CASE --retries 3") == ["kvfuzz replay has no --retries"]
+    with pytest.raises(pytest.fail.Exception):
+        check_command(kvfuzz_commands_in("kvfuzz replay CASE --retries 3")[0])
+
+
+def test_every_record_the_docs_cite_exists():
+    """A figure names where it is recorded: every benchmarks/results/ path in README.md and the docs
+    (and in the code's comments) is there."""
+    cited = set()
+    for path in [*DOCS, *REPO.glob("fuzz/**/*.py"), *REPO.glob("kvkernels/*.py"), *REPO.glob("benchmarks/*.py")]:
+        for ref in re.findall(r"(?:benchmarks/)?results/[\w./*-]*[\w*/]", path.read_text()):
+            ref = ref if ref.startswith("benchmarks/") else "benchmarks/" + ref
+            if "gpu-run" not in ref and "FILE" not in ref:
+                cited.add((path.relative_to(REPO), ref.rstrip("/.")))
+    missing = [f"{src}: {ref}" for src, ref in sorted(cited) if not list(REPO.glob(ref))]
+    assert cited and not missing, missing
+
+
+def test_ci_runs_the_test_command_the_readme_gives():
+    readme = (REPO / "README.md").read_text()
+    first = re.search(r"^```bash\n(.*?)^```", readme, re.M | re.S).group(1)
+    commands = [ln.split("#")[0].strip() for ln in first.splitlines()]
+    assert "bash ci/fuzz.sh" in commands and "bash ci/test.sh" in commands
+    run = (REPO / ".ci/run").read_text()
+    assert re.search(r"^bash ci/test\.sh\s*$", run, re.M) and "README" in run  # and its comment says why
+
+
+def test_the_cheap_documented_commands_run():
+    """The documented commands that only list or explain (``--list``, ``--help``, ``--version``) are
+    run as written, with this Python standing for ``kvfuzz`` and ``python``: each exits 0 and says
+    something."""
+    cheap = [ln.split("#")[0].strip() for p in DOCS for ln in doc_commands(p)[0]
+             if re.search(r"--(?:list|list-rules|help|version)\b", ln)]
+    assert cheap  # benchmarks/README.md lists gpu_runs.sh's parts
+    for line in cheap:
+        args = shlex.split(line)
+        if Path(args[0]).name == "kvfuzz":
+            args = [sys.executable, "-m", "fuzz", *args[1:]]
+        elif args[0] in ("python", "python3"):
+            args[0] = sys.executable
+        r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert r.returncode == 0 and r.stdout.strip(), f"{line}: exit {r.returncode}\n{r.stdout}{r.stderr}"
