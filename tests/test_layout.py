@@ -214,3 +214,14 @@ def test_the_label_patterns_catch_past_work(line):
 ])
 def test_the_label_patterns_leave_ordinary_text_alone(line):
     assert not past_work_labels("x.py", line)
+
+
+def test_the_architecture_doc_places_every_engine_module_where_the_rows_do():
+    """docs/architecture.md's engine table is ENGINE_ROWS, row for row, so the doc a maintainer
+    reads first says the order the code keeps."""
+    text = (REPO / "docs/architecture.md").read_text()
+    section = text[text.index("## The engine, leaf modules first"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = [[m.strip("/") for m in re.findall(r"`([\w/]+)`", line.split("|")[1])]
+            for line in section.splitlines() if line.startswith("| `")]
+    assert [sorted(r) for r in rows] == [sorted(r) for r in ENGINE_ROWS]
