@@ -21,8 +21,9 @@ How. At the worker's entry, its kernel set imported and no CUDA context made yet
    ``MAX_CHILDREN`` compile children forked by the coordinator: ``recipes.compile_recipe`` into
    the Triton cache, for the target NVML names (``nvml_target``), through a stand-in driver, so
    that no child makes a CUDA context: eight contexts made beside the worker's held its own
-   set-up back by a second (one H200, benchmarks/results/first-case-h200/). Where NVML cannot say, each child compiles through
-   the real driver and loads onto the GPU (the fork came before any CUDA, so it can).
+   set-up back by a second (one H200, benchmarks/results/first-case-h200/). Where NVML cannot
+   say, each child compiles through the real driver and loads onto the GPU (the fork came
+   before any CUDA, so it can).
 3. **Wait only for what is launched.** The coordinator tells the worker each specialization it
    queued and each one done (a digest of ``signatures.specialization``); a launch of one queued
    and not done waits for it (``launches.gate``), any other launch runs as it would have. The
