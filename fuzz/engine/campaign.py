@@ -43,6 +43,7 @@ import kvref
 
 from .case import Case, write_case
 from .confirm import Confirmer
+from .feature_clock import FeatureClock
 from .kinds import parse_ops
 from .options import CampaignOptions
 from .slot import Slot, compile_ahead, same_boundaries, stop_reason, stopped_by
@@ -95,6 +96,7 @@ class Campaign:
         self._spare: Executor | None = None
         self._ahead = None  # a compile-ahead child that follows the workers (--compile-ahead follow)
         self._overrun_said = False
+        self.clock = FeatureClock(opts.track.root) if opts.guided else None  # features over time
 
     # ---- set-up --------------------------------------------------------------------
     def _gpu(self, turn: int) -> str | None:
@@ -164,6 +166,8 @@ class Campaign:
                 self._watch(slot)
             now = time.monotonic()
             self._note_first_op(now)
+            if self.clock is not None:
+                self.clock.tick(now - self.start)
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now
@@ -499,6 +503,9 @@ class Campaign:
         s.paths = [self.paths[c.signature] for c in s.cases]
         s.health = health(s, self.slots, self.opts)
         s.steady_ops_per_s = steady_rate(self.slots)
+        if self.clock is not None:
+            self.clock.tick(s.elapsed_s, force=True)
+            s.feature_timeline = self.clock.points
         return s
 
 

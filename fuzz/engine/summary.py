@@ -50,6 +50,7 @@ class Summary:
     op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
     notes: list = field(default_factory=list)  # what the workers said of the run (e.g. the boundaries drawn at)
     workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts
+    feature_timeline: list = field(default_factory=list)  # guided: [seconds, entries, features] (feature_clock)
 
     def worker_ready(self, at: float, hello: dict) -> None:
         """A worker said hello ``at`` seconds into the run: the first one's, with where its set-up went."""
