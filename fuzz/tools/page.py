@@ -139,7 +139,7 @@ class Page:
         items += [_e(p) for p in self.problems]
         if not items:
             return '<p id="unchecked">Everything drawn was checked: no op not applicable, no far table skipped.</p>'
-        return '<h3 id="unchecked">What could not be checked</h3>' + _capped(items, lambda x: x)
+        return '<div id="unchecked"><h3>What could not be checked</h3>' + _capped(items, lambda x: x) + "</div>"
 
     # ---- the findings -------------------------------------------------------------------------
     def findings(self) -> str:
