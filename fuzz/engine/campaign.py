@@ -43,11 +43,10 @@ import kvref
 
 from .case import Case, write_case
 from .confirm import Confirmer
-from .feature_clock import FeatureClock
 from .kinds import parse_ops
 from .options import CampaignOptions
 from .slot import Slot, compile_ahead, same_boundaries, stop_reason, stopped_by
-from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, Summary, health, steady_rate
+from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, FeatureClock, Summary, health, steady_rate
 from .supervise import (
     CTX,
     EXIT_HARNESS,

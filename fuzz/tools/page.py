@@ -222,7 +222,7 @@ class Page:
         out.append("<h3>Hostile classes probed</h3>" + (_table(
             ["class", "probes"], [[_e(k), _n(v)] for k, v in sorted(hostile.items())], {1}) if hostile else
             "<p>none</p>"))
-        prod = [c for c in n["campaigns"] if c["scale"] == "production" and not c["letter"]]
+        prod = [c for c in n["campaigns"] if (c["elements"] or c["far_ops"]) and not c["letter"]]  # kernel-level shapes
         if prod:
             items = [f"{_e(c['name'])}: {_n(c['elements'])} elements diffed" for c in prod]
             items += [f"{_e(c['name'])}: far read tables: {c['far_ops'].get('ran')} ran, "

@@ -214,8 +214,7 @@ def long_night(root: Path, n: int) -> Path:
     return root / "merged"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("n", [300, 3000])
+@pytest.mark.parametrize("n", [300, pytest.param(3000, marks=pytest.mark.slow)])
 def test_a_long_nights_page_stays_bounded(tmp_path, n):
     merged = long_night(tmp_path, n)
     page = tmp_path / "page.html"
@@ -227,3 +226,19 @@ def test_a_long_nights_page_stays_bounded(tmp_path, n):
     assert f"and {n - 50} more" in text_of(html, "verdict")  # the verdict's list of new signatures
     assert check_html(page)[0] == []
     assert page.stat().st_size < 200_000  # 300 and 3000 signatures: 81 and 82 KiB (docs/morning-page.md)
+
+
+def test_a_long_nights_feature_timeline_stays_bounded(tmp_path):
+    """A look every FEATURE_EVERY_S for ten hours keeps at most FEATURE_POINTS samples, the
+    last one always the end of the run."""
+    from fuzz.engine.summary import FEATURE_EVERY_S, FEATURE_POINTS, FeatureClock
+
+    clock = FeatureClock(tmp_path / "corpus")
+    t = 0.0
+    while t < 36_000:
+        clock.tick(t)
+        t += FEATURE_EVERY_S
+    clock.tick(t, force=True)
+    times = [p[0] for p in clock.points]
+    assert len(times) <= FEATURE_POINTS and times[-1] == t and times == sorted(times)
+    assert times[0] == 0.0 and clock.every > FEATURE_EVERY_S
