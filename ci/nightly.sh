@@ -19,7 +19,7 @@ if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
 else
   BACKEND=interpret; GPUS=0; WORKERS=${KVFUZZ_WORKERS:-$(nproc)}; CHECK_EVERY=1
 fi
-KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
+KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_CORPUS= KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
   PATH="$(dirname "$PY"):$PATH" bash ci/fuzz.sh || status=1
 # Coverage-guided (README, "Guided generation"): a corpus kept between nights in KVFUZZ_CORPUS, resumed and grown
 # each night; what every night's corpus reached and never reached, per kernel and function, goes to

@@ -43,6 +43,12 @@ def _n(value) -> str:
     return f"{value:,.0f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else _e(value)
 
 
+def _short(kernels) -> str:
+    """A kernel set's file by its name (the whole path on hover), a module as it is."""
+    text = "" if kernels is None else str(kernels)
+    return f'<span title="{_e(text)}">{_e(Path(text).name)}</span>' if text.endswith(".py") else _e(text)
+
+
 def _table(head: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
     out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for row in rows:
@@ -78,8 +84,15 @@ class Page:
         known = sorted({f["signature"] for f in n["findings"] if f["status"] == "known"})
         code = exit_code(n)
         head = (f'{len(new)} new signature(s)' if new else "no new signature") + \
-            f", {len(known)} known, {len(n['no_longer_seen'])} no longer seen; exit {code}"
+            f", {len(known)} known, {len(n['no_longer_seen'])} no longer seen; the campaigns' exit {code}"
         out = [f'<section id="verdict"><h2>Verdict</h2><div class="verdict {"bad" if code else "ok"}">{_e(head)}</div>']
+        m = n["mutants"]
+        if m is not None:
+            survived = [r["mutant"] for r in m["rows"] if not r["killed"]]
+            out.append(f'<p id="mutants-verdict" class="{"new" if survived else "fixed"}">Mutants: '
+                       f'{_e(m["total"] or "no total line (cut short?)")}'
+                       + (f'; survived: {_e(", ".join(survived))} (<a href="#mutants">kill table</a>)' if survived else "")
+                       + "</p>")
         change = since(self.nights[-2] if len(self.nights) > 1 else None, self.nights[-1])
         if change is not None:
             out.append(self._since(change))
@@ -96,7 +109,7 @@ class Page:
         out.append(self._unchecked())
         out.append("<h3>Campaigns</h3>" + _table(
             ["campaign", "scale", "tier", "kernels", "ops", "ops/s", "elements/s", "s", "stopped by", "signatures", "exit"],
-            [[_e(c["name"]), _e(c["scale"]), _e(c["backend"]), _e(c["kernels"]), _n(c["ops"]), _n(c["ops_per_s"]),
+            [[_e(c["name"]), _e(c["scale"]), _e(c["backend"]), _short(c["kernels"]), _n(c["ops"]), _n(c["ops_per_s"]),
               _n(c["elements_per_s"]) if c["elements"] else "-", _n(c["elapsed_s"]), _e(c["stopped_by"]),
               _n(sum(f["campaign"] == c["name"] for f in n["findings"])), _e(c["exit_code"])]
              for c in n["campaigns"]], {4, 5, 6, 7, 9}))
@@ -236,7 +249,7 @@ class Page:
                                            for r in n["bench"]], {1}))
         m = n["mutants"]
         if m is not None:
-            out.append(f"<h3>Mutant kill table</h3><p>{_e(m['total'] or 'no total line (cut short?)')}</p>" + _table(
+            out.append(f"<h3 id='mutants'>Mutant kill table</h3><p>{_e(m['total'] or 'no total line (cut short?)')}</p>" + _table(
                 ["mutant", "verdict", "s", "ops", "case", "signature"],
                 [[_e(r["mutant"]), '<span class="fixed">killed</span>' if r["killed"] else '<span class="new">SURVIVED</span>',
                   f"{r['seconds']:.1f}", _n(r["ops"]), _e(r.get("case", "")), f"<code>{_e(r.get('signature', ''))}</code>"]

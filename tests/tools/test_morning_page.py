@@ -73,7 +73,7 @@ def test_a_real_campaigns_page_says_what_it_found(real_night):
     problems, parsed = check_html(page)
     assert problems == []
     assert any(h.endswith("past_prefix--read_table-result-out.json") for h in parsed.links)
-    assert text_of(html, "verdict").startswith("Verdict 1 new signature(s), 0 known, 0 no longer seen; exit 1")
+    assert text_of(html, "verdict").startswith("Verdict 1 new signature(s), 0 known, 0 no longer seen; the campaigns' exit 1")
     card = text_of(html, "finding-0")
     assert "read_table/result/out" in card and "5/5" in card and "read_table(rows=" in card
     summary = json.loads((night / "guided" / "summary.json").read_text())
@@ -153,6 +153,10 @@ def two_nights(tmp_path):
                   {"read_table_kernel": ["trips 1 (full last block)", THREE_TRIPS]})
     two = a_night(tmp_path, "night-2", [a_case(READ, 3), a_case(CRASH, 1)],
                   {"read_table_kernel": ["trips 1 (full last block)"]})
+    (two / "mutants.txt").write_text(  # as kvfuzz mutants prints it
+        "free-forgets-p2v-tombstone         killed in   0.57 s,      5 ops, case 4 -> 1 ops, free/state/p2v\n"
+        "read-table-stride-skips-blocks     SURVIVED 8 s (329 ops)\n"
+        "kvfuzz mutants: backend=interpret killed 1/2 (50%), budget 8 s per mutant\n")
     return one, two
 
 
@@ -169,6 +173,8 @@ def test_two_nights_the_page_says_what_was_fixed_and_what_is_new(two_nights, tmp
     assert unescape(re.sub(r"<[^>]+>", "", lost)) == f"read_table_kernel: {THREE_TRIPS}"
     assert check_html(tmp_path / "page.html")[0] == []
     assert "2 night(s) in the trends" in capsys.readouterr().out
+    assert text_of(html, "mutants-verdict") == ("Mutants: backend=interpret killed 1/2 (50%), budget 8 s per mutant; "
+                                                "survived: read-table-stride-skips-blocks (kill table)")
 
 
 def test_two_nights_from_the_history_file(two_nights, tmp_path):
