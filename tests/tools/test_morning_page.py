@@ -248,3 +248,18 @@ def test_a_long_nights_feature_timeline_stays_bounded(tmp_path):
     times = [p[0] for p in clock.points]
     assert len(times) <= FEATURE_POINTS and times[-1] == t and times == sorted(times)
     assert times[0] == 0.0 and clock.every > FEATURE_EVERY_S
+
+
+@pytest.mark.slow
+def test_coverage_txt_reads_as_coverage_json_does(real_night):
+    """A night that kept only coverage.txt (the nightly before it wrote JSON) shows the same
+    counts and the same never-reached lines."""
+    night, _ = real_night
+    txt = kvfuzz("coverage", night / "guided" / "corpus")
+    assert txt.returncode == 0, show(txt)
+    from_text = night_mod.coverage_from_text(txt.stdout)
+    from_json = night_mod.coverage_from_json(json.loads((night / "coverage.json").read_text()))
+    assert from_text["features"] == from_json["features"] and from_text["features"]
+    assert {k: (v["reached_n"], v["never"]) for k, v in from_text["kernels"].items()} == \
+        {k: (v["reached_n"], v["never"]) for k, v in from_json["kernels"].items()}
+    assert from_text["code"] == from_json["code"] and from_text["code"]
