@@ -37,8 +37,22 @@ def load_history(path) -> tuple[list[dict], list[str]]:
         if not isinstance(rec, dict) or rec.get("schema") != NIGHT or not isinstance(rec.get("id"), str):
             problems.append(f"{path}:{n}: not a {NIGHT} record: skipped")
             continue
+        if not _well_typed(rec):
+            problems.append(f"{path}:{n}: a {NIGHT} record with a field of the wrong type: skipped")
+            continue
         records.append(rec)
     return records, problems
+
+
+def _well_typed(rec: dict) -> bool:
+    """What the trends read of a record has the types ``night.record`` writes (a hand edit may not)."""
+    lists = all(isinstance(rec.get(k, []), list) and all(isinstance(x, str) for x in rec.get(k, []))
+                for k in ("signatures", "new", "no_longer_seen"))
+    reached = rec.get("reached", {})
+    kernels = isinstance(reached, dict) and all(isinstance(v, list) for v in reached.values())
+    numbers = all(rec.get(k) is None or (isinstance(rec[k], (int, float)) and not isinstance(rec[k], bool))
+                  for k in ("features", "ops", "ops_per_s", "elements_per_s", "first_finding_s"))
+    return lists and kernels and numbers
 
 
 def append_history(path, rec: dict) -> None:

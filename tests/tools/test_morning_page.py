@@ -191,8 +191,10 @@ def test_two_nights_from_the_history_file(two_nights, tmp_path):
     assert "Since the night before" not in (tmp_path / "one.html").read_text()  # the first night has none
     with history.open("a") as f:
         f.write('{"truncated\n')
+        f.write(json.dumps({**records[0], "id": "edited", "signatures": 3}) + "\n")
     report([two], tmp_path / "again.html", history=history)
-    assert "not JSON" in text_of((tmp_path / "again.html").read_text(), "unchecked")
+    unchecked = text_of((tmp_path / "again.html").read_text(), "unchecked")
+    assert "history.jsonl:3: not JSON" in unchecked and "history.jsonl:4: a kvfuzz-night/1 record with a field" in unchecked
 
 
 def test_bad_input_is_a_usage_error(tmp_path):
