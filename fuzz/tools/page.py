@@ -28,7 +28,7 @@ nav a{margin-right:12px}table{border-collapse:collapse;margin:8px 0}td,th{border
 text-align:left;vertical-align:top}th{background:#f4f4f4}td.n{text-align:right}pre{background:#f6f6f6;padding:6px;
 overflow-x:auto;margin:4px 0}.new{color:#b00020;font-weight:600}.known{color:#8a6d00}.fixed{color:#1b7a1b}
 .verdict{font-size:18px;padding:8px 12px;border-radius:4px;margin:8px 0}.bad{background:#fde8ea}.ok{background:#e6f4e6}
-.card{border:1px solid #ddd;border-radius:4px;padding:6px 12px;margin:10px 0}.muted{color:#666}
+.charts{display:flex;flex-wrap:wrap;gap:8px 24px}.cols{display:grid;grid-template-columns:auto 1fr;gap:0 32px}.cols>div{min-width:0}.card{border:1px solid #ddd;border-radius:4px;padding:6px 12px;margin:10px 0}.muted{color:#666}
 svg.chart text{font:11px system-ui,sans-serif;fill:#333}svg.chart .ct{font-weight:600}svg.chart .grid{stroke:#eee}
 """
 
@@ -117,9 +117,9 @@ class Page:
 
     def _since(self, ch: dict) -> str:
         parts = [f"Since the night before ({_e(ch['prev'])}, {_e(ch['prev_date'])}): "]
-        parts.append(f'<span class="new">{len(ch["new"])} new signature(s)</span>'
+        parts.append(f'<span class="{"new" if ch["new"] else ""}">{len(ch["new"])} new signature(s)</span>'
                      + (": " + ", ".join(self.sig(s) for s in ch["new"][:CAPPED]) if ch["new"] else ""))
-        parts.append(f'; <span class="fixed">{len(ch["fixed"])} no longer seen (fixed?)</span>'
+        parts.append(f'; <span class="{"fixed" if ch["fixed"] else ""}">{len(ch["fixed"])} no longer seen (fixed?)</span>'
                      + (": " + ", ".join(f"<code>{_e(s)}</code>" for s in ch["fixed"][:CAPPED]) if ch["fixed"] else ""))
         parts.append(f"; {len(ch['still'])} still seen.")
         more = [len(ch["new"]) - CAPPED, len(ch["fixed"]) - CAPPED]
@@ -227,11 +227,13 @@ class Page:
                 kinds[(c["scale"] or "?", k)] = kinds.get((c["scale"] or "?", k), 0) + v
             for k, v in c["hostile"].items():
                 hostile[k] = hostile.get(k, 0) + v
+        out.append('<div class="cols"><div>')
         if kinds:
             scales = sorted({s for s, _ in kinds})
             out.append("<h3>Ops by kind and scale</h3>" + _table(
                 ["kind", *scales], [[f"<code>{_e(k)}</code>", *(_n(kinds.get((s, k))) for s in scales)]
                                     for k in sorted({k for _, k in kinds})], set(range(1, len(scales) + 1))))
+        out.append("</div><div>")
         out.append("<h3>Hostile classes probed</h3>" + (_table(
             ["class", "probes"], [[_e(k), _n(v)] for k, v in sorted(hostile.items())], {1}) if hostile else
             "<p>none</p>"))
@@ -247,6 +249,7 @@ class Page:
                 ["tier", "diffed ops/s"], [[_e(r.get("backend")), _n(r.get("ops_per_s"))
                                             if "ops_per_s" in r else f"failed (exit {_e(r.get('exit'))})"]
                                            for r in n["bench"]], {1}))
+        out.append("</div></div>")
         m = n["mutants"]
         if m is not None:
             out.append(f"<h3 id='mutants'>Mutant kill table</h3><p>{_e(m['total'] or 'no total line (cut short?)')}</p>" + _table(
@@ -271,7 +274,8 @@ class Page:
         series = [(c["name"], [(p[0], p[2]) for p in c["feature_timeline"]]) for c in n["campaigns"]
                   if c["feature_timeline"]]
         plot = svg.line_chart("features-over-time", "features reached over the night", series,
-                              x_label="seconds into the campaign", y_label="features", x_min=0.0) if series else ""
+                              x_label="seconds into the campaign", y_label="features", x_min=0.0,
+                              y_from_zero=False) if series else ""
         out.append(plot or '<p id="features-over-time" class="muted">No guided campaign recorded a feature '
                            'timeline tonight.</p>')
         cov = n["coverage"]
@@ -286,9 +290,12 @@ class Page:
                  "<br>".join(_e(x) for x in v["never"]) or '<span class="fixed">none</span>'] for k, v in cov["kernels"].items()]
         if rows:
             out.append("<h3>Per kernel</h3>" + _table(["kernel", "reached", "some reached", "never reached"], rows, {1}))
-        for short, v in cov["code"].items():
-            out.append(f"<h3>{_e(short)}: {_n(v['lines'])} lines in functions, {_n(v['never'])} never ran</h3>"
-                       + _capped(v["functions"], lambda x: f"<code>{_e(x)}</code>"))
+        if cov["code"]:
+            out.append("<h3>Per file: the functions with lines no sequence ran</h3>")
+        for short, v in cov["code"].items():  # folded: a list per function, long on a young corpus
+            out.append(f"<details><summary><code>{_e(short)}</code>: {_n(v['lines'])} lines in functions, "
+                       f"{_n(v['never'])} never ran</summary>"
+                       + _capped(v["functions"], lambda x: f"<code>{_e(x)}</code>") + "</details>")
         return "".join(out) + "</section>"
 
     # ---- nights over time ---------------------------------------------------------------------
@@ -299,8 +306,11 @@ class Page:
             out.append(f"<p class='muted'>the last {SHOWN_NIGHTS}; and {len(self.nights) - SHOWN_NIGHTS} earlier "
                        f"nights in the history file</p>")
         labels = [r.get("label") or r["id"] for r in nights]
+        if len(set(labels)) < len(labels):  # one KVFUZZ_OUT reused night after night: tell them by date
+            labels = [str(r.get("date") or "")[5:16] or lab for lab, r in zip(labels, nights)]
         changes = [since(self.nights[self.nights.index(r) - 1] if self.nights.index(r) else None, r) for r in nights]
         xs = [(i, _e(lab)) for i, lab in enumerate(labels)]
+        out.append('<div class="charts">')
         out.append(svg.bar_chart("signatures-per-night", "signatures per night", labels,
                                  [("seen", [len(r.get("signatures") or []) for r in nights]),
                                   ("new since the night before", [len(c["new"]) if c else 0 for c in changes]),
@@ -318,6 +328,7 @@ class Page:
             pts = line(key, title)
             if pts:
                 out.append(svg.line_chart(sid, title, [(key, pts)], x_label="night", y_label=ylab, x_ticks=xs))
+        out.append("</div>")
         out.append(_table(["night", "date", "signatures", "new since before", "no longer seen", "features", "ops/s",
                            "elements/s", "first finding (s)", "exit"],
                           [[_e(labels[i]), _e(r.get("date")), _n(len(r.get("signatures") or [])),

@@ -12,16 +12,16 @@ import math
 from html import escape
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
-W, H = 560, 220
+W, H = 520, 220
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 24, 40
 
 
 def _nice(hi: float) -> float:
-    """The smallest of 1, 2, 5 x 10^k at or above ``hi`` (the axis' top)."""
+    """The smallest of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k at or above ``hi`` (the axis' span)."""
     if hi <= 0:
         return 1.0
     step = 10.0 ** math.floor(math.log10(hi))
-    return next(m * step for m in (1, 2, 5, 10) if m * step >= hi * (1 - 1e-9))
+    return next(m * step for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * step >= hi * (1 - 1e-9))
 
 
 def _fmt(v: float) -> str:
@@ -32,14 +32,14 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if v != int(v) else f"{int(v)}"
 
 
-def _frame(svg_id: str, title: str, x_label: str, y_label: str, y_top: float) -> list[str]:
+def _frame(svg_id: str, title: str, x_label: str, y_label: str, y_top: float, y_lo: float = 0.0) -> list[str]:
     out = [f'<svg id="{escape(svg_id)}" class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" '
            f'width="{W}" height="{H}" role="img"><title>{escape(title)}</title>',
            f'<text x="{W / 2}" y="14" text-anchor="middle" class="ct">{escape(title)}</text>']
     for i in range(5):
         y = TOP + (H - TOP - BOTTOM) * i / 4
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                   f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt(y_top * (4 - i) / 4)}</text>')
+                   f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt(y_lo + (y_top - y_lo) * (4 - i) / 4)}</text>')
     out.append(f'<text x="{W / 2}" y="{H - 4}" text-anchor="middle">{escape(x_label)}</text>'
                f'<text transform="translate(12 {(H - BOTTOM + TOP) / 2}) rotate(-90)" text-anchor="middle">'
                f'{escape(y_label)}</text>')
@@ -47,21 +47,29 @@ def _frame(svg_id: str, title: str, x_label: str, y_label: str, y_top: float) ->
 
 
 def line_chart(svg_id: str, title: str, series: list[tuple[str, list[tuple[float, float]]]], *, x_label: str,
-               y_label: str, x_ticks: list[tuple[float, str]] | None = None, x_min: float | None = None) -> str:
+               y_label: str, x_ticks: list[tuple[float, str]] | None = None, x_min: float | None = None,
+               y_from_zero: bool = True) -> str:
     """``series``: (name, points); ``x_ticks``: (x, label) to write under the axis (default: the
-    ends of the x range); ``x_min``: where the x axis starts (default: the first point)."""
+    ends of the x range); ``x_min``: where the x axis starts (default: the first point);
+    ``y_from_zero`` False: the y axis starts at a round number below the lowest point (a count
+    that starts high, as a resumed corpus' features do, and grows by a little)."""
     pts = [p for _, ps in series for p in ps]
     if not pts:
         return ""
     x0, x1 = min([p[0] for p in pts] + ([x_min] if x_min is not None else [])), max(p[0] for p in pts)
-    y_top = _nice(max(p[1] for p in pts))
+    lo, hi = min(p[1] for p in pts), max(p[1] for p in pts)
+    y_lo = 0.0
+    if not y_from_zero and hi > lo > 0:
+        step = 10.0 ** math.floor(math.log10(hi - lo))
+        y_lo = math.floor(lo / step) * step
+    y_top = y_lo + _nice(hi - y_lo)
     span = (x1 - x0) or 1.0
 
     def xy(x, y):
         return (LEFT + (W - LEFT - RIGHT) * ((x - x0) / span if x1 > x0 else 0.5),
-                H - BOTTOM - (H - TOP - BOTTOM) * y / y_top)
+                H - BOTTOM - (H - TOP - BOTTOM) * (y - y_lo) / (y_top - y_lo))
 
-    out = _frame(svg_id, title, x_label, y_label, y_top)
+    out = _frame(svg_id, title, x_label, y_label, y_top, y_lo)
     for x, label in x_ticks if x_ticks is not None else [(x0, _fmt(x0)), (x1, _fmt(x1))]:
         px, _ = xy(x, 0)
         out.append(f'<text x="{px:.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">{escape(label)}</text>')
