@@ -49,8 +49,8 @@ def _short(kernels) -> str:
     return f'<span title="{_e(text)}">{_e(Path(text).name)}</span>' if text.endswith(".py") else _e(text)
 
 
-def _table(head: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
-    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+def _table(head: list[str] | None, rows: list[list], numeric: set[int] = frozenset()) -> str:
+    out = ["<table>" + ("<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>" if head else "")]
     for row in rows:
         out.append("<tr>" + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>"
                                     for i, c in enumerate(row)) + "</tr>")
@@ -211,7 +211,7 @@ class Page:
             cmd = f"kvfuzz replay {shlex.quote(os.path.relpath(f['case'], self.out.parent.resolve()))}"
             replay = f'<p>replay (in this page\'s folder):</p><pre class="replay">{_e(cmd)}</pre>'
         return (f'<div class="card" id="finding-{i}"><h3><code>{_e(f["signature"])}</code></h3>'
-                + _table(["", ""], [[_e(k), v] for k, v in rows]).replace("<tr><th></th><th></th></tr>", "")
+                + _table(None, [[_e(k), v] for k, v in rows])
                 + body + replay + "</div>")
 
     # ---- what was fuzzed ----------------------------------------------------------------------
