@@ -4,21 +4,22 @@
 # production-scale campaign (kernel-level ops at the kernel set's own block boundaries, and
 # CUDA-graph replay), the letter-of-SPEC kernel sets at both scales (letter/), the mutant catalogue (kill rate), and kvfuzz bench. Results land in
 # KVFUZZ_OUT (default nightly-out/): cases/, guided/ and production/ (case files, summary.json,
-# junit.xml), coverage.txt, mutants.txt, bench.json. Exit 1 if any step failed (3 if kvfuzz itself did).
+# junit.xml), coverage.txt, mutants.txt, bench.json, and the morning page report.html. Exit 1 if any step failed (3 if kvfuzz itself did).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash ci/setup.sh) || exit 2
 OUT=${KVFUZZ_OUT:-nightly-out}
 mkdir -p "$OUT"
 status=0
-"$PY" -m pytest -q -n "${KVFUZZ_TEST_WORKERS:-2}" || status=1
+# KVFUZZ_NIGHTLY_TESTS=0 skips the test suite (a quick look at the rest, e.g. the morning page's own check).
+[ "${KVFUZZ_NIGHTLY_TESTS:-1}" = 0 ] || "$PY" -m pytest -q -n "${KVFUZZ_TEST_WORKERS:-2}" || status=1
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   BACKEND=cuda; GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())")
   WORKERS=${KVFUZZ_WORKERS:-$((4 * GPUS))}; CHECK_EVERY=16  # GPU throughput mode: several workers per GPU
 else
   BACKEND=interpret; GPUS=0; WORKERS=${KVFUZZ_WORKERS:-$(nproc)}; CHECK_EVERY=1
 fi
-KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
+KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_CORPUS= KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
   PATH="$(dirname "$PY"):$PATH" bash ci/fuzz.sh || status=1
 # Coverage-guided (docs/guided.md): a corpus kept between nights in KVFUZZ_CORPUS, resumed and grown
 # each night; what every night's corpus reached and never reached, per kernel and function, goes to
@@ -38,9 +39,15 @@ for set in tests/fixtures/kernels/letter/[a-z]*.py; do
   for scale in small production; do
     "$PY" -m fuzz run --backend "$BACKEND" --scale "$scale" --kernels "$set" --budget-s "${KVFUZZ_LETTER_S:-60}" \
       --workers "$([ "$GPUS" -gt 0 ] && echo "$GPUS" || echo 1)" --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" \
-      --out "$OUT/letter/$(basename "$set" .py)-$scale" || status=1
+      --out "$OUT/letter/$(basename "$set" .py)-$scale" --summary "$OUT/letter/$(basename "$set" .py)-$scale/summary.json" \
+      || status=1
   done
 done
 "$PY" -m fuzz mutants --backend "$BACKEND" --budget-s "${KVFUZZ_MUTANT_S:-60}" | tee "$OUT/mutants.txt" || status=1
-"$PY" -m fuzz bench --seconds 30 --out "$OUT/bench.json" || status=1
+"$PY" -m fuzz bench --seconds "${KVFUZZ_BENCH_S:-30}" --out "$OUT/bench.json" || status=1
+# The morning page (docs/morning-page.md): report.html, this night and the nights before it, whose
+# lines are kept in KVFUZZ_HISTORY (JSON lines; this night's is appended).
+"$PY" -m fuzz coverage "$CORPUS" --json > "$OUT/coverage.json" || status=1
+"$PY" -m fuzz report "$OUT" --html "$OUT/report.html" \
+  --history "${KVFUZZ_HISTORY:-$HOME/.cache/kvfuzz/history.jsonl}" || status=1
 exit $status

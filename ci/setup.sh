@@ -32,4 +32,14 @@ if [ "$FRESH" = 1 ] || [ ! -d "$SITE/triton/__pycache__" ]; then
   "$PY" -m compileall -q -j 0 "$SITE" > /dev/null 2>&1 || true
 fi
 "$PY" -m compileall -q -j 0 fuzz kvref kvkernels tests benchmarks >&2
+# The morning page's browser test (tests/tools/test_morning_page.py) opens it in Debian's chromium.
+# Where this runs as root with apt and chromium is missing, it is installed quietly, tried once per
+# venv (a machine that cannot reach a mirror does not wait on apt at every set-up); elsewhere that
+# test skips and says why. KVFUZZ_NO_CHROMIUM=1: never try.
+if [ "${KVFUZZ_NO_CHROMIUM:-0}" != 1 ] && [ ! -e "$VENV/.chromium-tried" ] && ! command -v chromium > /dev/null 2>&1 \
+   && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null 2>&1; then
+  touch "$VENV/.chromium-tried"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+    > /dev/null 2>&1 || echo "ci/setup.sh: could not install chromium (apt-get install chromium); the browser test will skip" >&2
+fi
 echo "$PY"

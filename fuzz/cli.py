@@ -352,6 +352,16 @@ def _cmd_coverage(args) -> int:
     return coverage_report.main(args.corpora, as_json=args.json)
 
 
+def _cmd_report(args) -> int:
+    from .tools import morning
+    from .tools.night import ReportUsageError
+
+    try:
+        return morning.main(args.dirs, args.html, history=args.history)
+    except ReportUsageError as exc:
+        raise SetupError(str(exc)) from None
+
+
 # ---- the rest -------------------------------------------------------------------------------------
 
 
@@ -385,6 +395,7 @@ def _cmd_bench(args) -> int:
 
 
 COMMANDS = {"run": _cmd_run, "replay": _cmd_replay, "minimize": _cmd_minimize, "merge": _cmd_merge, "coverage": _cmd_coverage,
+            "report": _cmd_report,
             "check-sync": _cmd_check_sync,
             "mutants": _cmd_mutants, "bench": _cmd_bench}
 

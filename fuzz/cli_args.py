@@ -192,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("corpora", nargs="+", metavar="CORPUS_DIR")
     cv.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    rpt = command("report", "the morning page: one self-contained HTML file of a night and the nights before it")
+    rpt.add_argument("dirs", nargs="+", metavar="DIR",
+                     help="nights' outputs, oldest first (ci/nightly.sh's KVFUZZ_OUT, a kvfuzz run --out or a "
+                          "kvfuzz merge --out): the last is the night reported on")
+    rpt.add_argument("--html", required=True, metavar="FILE", help="the page to write")
+    rpt.add_argument("--history", metavar="FILE",
+                     help="nights before, as JSON lines: read for the trends, then this night's line appended")
+
     cs = sub.add_parser("check-sync", help="static no-host-sync check of allocator free paths")
     check_sync_cli.add_arguments(cs)
 

@@ -86,6 +86,7 @@ MEASURED_S = {
     "tests/fixtures_selftest/test_new_foreign_kernels.py::test_hang_late_hangs_only_at_exactly_k_pages[interpret]": 6,
     "tests/fuzz/test_zygote_daemon.py::test_an_idle_daemon_exits_and_removes_its_socket_and_the_next_command_starts_another": 6,
     "tests/fuzz/test_hostile.py::test_production_probes_stay_clean_on_sets_that_mask_everything[kvkernels]": 6,
+    "tests/tools/test_morning_page.py::test_a_real_campaigns_page_says_what_it_found": 15,  # its campaign
 }
 DEFAULT_S = 10  # a slow test measured under 6 s, or added since: between the short ones and the long
 

@@ -46,7 +46,7 @@ from .confirm import Confirmer
 from .kinds import parse_ops
 from .options import CampaignOptions
 from .slot import Slot, compile_ahead, same_boundaries, stop_reason, stopped_by
-from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, Summary, health, steady_rate
+from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, FeatureClock, Summary, health, steady_rate
 from .supervise import (
     CTX,
     EXIT_HARNESS,
@@ -95,6 +95,7 @@ class Campaign:
         self._spare: Executor | None = None
         self._ahead = None  # a compile-ahead child that follows the workers (--compile-ahead follow)
         self._overrun_said = False
+        self.clock = FeatureClock(opts.track.root) if opts.guided else None  # features over time
 
     # ---- set-up --------------------------------------------------------------------
     def _gpu(self, turn: int) -> str | None:
@@ -164,6 +165,8 @@ class Campaign:
                 self._watch(slot)
             now = time.monotonic()
             self._note_first_op(now)
+            if self.clock is not None:
+                self.clock.tick(now - self.start)
             if self.progress is not None and now - last_line >= self._line_every():
                 self._progress_line()
                 last_line = now
@@ -499,6 +502,9 @@ class Campaign:
         s.paths = [self.paths[c.signature] for c in s.cases]
         s.health = health(s, self.slots, self.opts)
         s.steady_ops_per_s = steady_rate(self.slots)
+        if self.clock is not None:
+            self.clock.tick(s.elapsed_s, force=True)
+            s.feature_timeline = self.clock.points
         return s
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 FAR_KIND = "p_read_table_far"  # the op that needs gigabytes of device memory, and may not get them
 HEALTHY_OPS = 2000  # a run this long that never ran a kind the kernel set provides is not clean
@@ -50,6 +51,7 @@ class Summary:
     op_timeout_s: float = 0.0  # the op timeout in force at the end (auto: from the ops seen)
     notes: list = field(default_factory=list)  # what the workers said of the run (e.g. the boundaries drawn at)
     workers: list = field(default_factory=list)  # per worker: how long its last op had run, restarts
+    feature_timeline: list = field(default_factory=list)  # guided: [seconds, entries, features] (FeatureClock)
 
     def worker_ready(self, at: float, hello: dict) -> None:
         """A worker said hello ``at`` seconds into the run: the first one's, with where its set-up went."""
@@ -125,3 +127,40 @@ def health(s, slots, opts) -> list[str]:
     if missing:
         return [f"no {', '.join(missing)} op ran although the kernel set provides it (a longer budget?)"]
     return []
+
+
+# Features reached over a guided campaign's time. The workers write each entry that reached a
+# new feature into the corpus directory as they find it; the parent reads what was added since
+# its last look (``Corpus.reload`` reads only new files) every ``FEATURE_EVERY_S`` seconds and
+# notes ``[seconds, entries, features]``: the summary's ``feature_timeline``, which the morning
+# page draws. A long night keeps at most ``FEATURE_POINTS`` samples: past that every other one
+# is dropped and the spacing doubles, so the cost stays one directory listing per look.
+FEATURE_EVERY_S = 2.0
+FEATURE_POINTS = 256
+
+
+class FeatureClock:
+    """Samples of a guided corpus' entries and features, at seconds into the run."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.corpus = None
+        self.points: list[list] = []
+        self.every = FEATURE_EVERY_S
+        self.last = float("-inf")
+
+    def tick(self, at: float, force: bool = False) -> None:
+        """A sample at ``at`` seconds into the run, if one is due (or ``force``: the last)."""
+        if not force and at - self.last < self.every:
+            return
+        from .guide import Corpus
+
+        if self.corpus is None:
+            self.corpus = Corpus(self.root)
+        else:
+            self.corpus.reload()
+        self.last = at
+        self.points.append([round(at, 2), len(self.corpus.entries), len(self.corpus.counts)])
+        if len(self.points) > FEATURE_POINTS:
+            self.points = self.points[::-2][::-1]  # every other one, the latest kept
+            self.every *= 2

@@ -67,6 +67,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
         "interrupted": summary.interrupted,
         "stopped_by": getattr(summary, "stopped_by", "budget"),
         "timeline": {k: round(v, 3) for k, v in getattr(summary, "timeline", {}).items()},
+        "feature_timeline": getattr(summary, "feature_timeline", []),
         "health": summary.health,
         "harness_errors": summary.harness_errors,
         "failures": [{"signature": str(c.signature), "case": str(p), "seed": c.seed,
@@ -97,7 +98,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
 # What a summary measured rather than decided: the only fields that differ between two runs of
 # the same seed, shard and --max-sequences / --max-ops on one worker (``without_timing``).
 TIMING = ("ops_per_s", "steady_ops_per_s", "elapsed_s", "elements_per_s", "compile_s", "load_s", "op_timeout_s",
-          "compile_ahead", "timeline")
+          "compile_ahead", "timeline", "feature_timeline")
 TIMING_WORKER = ("last_op_s", "longest_op_s")
 TIMING_FAILURE = ("found_after_s", "confirm_timeline", "confirm_work")
 
