@@ -8,9 +8,9 @@
 # union of the GPUs') and coverage.txt.
 # Knobs as ci/nightly.sh's: KVFUZZ_BUDGET_S, KVFUZZ_GUIDED_S, KVFUZZ_PRODUCTION_S, KVFUZZ_SEED,
 # KVFUZZ_SHARD (this host's I/M of several hosts), KVFUZZ_KERNELS, KVFUZZ_BASELINE, KVFUZZ_CORPUS,
-# KVFUZZ_CACHE_DIR, KVFUZZ_CHECK_EVERY; and KVFUZZ_HOST_LAYOUT (shards: a campaign per GPU, the
-# default; workers: one campaign over every GPU), KVFUZZ_WORKERS_PER_GPU (default 4, simulated the
-# cores over the campaigns; production: 1, as ci/nightly.sh's),
+# KVFUZZ_CACHE_DIR, KVFUZZ_CHECK_EVERY, KVFUZZ_OP_TIMEOUT; and KVFUZZ_HOST_LAYOUT (shards: a
+# campaign per GPU, the default; workers: one campaign over every GPU), KVFUZZ_WORKERS_PER_GPU
+# (default 4; simulated, the cores over the campaigns; production: 1, as ci/nightly.sh's),
 # KVFUZZ_BACKEND, KVFUZZ_MAX_SEQUENCES (the host's, each campaign: work instead of seconds),
 # KVFUZZ_SIMULATE_GPUS=N (N CPU campaigns stand in for N GPUs: a dry run of the whole night).
 # Exit 1 if any step failed (a new failure, or a campaign that did not end cleanly).
@@ -27,7 +27,7 @@ host() {
   "$PY" -m fuzz.tools.host --layout "${KVFUZZ_HOST_LAYOUT:-shards}" --shard "${KVFUZZ_SHARD:-0/1}" \
     ${KVFUZZ_BACKEND:+--backend "$KVFUZZ_BACKEND"} ${KVFUZZ_MAX_SEQUENCES:+--max-sequences "$KVFUZZ_MAX_SEQUENCES"} \
     --baseline "${KVFUZZ_BASELINE:-}" --kernels "${KVFUZZ_KERNELS:-kvkernels}" --seed "$SEED" \
-    --check-every "$CHECK_EVERY" ${KVFUZZ_WORKERS_PER_GPU:+--workers-per-gpu "$KVFUZZ_WORKERS_PER_GPU"} "$@"
+    --check-every "$CHECK_EVERY" --op-timeout "${KVFUZZ_OP_TIMEOUT:-auto}" ${KVFUZZ_WORKERS_PER_GPU:+--workers-per-gpu "$KVFUZZ_WORKERS_PER_GPU"} "$@"
 }
 HOSTILE=${KVFUZZ_HOSTILE:-$([ -n "${KVFUZZ_KERNELS:-}" ] && echo spec || echo all)}
 host --out "$OUT/cases" --hostile "$HOSTILE" \

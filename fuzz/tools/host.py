@@ -337,6 +337,7 @@ def _positive(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m fuzz.tools.host", description=__doc__.split("\n\n")[0],
+                                 allow_abbrev=False,  # --workers is kvfuzz run's, not short for --workers-per-gpu
                                  epilog="Any other option is passed to each kvfuzz run (--scale, --kernels, --seed, "
                                         "--budget-s, --check-every, --cache-dir, ...).")
     ap.add_argument("--out", required=True, help="the merged result; each campaign's output under OUT/gpus/")
