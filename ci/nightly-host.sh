@@ -12,7 +12,8 @@
 # campaign per GPU, the default; workers: one campaign over every GPU), KVFUZZ_WORKERS_PER_GPU
 # (default 4; simulated, the cores over the campaigns; production: 1, as ci/nightly.sh's),
 # KVFUZZ_BACKEND, KVFUZZ_MAX_SEQUENCES (the host's, each campaign: work instead of seconds),
-# KVFUZZ_SIMULATE_GPUS=N (N CPU campaigns stand in for N GPUs: a dry run of the whole night).
+# KVFUZZ_SIMULATE_GPUS=N (N CPU campaigns stand in for N GPUs: a dry run of the whole night),
+# KVFUZZ_RUN_ARGS (more kvfuzz run options for every campaign, e.g. "--ops-per-sequence 8").
 # Exit 1 if any step failed (a new failure, or a campaign that did not end cleanly).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,14 +21,17 @@ PY=$(bash ci/setup.sh) || exit 2
 OUT=${KVFUZZ_OUT:-nightly-out}
 SEED=${KVFUZZ_SEED:-$(date +%Y%m%d)}
 CORPUS=${KVFUZZ_CORPUS:-$HOME/.cache/kvfuzz/corpus}
-CHECK_EVERY=${KVFUZZ_CHECK_EVERY:-$([ -z "${KVFUZZ_SIMULATE_GPUS:-}" ] && [ -z "${KVFUZZ_BACKEND:-}" ] && echo 16 || echo 1)}
+CHECK_EVERY=${KVFUZZ_CHECK_EVERY:-$([ -z "${KVFUZZ_SIMULATE_GPUS:-}" ] && [ "${KVFUZZ_BACKEND:-cuda}" = cuda ] \
+  && echo 16 || echo 1)}  # 16: the GPU throughput mode, as ci/nightly.sh's
 mkdir -p "$OUT"
 status=0
+# KVFUZZ_RUN_ARGS is left unquoted: split into its options.
 host() {
   "$PY" -m fuzz.tools.host --layout "${KVFUZZ_HOST_LAYOUT:-shards}" --shard "${KVFUZZ_SHARD:-0/1}" \
     ${KVFUZZ_BACKEND:+--backend "$KVFUZZ_BACKEND"} ${KVFUZZ_MAX_SEQUENCES:+--max-sequences "$KVFUZZ_MAX_SEQUENCES"} \
     --baseline "${KVFUZZ_BASELINE:-}" --kernels "${KVFUZZ_KERNELS:-kvkernels}" --seed "$SEED" \
-    --check-every "$CHECK_EVERY" --op-timeout "${KVFUZZ_OP_TIMEOUT:-auto}" ${KVFUZZ_WORKERS_PER_GPU:+--workers-per-gpu "$KVFUZZ_WORKERS_PER_GPU"} "$@"
+    --check-every "$CHECK_EVERY" --op-timeout "${KVFUZZ_OP_TIMEOUT:-auto}" \
+    ${KVFUZZ_WORKERS_PER_GPU:+--workers-per-gpu "$KVFUZZ_WORKERS_PER_GPU"} ${KVFUZZ_RUN_ARGS:-} "$@"
 }
 HOSTILE=${KVFUZZ_HOSTILE:-$([ -n "${KVFUZZ_KERNELS:-}" ] && echo spec || echo all)}
 host --out "$OUT/cases" --hostile "$HOSTILE" \

@@ -152,6 +152,7 @@ def test_the_host_nightly_leaves_one_merged_result_per_campaign_and_one_corpus(t
     out = tmp_path / "night"
     env = {**os.environ, host.SIMULATE_ENV: "2", "KVFUZZ_BACKEND": "torch", "KVFUZZ_MAX_SEQUENCES": "2",
            "KVFUZZ_WORKERS_PER_GPU": "1", "KVFUZZ_SEED": "0", "KVFUZZ_OP_TIMEOUT": "600", "KVFUZZ_OUT": str(out),
+           "KVFUZZ_RUN_ARGS": "--ops-per-sequence 8",  # production ops on the CPU: seconds each
            "KVFUZZ_CORPUS": str(tmp_path / "corpus"),
            "KVFUZZ_CACHE_DIR": str(tmp_path / "triton"), "KVFUZZ_NO_VENV": "1",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -160,7 +161,7 @@ def test_the_host_nightly_leaves_one_merged_result_per_campaign_and_one_corpus(t
     for stage in ("cases", "guided", "production"):
         record = json.loads((out / stage / "host.json").read_text())
         assert [c["shard"] for c in record["campaigns"]] == [[0, 2], [1, 2]], stage
-        assert all(c["exit_code"] == 0 and c["sequences"] == 1 for c in record["campaigns"]), record["campaigns"]
+        assert all(c["exit_code"] == 0 and c["sequences"] == 1 and c["ops"] <= 8 for c in record["campaigns"]), stage
         assert json.loads((out / stage / "summary.json").read_text())["schema"] == "kvfuzz-merge/1"
     assert "--scale production" in " ".join(json.loads((out / "production" / "host.json").read_text())["run_args"])
     assert guide.Corpus(tmp_path / "corpus").features and (out / "coverage.txt").read_text().strip()
