@@ -134,8 +134,10 @@ def _read_json(path: Path):
 def _exit_code(codes, merged_exit: int) -> int:
     """The stage's exit as ``kvfuzz run``'s: 3 a harness error (or a campaign killed), 2 setup or
     health, else 1 for a new failure in the merge."""
-    if any(c == 3 or c < 0 or c > 3 for c in codes):
+    if any(c == 3 or c < 0 or c > 3 and c != 130 for c in codes):
         return 3
+    if 130 in codes:  # a campaign stopped by ^C before its summary
+        return 130
     if any(c == 2 for c in codes):
         return 2
     return 1 if merged_exit == 1 or any(c == 1 for c in codes) and merged_exit is None else 0

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,27 @@ def test_the_host_nightly_leaves_one_merged_result_per_campaign_and_one_corpus(t
         assert json.loads((out / stage / "summary.json").read_text())["schema"] == "kvfuzz-merge/1"
     assert "--scale production" in " ".join(json.loads((out / "production" / "host.json").read_text())["run_args"])
     assert guide.Corpus(tmp_path / "corpus").features and (out / "coverage.txt").read_text().strip()
+
+
+@pytest.mark.slow
+def test_sigterm_reaches_every_campaign_and_the_merge_still_runs(tmp_path):
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "fuzz.tools.host", "--out", str(out), "--backend", "torch",
+                             "--workers-per-gpu", "1", "--budget-s", "600", "--progress-s", "1"], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, host.SIMULATE_ENV: "2"})
+    try:
+        deadline = time.monotonic() + 240
+        logs = [out / "gpus" / f"gpu{i}.log" for i in range(2)]
+        # each campaign fuzzing: its progress lines, or a summary line at the latest
+        while not all(p.is_file() and "[kvfuzz]" in p.read_text() for p in logs):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        text, _ = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    record = json.loads((out / "host.json").read_text())
+    assert len(record["campaigns"]) == 2 and record["merge"] is not None, text
+    summaries = [json.loads((out / "gpus" / f"gpu{i}" / "summary.json").read_text()) for i in range(2)]
+    assert [s["interrupted"] for s in summaries] == ["SIGTERM", "SIGTERM"], text
+    assert all(c["elapsed_s"] < 300 for c in record["campaigns"]), record["campaigns"]
