@@ -154,17 +154,16 @@ class _Running:
 
 def _launch(host, placements, out: Path, run_args, corpus, baseline, backend, python) -> list[_Running]:
     runs = []
+    for old in ("gpus", "corpora"):  # a last night's, perhaps of more GPUs: this stage's output alone is kept
+        shutil.rmtree(out / old, ignore_errors=True)
     for p in placements:
         where = out / "gpus" / p.name
-        shutil.rmtree(where, ignore_errors=True)  # this stage's output alone is merged
         where.mkdir(parents=True)
         own_corpus = None
         if corpus is not None:
             own_corpus = out / "corpora" / p.name if len(placements) > 1 else Path(corpus)
-            if own_corpus != Path(corpus):
-                shutil.rmtree(own_corpus, ignore_errors=True)
-                if Path(corpus).is_dir():
-                    shutil.copytree(corpus, own_corpus)
+            if own_corpus != Path(corpus) and Path(corpus).is_dir():
+                shutil.copytree(corpus, own_corpus)
         log = out / "gpus" / f"{p.name}.log"
         argv = command(p, where, backend=backend, run_args=run_args, corpus=own_corpus, baseline=baseline,
                        python=python)
