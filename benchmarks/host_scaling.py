@@ -122,8 +122,9 @@ def report(out: Path, order: list[str], machine: dict, warmups: list) -> dict:
           + (" (simulated: CPU campaigns)" if machine["simulated"] else ""), "",
           f"kvfuzz {machine.get('git_sha')}, torch {machine.get('torch')}, Triton {machine.get('triton')}, "
           f"Python {machine.get('python')}, {machine['host_cores']} host cores. Command: `{machine['command']}`.", "",
-          "Same seed and sequences in every row of a scale; ops/s over the campaigns' own clocks (the slowest "
-          "GPU's), steady after their warm-up; x1 GPU against the 1-GPU row; per GPU = x1 / GPUs.", "",
+          "The same seed and sequences in every row of a blind scale (guided: as many sequences, each worker's "
+          "corpus steering its own); ops/s over the campaigns' own clocks (the slowest GPU's), steady after their "
+          "warm-up; x1 GPU against the 1-GPU row; per GPU = x1 / GPUs.", "",
           table(results)]
     if data["missing"]:
         md += ["", f"Not run yet: {', '.join(data['missing'])} (run the command again: it resumes)."]
