@@ -19,6 +19,11 @@ if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
 else
   BACKEND=interpret; GPUS=0; WORKERS=${KVFUZZ_WORKERS:-$(nproc)}; CHECK_EVERY=1
 fi
+# A host of several GPUs (or KVFUZZ_SIMULATE_GPUS=N): the three campaigns below as one per GPU each, each
+# merged into one result in the same folders, and one corpus (ci/nightly-host.sh, docs/host.md).
+if [ "$GPUS" -gt 1 ] || [ -n "${KVFUZZ_SIMULATE_GPUS:-}" ]; then
+  KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT" PATH="$(dirname "$PY"):$PATH" bash ci/nightly-host.sh || status=1
+else
 KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/cases" KVFUZZ_CORPUS= KVFUZZ_BUDGET_S="${KVFUZZ_BUDGET_S:-3600}" KVFUZZ_WORKERS="$WORKERS" KVFUZZ_CHECK_EVERY="$CHECK_EVERY" \
   PATH="$(dirname "$PY"):$PATH" bash ci/fuzz.sh || status=1
 # Coverage-guided (docs/guided.md): a corpus kept between nights in KVFUZZ_CORPUS, resumed and grown
@@ -33,6 +38,7 @@ KVFUZZ_NO_VENV=1 KVFUZZ_OUT="$OUT/guided" KVFUZZ_CORPUS="$CORPUS" KVFUZZ_BUDGET_
   --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" --shard "${KVFUZZ_SHARD:-0/1}" --check-every "$CHECK_EVERY" \
   --out "$OUT/production" --summary "$OUT/production/summary.json" --junit-xml "$OUT/production/junit.xml" \
   || status=1
+fi
 # The letter-of-SPEC kernel sets (tests/fixtures/kernels/letter/): right on all valid input, so any
 # finding against one is kvfuzz handing it input SPEC refuses. Each at both scales.
 for set in tests/fixtures/kernels/letter/[a-z]*.py; do

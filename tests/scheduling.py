@@ -87,6 +87,10 @@ MEASURED_S = {
     "tests/fuzz/test_zygote_daemon.py::test_an_idle_daemon_exits_and_removes_its_socket_and_the_next_command_starts_another": 6,
     "tests/fuzz/test_hostile.py::test_production_probes_stay_clean_on_sets_that_mask_everything[kvkernels]": 6,
     "tests/tools/test_morning_page.py::test_a_real_campaigns_page_says_what_it_found": 15,  # its campaign
+    # not in a fresh clone's durations yet: 128 s on a 2-core machine shared with other suites (load 15-21),
+    # in a run where test_fuzz_sh_keeps_and_resumes_a_corpus_where_kvfuzz_corpus_names_one (under 6 s in
+    # the durations above) took 32 s: about a fifth of it unloaded
+    "tests/tools/test_host.py::test_the_host_nightly_leaves_one_merged_result_per_campaign_and_one_corpus": 25,
 }
 DEFAULT_S = 10  # a slow test measured under 6 s, or added since: between the short ones and the long
 
