@@ -19,7 +19,7 @@ the machine and versions) are rewritten from every row present after each row.
 
 One GPU host, from the repo root (everything: about 15 min of GPU time on H200s)::
 
-    PYTHONPATH=. python3 benchmarks/host_scaling.py --out benchmarks/results/host-scaling-h200x8
+    PYTHONPATH=. python3 benchmarks/host_scaling.py --out host-scaling   # then commit it under benchmarks/results/, named for the machine
 
 CPU, N simulated GPUs (CPU campaigns standing in; the logic, not the figures)::
 
