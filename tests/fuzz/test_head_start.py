@@ -132,7 +132,8 @@ def test_a_head_start_compiles_what_it_scouted_and_its_marker_makes_the_next_one
     the marker (a head start cut short) the next one queues only what the last did not finish."""
     cache = tmp_path / "cache"
     n_ops = 12
-    got = _compiled(_BEGIN, n_ops, TRITON_CACHE_DIR=cache, KVFUZZ_COMPILE_TARGET="cuda:90:32")
+    got = _compiled(_BEGIN, n_ops, TRITON_CACHE_DIR=cache, KVFUZZ_COMPILE_TARGET="cuda:90:32",
+                    **{head_start.SCOUT_S_ENV: "600"})  # what it scouts, not how fast: the load must not cut it
     state = got["state"]
     assert got["note"].startswith("head start: the smoke test and 10 sequences scouted"), got["note"]
     assert state["specializations"] >= 10 and state["failed"] == 0 and state["lost"] == 0, state
