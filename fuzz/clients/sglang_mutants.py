@@ -26,9 +26,11 @@ MUTANTS = {
     "free_ids_to_front": (
         "_free_lazy: freed virtual ids go to the front of the free list (LIFO reuse)",
         "                self.free_virtual_ids = torch.cat([self.free_virtual_ids, free_v_pages])\n"
-        "            self._free_phys_pages = torch.cat([self._free_phys_pages, freed_p_pages])\n",
+        "            self._free_phys_pages = torch.cat([self._free_phys_pages, freed_p_pages])\n"
+        "            self.live_page_count -= int(",
         "                self.free_virtual_ids = torch.cat([free_v_pages, self.free_virtual_ids])\n"
-        "            self._free_phys_pages = torch.cat([self._free_phys_pages, freed_p_pages])\n"),
+        "            self._free_phys_pages = torch.cat([self._free_phys_pages, freed_p_pages])\n"
+        "            self.live_page_count -= int("),
     "bind_swapped": (
         "bind: virtual and physical ids passed in each other's place",
         "                virtual_ids,\n                physical_ids,\n",
