@@ -66,7 +66,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="torch")
     ap.add_argument("--max-sequences", type=int, default=100)
-    ap.add_argument("--clean-sequences", type=int, default=None, help="the shipped allocator's bound (default: the same)")
+    ap.add_argument("--clean-sequences", type=int, default=None, help="the shipped allocator's bound (default: the same; 0: no clean run)")
     ap.add_argument("--mutants", default=None, help="comma-separated names (default: all)")
     ap.add_argument("--json", required=True)
     ap.add_argument("--keep", default=None, help="copy each mutant's case here")
@@ -80,8 +80,9 @@ def main() -> int:
         tmp = Path(tmp)
         # SPEC's hostile ops are not sent to SGLang's allocator (it has no checked mode) but still
         # probe its kernels on copies: those findings are the kernel adapter's baseline.
-        s, secs, rc = campaign("kvfuzz-sglang", a.backend, a.clean_sequences or a.max_sequences, tmp / "clean",
-                               "--baseline", BASELINE)
+        n_clean = a.max_sequences if a.clean_sequences is None else a.clean_sequences
+        s, secs, rc = campaign("kvfuzz-sglang", a.backend, n_clean, tmp / "clean", "--baseline", BASELINE) \
+            if n_clean else ({"ops": 0, "sequences": 0, "failures": [], "by_kind": {}}, 0.0, 0)
         result["clean"] = {"exit": rc, "ops": s["ops"], "sequences": s["sequences"], "seconds": secs,
                            "failures": [f["signature"] for f in s["failures"]], "by_kind": s["by_kind"],
                            "new_failures": [f["signature"] for f in s["failures"] if not f.get("known")],

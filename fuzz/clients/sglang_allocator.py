@@ -370,11 +370,15 @@ class SGLangAllocator:
         pages = sorted({int(t) // self.config.page_size for t in tokens.tolist()})
         real = None
         if self.forward_stream is not None:
+            # a forward on its own stream, ordered after what the scheduling stream queued (as
+            # SGLang's overlap scheduling orders it): it reads its rows' KV through SGLang's
+            # translate, then records its done event. It only reads, so whatever the harness
+            # queues meanwhile on the scheduling stream cannot be clobbered by it.
             real = torch.cuda.Event()
             self.forward_stream.wait_stream(torch.cuda.current_stream(self.device))
+            tokens.record_stream(self.forward_stream)
             with torch.cuda.stream(self.forward_stream):
-                slots = self.sgl.translate_kv_loc(tokens)  # the forward reads the rows it will write
-                self.kv[slots] = self.kv[slots]
+                self._forward_sum = self.kv[self.sgl.translate_kv_loc(tokens)].sum()
                 real.record(self.forward_stream)
         event = ForwardEvent(self._events, pages, real)
         self._events += 1
