@@ -92,7 +92,10 @@ def main() -> int:
               flush=True)
         for name in names:
             out = tmp / name
-            s, secs, rc = campaign(f"kvfuzz-sglang:mutant_{name}", a.backend, a.max_sequences, out, "--stop-on-first")
+            # valid input only: SPEC's hostile ops probe the kernels, whose known findings (the
+            # kernel adapter's baseline) would stop the campaign before the mutant's own bug
+            s, secs, rc = campaign(f"kvfuzz-sglang:mutant_{name}", a.backend, a.max_sequences, out, "--stop-on-first",
+                                   "--hostile", "off")
             row = {"mutant": name, "where": MUTANTS[name][0], "found": bool(s["failures"]), "ops": s["ops"],
                    "sequences": s["sequences"], "seconds": secs}
             if s["failures"]:

@@ -15,11 +15,12 @@ WORKERS=${WORKERS:-4}
 KILL_SEQ=${KILL_SEQ:-30}
 source benchmarks/gpu_common.sh
 [ "$BACKEND" = cuda ] && environment
-step "clean: --allocator kvfuzz-sglang --backend $BACKEND --budget-s $BUDGET --workers $WORKERS"
-(timeout $((BUDGET + 150)) $PY -m fuzz run --allocator kvfuzz-sglang --backend "$BACKEND" --budget-s "$BUDGET" \
+CLEAN=${CLEAN:-1}  # 0: the kill table alone
+step "clean: --allocator kvfuzz-sglang --backend $BACKEND --budget-s $BUDGET --workers $WORKERS (CLEAN=$CLEAN)"
+[ "$CLEAN" = 1 ] && (timeout $((BUDGET + 150)) $PY -m fuzz run --allocator kvfuzz-sglang --backend "$BACKEND" --budget-s "$BUDGET" \
    --workers "$WORKERS" --baseline fuzz/clients/sglang-baseline.json --out /tmp/sgl-alloc-clean \
    --summary "$OUT/clean.json" --progress-s 1000 > /tmp/sgl-alloc-clean.log 2>&1; echo "clean exit $?" >> /tmp/sgl-alloc-clean.log) &
-clean=$!
+clean=$!  # (unset when CLEAN=0)
 groups=$($PY -c "from fuzz.clients.sglang_mutants import MUTANTS as M; n=list(M); print(' '.join(','.join(n[i::3]) for i in range(3)))")
 i=0; pids=()
 for g in $groups; do
@@ -28,10 +29,10 @@ for g in $groups; do
     --clean-sequences 0 --mutants "$g" --json "$OUT/kills-$i.json" > "/tmp/sgl-kills-$i.log" 2>&1 &
   pids+=($!)
 done
-wait "$clean" "${pids[@]}"
+wait "${pids[@]}"; [ "$CLEAN" = 1 ] && wait "$clean"
 step "results"
 grep -E "^(FAIL|case:|kvfuzz run|clean exit)" /tmp/sgl-alloc-clean.log | cut -c1-600
-$PY -c "
+[ "$CLEAN" = 1 ] && $PY -c "
 import json, sys
 from benchmarks.sglang_allocator import shapes_met
 s = json.load(open('$OUT/clean.json'))

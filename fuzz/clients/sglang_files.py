@@ -14,14 +14,18 @@ BASE = "sglang/srt/mem_cache/allocator/base.py"
 
 def provenance() -> dict:
     """``{"sglang": version, "sglang_unified_sub_pool_sha256": ..., "sglang_base_sha256": ...}``
-    of the installed distribution the adapter loads; ``{}`` where there is none."""
-    from ..engine.tiers import SetupError
-    from .loader import locate
+    of the installed distribution the adapter loads (found through its metadata, as
+    ``loader.locate`` finds it first); ``{}`` where there is none."""
+    import importlib.metadata
+    from pathlib import Path
 
     try:
-        where = locate("sglang", "sglang", (SUB_POOL, BASE), INSTALL)
-    except SetupError:
+        dist = importlib.metadata.distribution("sglang")
+    except importlib.metadata.PackageNotFoundError:
         return {}
-    return {"sglang": where.version,
-            "sglang_unified_sub_pool_sha256": hashlib.sha256(where.file(SUB_POOL).read_bytes()).hexdigest(),
-            "sglang_base_sha256": hashlib.sha256(where.file(BASE).read_bytes()).hexdigest()}
+    root = Path(dist.locate_file(""))
+    if not all((root / f).is_file() for f in (SUB_POOL, BASE)):
+        return {}
+    return {"sglang": dist.version,
+            "sglang_unified_sub_pool_sha256": hashlib.sha256((root / SUB_POOL).read_bytes()).hexdigest(),
+            "sglang_base_sha256": hashlib.sha256((root / BASE).read_bytes()).hexdigest()}
