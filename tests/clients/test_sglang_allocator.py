@@ -69,6 +69,7 @@ def _campaign(site, tmp_path, backend, *extra):
 # Valid input only (--hostile off): SPEC's hostile ops never reach SGLang's allocator (it has no
 # checked mode), but they probe its kernels on copies, where on the interpreter they meet the
 # kernel adapter's baseline findings (test_sglang.py), not the allocator's.
+@pytest.mark.slow  # a campaign each: about 20 s on the 2-core machine (tests/scheduling.py)
 @pytest.mark.parametrize("backend,sequences", [("torch", 12), ("interpret", 2)])
 def test_a_bounded_campaign_is_clean(sglang_site, tmp_path, backend, sequences):
     r, s = _campaign(sglang_site, tmp_path, backend, "--max-sequences", sequences, "--ops-per-sequence", 120,
@@ -151,10 +152,10 @@ def test_without_sglang_the_allocator_is_a_setup_error_naming_the_install(tmp_pa
                        capture_output=True, text=True, timeout=60)
     if r.stdout.strip() == "True":
         pytest.skip("sglang is importable in this environment")
-    for extra in ((), ("--kernels", "kvkernels.torch_path")):  # its kernels, or ours: the allocator itself is missing
-        r = kvfuzz("run", "--allocator", "kvfuzz-sglang", "--backend", "torch", "--max-sequences", 1,
-                   "--out", tmp_path, *extra)
-        assert r.returncode == 2 and INSTALL_HINT in r.stderr and "Traceback" not in r.stderr, show(r)
+    # with our kernels, so that what is missing is the allocator itself (test_sglang.py: its kernels)
+    r = kvfuzz("run", "--allocator", "kvfuzz-sglang", "--kernels", "kvkernels.torch_path", "--backend", "torch",
+               "--max-sequences", 1, "--out", tmp_path)
+    assert r.returncode == 2 and INSTALL_HINT in r.stderr and "Traceback" not in r.stderr, show(r)
 
 
 def test_a_tier_without_the_rules_is_judged_by_spec_as_written(on_path):
@@ -164,3 +165,39 @@ def test_a_tier_without_the_rules_is_judged_by_spec_as_written(on_path):
     assert tier.spec_rules and (replay(config, ops, tier)[0] is None)
     d, _ = replay(config, ops, dataclasses.replace(tier, spec_rules=frozenset()))
     assert d is not None and str(d.signature) == signature, d
+
+
+def test_a_dead_workers_ops_rebuild_from_its_hello_with_the_rules(on_path, monkeypatch):
+    """The parent rebuilds a dead worker's ops (and a finding's history) from the worker's
+    hello alone: with SGLang's allocator the spec follows its declared rules, so the hello
+    carries them, and the ops rebuilt with them are the ops the worker ran."""
+    import time
+
+    from fuzz.engine import supervise, worker
+    from fuzz.engine.campaign import CampaignOptions
+    from fuzz.engine.tracks.small import SmallTrack
+
+    ran, real = [], SmallTrack.run_sequence
+
+    def recording(self, tier, seed, n_ops, **kw):
+        seq = real(self, tier, seed, n_ops, **kw)
+        ran.append((seed, seq))
+        return seq
+
+    monkeypatch.setattr(SmallTrack, "run_sequence", recording)
+    sent = []
+
+    class Queue:
+        def put(self, msg):
+            sent.append(msg)
+
+    opts = CampaignOptions(backend="torch", kernels="kvfuzz-sglang", allocator="kvfuzz-sglang", seed=0, workers=1,
+                           max_sequences=4, ops_per_sequence=120)
+    worker.fuzz_main(supervise.Beat([0] * supervise.SLOTS), opts, 0, 0, time.time() + 3600, Queue())
+    hello = next(m[2] for m in sent if m[0] == "hello")
+    assert set(hello["rules"]) == set(_tier("torch").spec_rules)
+    assert len(ran) == 4
+    for seed, seq in ran:
+        assert opts.track.regenerate(seed, len(seq.ops), hello)[2] == seq.ops
+    without = {**hello, "rules": []}
+    assert [opts.track.regenerate(seed, len(seq.ops), without)[2] for seed, seq in ran] != [seq.ops for _, seq in ran]
