@@ -4,7 +4,7 @@ The state machine kvfuzz drives is SGLang's, executed from the installed distrib
 ``sglang/srt/mem_cache/allocator/unified_sub_pool.py`` (its base class from
 ``allocator/base.py``), never imported as ``sglang``: each file is compiled from its own
 text under a private module name, and the imports it makes are answered by this module
-(``_imports``) instead of by SGLang's package, whose ``__init__`` reaches the server
+(``_importer``) instead of by SGLang's package, whose ``__init__`` reaches the server
 runtime. What answers each import, and why (docs/sglang.md lists the same):
 
 - ``sglang.kernels.ops.memory.virtual_slot`` (bind, alloc+bind, free+unbind, translate):

@@ -201,3 +201,24 @@ def test_a_dead_workers_ops_rebuild_from_its_hello_with_the_rules(on_path, monke
         assert opts.track.regenerate(seed, len(seq.ops), hello)[2] == seq.ops
     without = {**hello, "rules": []}
     assert [opts.track.regenerate(seed, len(seq.ops), without)[2] for seed, seq in ran] != [seq.ops for _, seq in ran]
+
+
+def test_an_urgent_flush_waits_for_the_forward_through_the_stand_in_stream(on_path):
+    """On a CPU, SGLang's one CUDA-only call on this path (``torch.cuda.current_stream()
+    .wait_event``, in ``_settle_inflight_forward``) goes to the host stream, which settles
+    kvfuzz's event: the forward counts as complete, and the walk moves what it wrote."""
+    import torch
+
+    from fuzz.clients import sglang as kernels
+    from fuzz.clients.sglang_allocator import SGLangAllocator
+
+    a = SGLangAllocator(kvref.PoolConfig(num_pages=8, grow="up", lazy=True), kernels, "cpu")
+    tokens = a.alloc(4)  # virtual 1..4 on physical 1..4
+    a.forward(tokens[3:])  # writes page 4, the one the walk would move
+    a.free(tokens[1:2])  # page 2 becomes a hole
+    a.flush(False)
+    assert a.snapshot()["in_flight"]["fired"] is False and a.sgl._free_phys_pages.tolist() == [2]  # stopped at 4
+    a.flush(True)
+    assert a.snapshot()["in_flight"]["fired"] is True and a.sgl._inflight_forward is None
+    assert a.sgl.virtual_to_physical[4].item() == 2 and a.sgl.watermark_physical == 4
+    assert torch.equal(a.sgl.physical_to_virtual[1:4], torch.tensor([1, 4, 3]))
