@@ -2,7 +2,8 @@
 # Nightly job (GPU where present, else CPU): the test suite, a long small-scale campaign
 # (sharded with KVFUZZ_SHARD=I/N across a CI matrix or a Slurm/Kubernetes array), a
 # production-scale campaign (kernel-level ops at the kernel set's own block boundaries, and
-# CUDA-graph replay), the letter-of-SPEC kernel sets at both scales (letter/), the mutant catalogue (kill rate), and kvfuzz bench. Results land in
+# CUDA-graph replay), the letter-of-SPEC kernel sets at both scales (letter/), SGLang's allocator where SGLang is
+# installed (sglang-allocator/), the mutant catalogue (kill rate), and kvfuzz bench. Results land in
 # KVFUZZ_OUT (default nightly-out/): cases/, guided/ and production/ (case files, summary.json,
 # junit.xml), coverage.txt, mutants.txt, bench.json, and the morning page report.html. Exit 1 if any step failed (3 if kvfuzz itself did).
 set -uo pipefail
@@ -49,6 +50,15 @@ for set in tests/fixtures/kernels/letter/[a-z]*.py; do
       || status=1
   done
 done
+# SGLang's own allocator (docs/sglang.md), where SGLang 0.5.23 is installed or KVFUZZ_SGLANG_SITE names a
+# `pip install --no-deps --target` of it: on CUDA with real forward events; its kernels' known findings are the baseline.
+SGL_PATH="${KVFUZZ_SGLANG_SITE:+$KVFUZZ_SGLANG_SITE:}${PYTHONPATH:-}"
+if PYTHONPATH="$SGL_PATH" "$PY" -c "import importlib.metadata as m; m.distribution('sglang')" 2> /dev/null; then
+  PYTHONPATH="$SGL_PATH" "$PY" -m fuzz run --allocator kvfuzz-sglang --backend "$BACKEND" --budget-s "${KVFUZZ_SGLANG_S:-600}" \
+    --workers "$([ "$GPUS" -gt 0 ] && echo $((4 * GPUS)) || nproc)" --seed "${KVFUZZ_SEED:-$(date +%Y%m%d)}" \
+    --baseline fuzz/clients/sglang-baseline.json --out "$OUT/sglang-allocator" \
+    --summary "$OUT/sglang-allocator/summary.json" || status=1
+fi
 "$PY" -m fuzz mutants --backend "$BACKEND" --budget-s "${KVFUZZ_MUTANT_S:-60}" | tee "$OUT/mutants.txt" || status=1
 "$PY" -m fuzz bench --seconds "${KVFUZZ_BENCH_S:-30}" --out "$OUT/bench.json" || status=1
 # The morning page (docs/morning-page.md): report.html, this night and the nights before it, whose

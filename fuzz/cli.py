@@ -45,6 +45,7 @@ def _cmd_run(args) -> int:
         from .engine import allocators, tracks
 
         allocators.check_name(args.allocator)
+        args.kernels = args.kernels or allocators.default_kernels(args.allocator)
         if not tracks.get(args.scale).uses_allocator:
             raise SetupError(f"--allocator drives the allocator state machine (--scale small); --scale {args.scale} "
                              f"runs kernel-level ops only")

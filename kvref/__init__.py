@@ -7,7 +7,7 @@ torch's semantics cannot catch bugs that hide behind them). Imported by everythi
 """
 
 from . import invariants, kernels, preconditions
-from .allocator import Allocator, Event, InFlight
+from .allocator import RULES, Allocator, Event, InFlight
 from .config import PoolConfig
 from .errors import ContractViolation, InvariantViolation
 from .invariants import INVARIANTS, check_all
@@ -19,6 +19,7 @@ __all__ = [
     "Event",
     "InFlight",
     "InvariantViolation",
+    "RULES",
     "PoolConfig",
     "check_all",
     "invariants",

@@ -65,11 +65,32 @@ def _as_int_list(values, what: str) -> list[int]:
     return out
 
 
+# Where an allocator kvfuzz drives settles a point differently from SPEC §3 on valid
+# input, it declares the rule it follows (docs/allocators.md, KVFUZZ_SPEC_RULES) and the
+# spec follows it too. Each is SGLang 0.5.23's MultiEndedAllocator (docs/sglang.md has
+# its line); every invariant of §4 holds under each.
+RULES = {
+    "take_nearest_end": "an alloc that reuses some but not all holes sorts them and takes the lowest (up) or "
+                        "highest (down), returned ascending; the rest stay sorted",
+    "down_extend_descending": "grow down, an alloc that reuses holes and extends: the fresh pages descend",
+    "walk_release_appended": "a non-urgent flush appends the sources it frees to holes after the walk, in walk "
+                             "order, and does not absorb again",
+    "urgent_settles_when_moving": "an urgent flush fires the forward only when it drains an unfired pending "
+                                  "batch or has holes left to walk after absorbing; an eager flush does nothing",
+    "move_cap_floor_1": "a non-urgent flush moves at least one page: max_moves 0 acts as 1",
+    "eager_free_ids_sorted": "an eager pool of page size 1 appends the pages it frees to free_virtual ascending",
+}
+
+
 class Allocator:
-    def __init__(self, config: PoolConfig):
+    def __init__(self, config: PoolConfig, rules=frozenset()):
         if not isinstance(config, PoolConfig):
             raise ContractViolation(f"Allocator needs a PoolConfig, got {type(config).__name__}")
+        unknown = set(rules) - set(RULES)
+        if unknown:
+            raise ContractViolation(f"unknown spec rules {sorted(unknown)}; there are {sorted(RULES)}")
         self.config = config
+        self.rules = frozenset(rules)
         self.clear()
 
     # ---- geometry -------------------------------------------------------------
@@ -150,6 +171,10 @@ class Allocator:
         vp = self.free_virtual[:k]
         del self.free_virtual[:k]
         d = min(k, len(self.holes))
+        if "take_nearest_end" in self.rules and 0 < d < len(self.holes):
+            self.holes.sort()
+            if not self.up:
+                self.holes = self.holes[-d:] + self.holes[:-d]
         phys = self.holes[:d]
         del self.holes[:d]
         new = k - d
@@ -159,10 +184,13 @@ class Allocator:
         else:
             start = self.watermark - new + 1
             self.watermark -= new
+        fresh = list(range(start, start + new))
+        if "down_extend_descending" in self.rules and not self.up and d:
+            fresh.reverse()
         if d == 0:
             kernels.alloc_bind(self.v2p, self.p2v, vp, start)
         else:
-            kernels.bind(self.v2p, self.p2v, vp, phys + list(range(start, start + new)))
+            kernels.bind(self.v2p, self.p2v, vp, phys + fresh)
         self.live_pages += k
         return [v * c.page_size + o for v in vp for o in range(c.page_size)]
 
@@ -185,7 +213,8 @@ class Allocator:
                         f"free: page {p} is written by the in-flight forward (event {self.in_flight.event.id}), "
                         "which has not fired: a lazy pool cannot free it until the forward completes")
         phys = kernels.free_unbind(self.v2p, self.p2v, pages)
-        self.free_virtual.extend(pages)
+        sort_ids = "eager_free_ids_sorted" in self.rules and not self.config.lazy and self.config.page_size == 1
+        self.free_virtual.extend(sorted(pages) if sort_ids else pages)
         self.live_pages -= len(pages)
         ps = self.config.page_size
         self.written = {t: s for t, s in self.written.items() if t // ps not in seen}
@@ -222,12 +251,15 @@ class Allocator:
 
     # ---- flush ----------------------------------------------------------------
     def flush(self, urgent: bool = False) -> None:
-        if urgent:
+        settles_late = "urgent_settles_when_moving" in self.rules
+        if urgent and not settles_late:
             self.fire()
         if not self.config.lazy:
             return
         still = []
         for event, pages in self.pending:
+            if urgent and settles_late:
+                event.fired = True
             if event.fired:
                 self.holes.extend(pages)
             else:
@@ -235,8 +267,13 @@ class Allocator:
         self.pending = still
         self.holes.sort()
         self._absorb()
-        self._walk(urgent)
-        self._absorb()
+        if urgent and settles_late and self.holes:
+            self.fire()
+        released = self._walk(urgent)
+        if released is not None:
+            self.holes.extend(released)
+        else:
+            self._absorb()
 
     def _absorb(self) -> None:
         if self.up:
@@ -255,11 +292,15 @@ class Allocator:
                 return p
         return None
 
-    def _walk(self, urgent: bool) -> None:
+    def _walk(self, urgent: bool) -> list[int] | None:
+        """The walk; the sources it freed when they join ``holes`` after it (rule
+        ``walk_release_appended``, not urgent), else None (they joined in sorted place)."""
         moves = 0
         batch: list[int] = []
+        appended = [] if "walk_release_appended" in self.rules and not urgent else None
+        cap = max(1, self.config.max_moves) if "move_cap_floor_1" in self.rules else self.config.max_moves
         while self.holes:
-            if not urgent and moves >= self.config.max_moves:
+            if not urgent and moves >= cap:
                 break
             dst = self.holes[0] if self.up else self.holes[-1]
             src = self._source()
@@ -271,11 +312,14 @@ class Allocator:
             self.holes.remove(dst)
             if self.reader_in_flight():
                 batch.append(src)
+            elif appended is not None:
+                appended.append(src)
             else:
                 insort(self.holes, src)
             moves += 1
         if batch:
             self.pending.append((self.in_flight.event, batch))
+        return appended
 
     # ---- forward / data -------------------------------------------------------
     def forward(self, tokens) -> None:

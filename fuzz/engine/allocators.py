@@ -46,6 +46,9 @@ from kvref import ContractViolation
 from .verdict import SetupError
 
 DEFAULT = "kvkernels.allocator:DeviceAllocator"
+# client adapters' short names (fuzz/clients/), and the kernel set each runs by default
+CLIENTS = {"kvfuzz-sglang": "fuzz.clients.sglang_allocator"}
+CLIENT_KERNELS = {"kvfuzz-sglang": "kvfuzz-sglang"}
 # op part -> the op kinds skipped without it
 PARTS = {"flush": ("flush",), "forward": ("forward", "fire"), "write": ("write",), "read": ("read",),
          "translate": ("translate",), "clear": ("clear",)}
@@ -68,6 +71,21 @@ def split(name: str) -> tuple[str, str | None]:
     return name, None
 
 
+def default_kernels(name: str | None) -> str | None:
+    """The kernel set a client adapter runs unless ``--kernels`` says otherwise (None: the tier's)."""
+    return CLIENT_KERNELS.get(split(name)[0]) if name else None
+
+
+def environment(name: str | None) -> dict:
+    """What a case's environment records of a client adapter's server (its version, the
+    sha256 of the file it executes), found without executing anything."""
+    if name and split(name)[0] == "kvfuzz-sglang":
+        from ..clients.sglang_files import provenance
+
+        return provenance()
+    return {}
+
+
 def is_file(where: str) -> bool:
     return where.endswith(".py") or os.sep in where
 
@@ -84,7 +102,7 @@ def source_hash(name: str | None) -> str | None:
     """sha256 of the allocator's source (its file, or its module's files), like a kernel set's."""
     from .sources import source_hash as kernels_hash
 
-    return kernels_hash(split(name)[0]) if name else None
+    return kernels_hash(CLIENTS.get(split(name)[0], split(name)[0])) if name else None
 
 
 def resolve(name: str | None, case_path, recorded_file: str | None = None) -> str | None:
@@ -121,6 +139,7 @@ class Protocol:
     lacks: frozenset
     views: dict
     contract_errors: tuple
+    rules: frozenset = frozenset()  # kvref.RULES it declares (KVFUZZ_SPEC_RULES)
 
     @classmethod
     def of(cls, factory, name: str | None = None) -> Protocol:
@@ -145,7 +164,10 @@ class Protocol:
         errors = tuple(getattr(factory, "KVFUZZ_CONTRACT_ERRORS", ()) or ())
         if not all(isinstance(e, type) and issubclass(e, BaseException) for e in errors):
             raise SetupError(f"--allocator {name}: KVFUZZ_CONTRACT_ERRORS must hold exception classes")
-        proto = cls(name, factory, frozenset(lacks), views, errors)
+        rules = getattr(factory, "KVFUZZ_SPEC_RULES", ()) or ()
+        if isinstance(rules, str) or set(rules) - set(kvref.RULES):
+            raise SetupError(f"--allocator {name}: KVFUZZ_SPEC_RULES {rules!r}: a set of {', '.join(sorted(kvref.RULES))}")
+        proto = cls(name, factory, frozenset(lacks), views, errors, frozenset(rules))
         proto._check_signature()
         return proto
 
@@ -180,7 +202,7 @@ def load(name: str) -> Protocol:
     if name in _LOADED:
         return _LOADED[name]
     where, factory_name = split(name)
-    module = _module(where, name)
+    module = _module(CLIENTS.get(where, where), name)
     if factory_name is None:
         factory = getattr(module, "KVFUZZ_FACTORY", None)
         if isinstance(factory, str):
@@ -204,7 +226,7 @@ def attach(tier, name: str | None):
         return tier
     proto = load(name)
     _smoke_test(proto, tier)
-    return replace(tier, allocator_cls=proto, allocator_name=name, allocator_skips=proto.skips)
+    return replace(tier, allocator_cls=proto, allocator_name=name, allocator_skips=proto.skips, spec_rules=proto.rules)
 
 
 def protocol_of(tier) -> Protocol:

@@ -75,6 +75,9 @@ class Case:
             from .allocators import source_hash as allocator_hash
 
             env["allocator_sha256"] = allocator_hash(allocator)
+            from .allocators import environment as allocator_environment
+
+            env.update(allocator_environment(allocator))
         absent = (("fault", fault), ("kernels_file", None), ("allocator", allocator), ("allocator_file", None))
         return cls(config=config, ops=list(ops), signature=divergence.signature, seed=seed, scenario=scenario,
                    tier=tier, kernels=kernels, knobs=knobs, allocator=allocator, mode=dict(mode or MODE_DEFAULTS),

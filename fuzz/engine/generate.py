@@ -201,19 +201,20 @@ def sequence_r2t_dtype(seed: int) -> str:
 
 
 def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec", skips=(), params=None,
-               r2t_dtype: str | None = None, on_op=None) -> tuple[kvref.PoolConfig, str, list[Op]]:
+               r2t_dtype: str | None = None, on_op=None, rules=()) -> tuple[kvref.PoolConfig, str, list[Op]]:
     """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
 
     The stream depends on nothing the target does: the generator reads the spec, and an
     op the kernel set cannot run (``has``: its optional functions) is skipped exactly as
-    the runner skips it, and so is an op kind the allocator lacks (``skips``, allocators.py).
+    the runner skips it, and so is an op kind the allocator lacks (``skips``, allocators.py);
+    the spec follows the ``rules`` the allocator declares (``kvref.RULES``).
     ``hostile`` must be the campaign's (it sets the contract rate). ``params`` and ``r2t_dtype``:
     what the seed would decide, given instead (a guided sequence's, ``guide``); ``on_op()``: called
     before each op is drawn, as in the small track's run (a mutation's shadow run, ``streams``)."""
     config, scenario, rng = params or sequence_params(seed)
     gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
                       r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
-    side, tier = SpecSide(config), Capabilities(has)
+    side, tier = SpecSide(config, rules), Capabilities(has)
     ops: list[Op] = []
     for _ in range(n_ops):
         if on_op is not None:

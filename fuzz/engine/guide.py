@@ -366,13 +366,14 @@ class GuidedTrack(SmallTrack):
         marks), the generator against the spec alone for the entry's length, as sequence ``seed``
         will draw it (its fresh draws included), so a mutation can check what it made."""
         has, skips = super().worker_info(tier)["has"], sorted(getattr(tier, "allocator_skips", ()))
+        rules = sorted(getattr(tier, "spec_rules", ()))
 
         def run(stream, marks_in):
             config, scenario, rng = params_of(stream, seed, marks_in)
             marks: list[int] = []
             _, _, ops = regenerate(seed, entry.get("ops", 0), has=has, skips=skips, hostile=entry.get("hostile", "spec"),
                                    params=(config, scenario, rng), r2t_dtype=entry.get("r2t"),
-                                   on_op=lambda: _begin(rng, marks))
+                                   on_op=lambda: _begin(rng, marks), rules=rules)
             return ops, config, {"stream": rng.log, "ranges": rng.ranges, "marks": marks}
         return run
 
@@ -417,7 +418,8 @@ class GuidedTrack(SmallTrack):
             self.corpus.reload()
         cost = round(time.process_time() - t0, 4)
         if self.corpus.novel(col.names):  # kept: which allocs made the rows each table op read, for resize
-            flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()))
+            flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()),
+                             getattr(tier, "spec_rules", ()))
             self.kept += self.corpus.add({
                 "stream": rng.log, "ranges": rng.ranges, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
                 "features": sorted(col.names), "where": col.where, "goals": col.goals, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
@@ -438,7 +440,7 @@ class GuidedTrack(SmallTrack):
         saved = json.loads(path.read_text())
         params = params_of(saved["stream"], seed, saved.get("marks"))
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
-                          params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op)
+                          params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op, rules=info.get("rules", ()))
 
 
 def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:

@@ -180,7 +180,7 @@ class PoolRun:
         self.hostile = hostile
         self.beat = beat  # a worker's heartbeat: told the index of each op before it runs
         self.dropped_knobs = apply_knobs(tier.kernels, knobs, strict=strict_knobs)
-        self.side = SpecSide(config)
+        self.side = SpecSide(config, getattr(tier, "spec_rules", ()))
         self.guard_rows = guard_rows
         self.zones = RedZones(guard_rows, tier.device)
         self.full_every = max(1, check_every)

@@ -29,9 +29,9 @@ class Capabilities:
 
 
 class SpecSide:
-    def __init__(self, config: kvref.PoolConfig):
+    def __init__(self, config: kvref.PoolConfig, rules=()):
         self.config = config
-        self.spec = kvref.Allocator(config)
+        self.spec = kvref.Allocator(config, rules=frozenset(rules))
         rows = config.table_rows
         self.raw = {"v2p": [0] + [-1] * (rows - 1), "p2v": [0] + [-1] * (rows - 1)}
 

@@ -110,11 +110,11 @@ def params_of(stream, fresh_seed: int, marks=None):
     return config, rng.choice(sorted(SCENARIOS)), rng
 
 
-def data_flow(config, ops, has=(), skips=()) -> dict:
+def data_flow(config, ops, has=(), skips=(), rules=()) -> dict:
     """``{"pages": {alloc op: pages}, "feeds": {table op: [the alloc ops whose tokens its rows
     hold]}}`` (op indices as strings, JSON's keys), from the ops replayed on the spec as the
     run applied them (an op the tier lacks is skipped as the runner skips it)."""
-    side, tier, ps = SpecSide(config), Capabilities(has), config.page_size
+    side, tier, ps = SpecSide(config, rules), Capabilities(has), config.page_size
     made: dict[int, int] = {}  # token -> the alloc op that returned it (the latest)
     pages, feeds = {}, {}
     for i, op in enumerate(ops):

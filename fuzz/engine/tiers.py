@@ -41,6 +41,7 @@ class Tier:
     allocator_cls: type | None = None  # None: kvkernels.DeviceAllocator (mutants swap it; allocators.Protocol)
     allocator_name: str | None = None  # as named by --allocator (None: the default, ours)
     allocator_skips: frozenset = frozenset()  # op kinds the allocator lacks (allocators.PARTS): skipped
+    spec_rules: frozenset = frozenset()  # kvref.RULES the allocator declares it follows (KVFUZZ_SPEC_RULES)
 
     def has(self, fn: str) -> bool:
         return callable(getattr(self.kernels, fn, None))

@@ -94,7 +94,8 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     for note in (head, loaded):
         if note:
             info["notes"] = [*info.get("notes", ()), note]
-    hello = {"kernels": tier.kernels_name, "skips": sorted(tier.allocator_skips), **info}  # skips: ops its allocator lacks
+    hello = {"kernels": tier.kernels_name, "skips": sorted(tier.allocator_skips),  # skips: ops its allocator lacks
+             "rules": sorted(tier.spec_rules), **info}  # rules: the spec rules it declares
     # Where the worker's set-up went (the summary's timeline): its start (a fork, or a fresh
     # interpreter importing torch) to its entry; the tier (kernel set, device, smoke test); the rest.
     hello["setup_s"] = {"setup_entry": entered, "setup_head_start": headed - t0, "setup_tier": made - headed,

@@ -72,7 +72,8 @@ class SmallTrack(Track):
         return Sequence(config, scenario, ops, d, run.stats, knobs=run.knobs, run=run)
 
     def regenerate(self, seed, n_ops, info, *, hostile="spec"):
-        return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()))
+        return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
+                          rules=info.get("rules", ()))
 
     def expected_kinds(self, has) -> set[str]:
         kinds = {"alloc", "free", "read_table", "k_bind", "k_alloc_bind", "k_free_unbind"}
