@@ -31,6 +31,7 @@ PARTS=(  # NAME|what it runs
   "profiles|where time goes: device kernels, synchronizing calls, a worker's set-up, the collector"
   "pinning|(2+ GPUs) workers pinned one GPU each: what each process sees"
   "sglang|SGLang's kernels through the adapter, small and production scale (EXTRA_PYTHONPATH)"
+  "sglang-allocator|SGLang's MultiEndedAllocator on CUDA with real events: a clean campaign beside its kill table (EXTRA_PYTHONPATH)"
 )
 list_parts() { for p in "${PARTS[@]}"; do printf '%-17s %s\n' "${p%%|*}" "${p#*|}"; done; }
 is_part() { for p in "${PARTS[@]}"; do [ "${p%%|*}" = "$1" ] && return 0; done; return 1; }
@@ -175,6 +176,25 @@ run_part() {
   sglang)
     campaign sglang-small 20 --kernels kvfuzz-sglang
     campaign sglang-production 20 --kernels kvfuzz-sglang --scale production ;;
+  sglang-allocator)  # SGLANG_BUDGET s of the shipped file on SGLANG_WORKERS workers, the planted bugs meanwhile
+    # in three groups, each mutant --max-sequences SGLANG_KILL_SEQ --stop-on-first, its case replayed on the
+    # mutant and on the shipped file; about 8 minutes. SGLang's files are loaded by path from
+    # EXTRA_PYTHONPATH (the wheel is cp311: nothing is pip-installed on the GPU machine).
+    local budget=${SGLANG_BUDGET:-300} g i=0 clean pids=()
+    timeout $((budget + 150)) $PY -m fuzz run --allocator kvfuzz-sglang --backend cuda --budget-s "$budget" \
+      --workers "${SGLANG_WORKERS:-4}" --baseline fuzz/clients/sglang-baseline.json --out /tmp/gpu-runs-sgl-alloc \
+      --summary "$OUT/sglang-allocator-clean.json" --progress-s 1000 > /tmp/gpu-runs-sgl-alloc.log 2>&1 &
+    clean=$!
+    for g in $($PY -c "from fuzz.clients.sglang_mutants import MUTANTS as M; n=list(M); print(*(','.join(n[k::3]) for k in range(3)))"); do
+      i=$((i + 1))
+      timeout $((budget + 150)) $PY benchmarks/sglang_allocator.py --backend cuda --max-sequences "${SGLANG_KILL_SEQ:-30}" \
+        --clean-sequences 0 --mutants "$g" --json "$OUT/sglang-allocator-kills-$i.json" > "/tmp/gpu-runs-sgl-kills-$i.log" 2>&1 &
+      pids+=($!)
+    done
+    wait "${pids[@]}" "$clean"
+    grep -E "^(FAIL|case:|kvfuzz run)" /tmp/gpu-runs-sgl-alloc.log | cut -c1-600
+    $PY benchmarks/sglang_allocator.py --shapes-of "$OUT/sglang-allocator-clean.json" --json "$OUT/sglang-allocator-shapes.json"
+    for i in 1 2 3; do tail -n 20 "/tmp/gpu-runs-sgl-kills-$i.log" | cut -c1-400; done ;;
   esac
 }
 

@@ -70,8 +70,16 @@ def main() -> int:
     ap.add_argument("--mutants", default=None, help="comma-separated names (default: all)")
     ap.add_argument("--json", required=True)
     ap.add_argument("--keep", default=None, help="copy each mutant's case here")
+    ap.add_argument("--shapes-of", default=None, metavar="SUMMARY",
+                    help="no campaign: the pool shapes a finished campaign's summary met, to --json")
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    if a.shapes_of:
+        s = json.loads(Path(a.shapes_of).read_text())
+        Path(a.json).write_text(json.dumps(shapes_met(s["sequences"]), indent=1) + "\n")
+        print("ops", s["ops"], "sequences", s["sequences"], "failures",
+              [(f["signature"], f.get("known")) for f in s["failures"]], "by_kind", s["by_kind"])
+        return 0
     from fuzz.clients.sglang_mutants import MUTANTS
 
     names = a.mutants.split(",") if a.mutants else list(MUTANTS)

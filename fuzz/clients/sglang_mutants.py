@@ -5,7 +5,7 @@ Each is a bug of the kind SGLang's tracker records or SPEC's notes warn of, in o
 the places the allocator's correctness lives: the free path, bind, the fast and slow
 alloc paths, the take order, the flush walk, pending batches behind an in-flight
 forward. ``--allocator kvfuzz-sglang:mutant_NAME`` runs one; the kill table
-(``benchmarks/results/sglang-allocator-mutants.json``, docs/sglang.md) records the
+(``benchmarks/results/sglang-allocator-cpu-torch.json``, docs/sglang.md) records the
 bounded campaign that finds each and the case that replays it.
 
 A patch names text that occurs exactly once in the file; a release whose text moved
