@@ -392,6 +392,18 @@ class Driven:
             raise TypeError(f"snapshot() returned {type(snap).__name__}, not a dict of SPEC's state")
         return {name: view(name, plain(name, snap[name]), self.proto.views.get(name, "exact")) for name in self.fields}
 
+    def chain_snapshot(self) -> dict:
+        """The chain's snapshot (``{"pools": [...], "gates": [...]}``), each pool's fields in
+        SPEC's form as ``snapshot`` gives pool 0's."""
+        chain = getattr(self.inner, "chain", None)
+        if chain is None:
+            raise SetupError(f"--allocator {self.proto.name}: its config has a chain, but it has no .chain "
+                             "(docs/allocators.md: chains)")
+        snap = self._call(chain.snapshot)
+        pools = [{name: view(name, plain(name, p[name]), self.proto.views.get(name, "exact")) for name in self.fields}
+                 for p in snap["pools"]]
+        return {"pools": pools, "gates": [bool(g) for g in snap["gates"]]}
+
     def view(self, name: str, spec_value):
         """The spec's value of a field, seen the way this allocator's is compared."""
         return view(name, spec_value, self.proto.views.get(name, "exact"))
