@@ -14,6 +14,7 @@ import random
 import kvref
 
 from . import shapes
+from .chain_gen import CHAIN_SCENARIOS, ChainGenerator, is_chain_seed, random_chain_config
 from .ops import R2T_DTYPES, Alloc, Clear, Fire, Free, KernelOp, Op
 from .spec_side import Capabilities, SpecSide, unsupported
 
@@ -181,6 +182,9 @@ def sequence_params(seed: int) -> tuple[kvref.PoolConfig, str, random.Random]:
     rng = random.Random(seed)
     config = random_config(rng)
     scenario = rng.choice(sorted(SCENARIOS))
+    if seed < WARMUP_BASE and is_chain_seed(seed):  # a chain of pools (chain_gen), from the same stream
+        config = random_chain_config(rng)
+        scenario = rng.choice(sorted(CHAIN_SCENARIOS))
     if seed >= WARMUP_BASE:
         i = seed - WARMUP_BASE
         config = kvref.PoolConfig(num_pages=48 + 16 * (i % 3), min_page=1 + i % 2, page_size=(1, 2, 4, 16)[i % 4],
@@ -200,6 +204,15 @@ def sequence_r2t_dtype(seed: int) -> str:
     return R2T_DTYPES[random.Random(seed * 7_919 + 0x5EED).random() < 0.5]
 
 
+def make_generator(rng: random.Random, config: kvref.PoolConfig, scenario: str, contract_rate: float = 0.03,
+                   r2t_dtype: str = "int64"):
+    """The generator of a sequence: ``ChainGenerator`` for a config with a chain (its ops name
+    their pool), else ``OpGenerator``."""
+    if config.chain is not None:
+        return ChainGenerator(rng, config, scenario, contract_rate=contract_rate)
+    return OpGenerator(rng, config, scenario, contract_rate=contract_rate, r2t_dtype=r2t_dtype)
+
+
 def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec", skips=(), params=None,
                r2t_dtype: str | None = None, on_op=None) -> tuple[kvref.PoolConfig, str, list[Op]]:
     """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
@@ -211,8 +224,8 @@ def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec", skips=()
     what the seed would decide, given instead (a guided sequence's, ``guide``); ``on_op()``: called
     before each op is drawn, as in the small track's run (a mutation's shadow run, ``streams``)."""
     config, scenario, rng = params or sequence_params(seed)
-    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
-                      r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
+    gen = make_generator(rng, config, scenario, contract_rate=contract_rate(hostile),
+                         r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
     side, tier = SpecSide(config), Capabilities(has)
     ops: list[Op] = []
     for _ in range(n_ops):

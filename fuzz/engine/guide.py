@@ -49,10 +49,10 @@ from .features import (
     knobs_feature,
     trip_bucket,
 )
-from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
+from .generate import random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .launches import program_order_mode
-from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, smallest
+from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, scenario_names, smallest
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "merge", "mutate", "params_of", "track_for"]
@@ -339,7 +339,7 @@ class GuidedTrack(SmallTrack):
         """A fresh sequence's stream: its pool config drawn at random (from its own RNG, so the
         ops' fresh draws do not repeat the config's), then the scenario the corpus holds fewest
         entries of (stratified like the knobs: long rows come from ``long``, churn from ``churn``)."""
-        names = sorted(SCENARIOS)
+        names = scenario_names()
         counts = [self.corpus.counts.get(feature_id(f"config|scenario|{n}"), 0) for n in names]
         pick = rng.choice([i for i, n in enumerate(counts) if n == min(counts)])
         draws = ChoiceRandom((), f"kvfuzz-config:{seed}")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 
+from .chain_gen import CHAIN_SCENARIOS, random_chain_config
 from .generate import SCENARIOS, random_config
 from .knobs import knob_module
 from .ops import Alloc, ReadTable
@@ -107,7 +108,15 @@ def params_of(stream, fresh_seed: int, marks=None):
     ``rng.begin_op()``."""
     rng = ChoiceRandom(stream, fresh_seed, marks)
     config = random_config(rng)
-    return config, rng.choice(sorted(SCENARIOS)), rng
+    scenario = rng.choice(scenario_names())
+    if scenario in CHAIN_SCENARIOS:  # a chain of pools: its config drawn next, from the same stream
+        config = random_chain_config(rng)
+    return config, scenario, rng
+
+
+def scenario_names() -> list[str]:
+    """The scenarios a guided sequence draws from: the single pool's, then the chain's."""
+    return sorted(SCENARIOS) + sorted(CHAIN_SCENARIOS)
 
 
 def data_flow(config, ops, has=(), skips=()) -> dict:

@@ -12,7 +12,7 @@ import contextlib
 import time
 
 from ..budget import OverBudget
-from ..generate import WARMUP_SEQUENCES, OpGenerator, contract_rate, regenerate, sequence_params, sequence_r2t_dtype
+from ..generate import WARMUP_SEQUENCES, contract_rate, make_generator, regenerate, sequence_params, sequence_r2t_dtype
 from ..knobs import choose
 from ..launches import budget as launch_budget
 from ..runner import PoolRun
@@ -46,8 +46,8 @@ class SmallTrack(Track):
         ``budget(programs)``: asked before each launch of a pure op, true drops that op
         (``budget.OverBudget``: not run, not counted) and ends the sequence."""
         config, scenario, rng = params or sequence_params(seed)
-        gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
-                          r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
+        gen = make_generator(rng, config, scenario, contract_rate=contract_rate(hostile),
+                             r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
         run = self.runner(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
                           beat=beat, check_every=check_every, known=known)
         ops, d = [], None
