@@ -168,7 +168,7 @@ CHAIN_INVARIANTS = ("chain_frontiers", "chain_memo")  # docs/spec.md §6, beside
 
 
 def check_chain(chain) -> None:
-    """A chain's invariants (docs/spec.md §6): every member's §4 invariants; the byte frontiers
+    """Invariant 10, of a chain (docs/spec.md §6): every member's §4 invariants; the byte frontiers
     ordered and inside the buffer (``0 <= low <= high <= total`` per member, and member 0's
     high frontier at or below member 1's low); every memoised capacity equal to a fresh
     recompute at the state it was memoised for."""
