@@ -344,6 +344,9 @@ class Driven:
         self.skips = proto.skips
         self.fields = proto.fields
         self._checked = checked
+        if config.chain is not None and getattr(self.inner, "chain", None) is None:
+            raise SetupError(f"--allocator {proto.name}: the config is a chain of {len(config.members)} pools, and "
+                             f"{type(self.inner).__name__} has no .chain (docs/allocators.md: chains)")
 
     def _call(self, fn):
         try:
