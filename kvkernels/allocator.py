@@ -61,6 +61,7 @@ def plain_buffers(device):
 
 class DeviceAllocator:
     chain_class = None  # None: kvkernels.chain.DeviceChain
+    KVFUZZ_CHAINS = True  # kvfuzz's allocator protocol: a config with a chain builds one (docs/allocators.md)
 
     def __init__(self, config, kernels: ModuleType | None = None, device="cpu", checked: bool = False,
                  buffers=None):

@@ -121,6 +121,7 @@ class Protocol:
     lacks: frozenset
     views: dict
     contract_errors: tuple
+    chains: bool = False  # KVFUZZ_CHAINS: it builds a chain for a config with one (docs/allocators.md)
 
     @classmethod
     def of(cls, factory, name: str | None = None) -> Protocol:
@@ -145,7 +146,7 @@ class Protocol:
         errors = tuple(getattr(factory, "KVFUZZ_CONTRACT_ERRORS", ()) or ())
         if not all(isinstance(e, type) and issubclass(e, BaseException) for e in errors):
             raise SetupError(f"--allocator {name}: KVFUZZ_CONTRACT_ERRORS must hold exception classes")
-        proto = cls(name, factory, frozenset(lacks), views, errors)
+        proto = cls(name, factory, frozenset(lacks), views, errors, bool(getattr(factory, "KVFUZZ_CHAINS", False)))
         proto._check_signature()
         return proto
 
@@ -218,6 +219,12 @@ def protocol_of(tier) -> Protocol:
     if key not in _LOADED:
         _LOADED[key] = Protocol.of(cls, key.split("#")[0])
     return _LOADED[key]
+
+
+def has_chains(tier) -> bool:
+    """Whether the allocator ``tier`` drives runs chains of pools (its ``KVFUZZ_CHAINS``): a
+    chain seed gives the others the single pool it always had (``generate.sequence_params``)."""
+    return protocol_of(tier).chains
 
 
 def drive(tier, config: kvref.PoolConfig, *, checked: bool, buffers) -> Driven:

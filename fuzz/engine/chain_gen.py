@@ -1,11 +1,14 @@
 """The chain generator: configs of two pools over one byte buffer, and chain op sequences.
 
-A seed is a chain seed (``is_chain_seed``) from an RNG of its own, so every other seed
-draws the config and the op stream it drew before chains existed. A chain sequence aims at
-what only a chain has (docs/spec.md §6): allocs sized at the pool's available and
-schedulable capacity and one page past them, so the two frontiers meet and the relief
-ladder runs; move gates toggled between allocs and flushes; holes made on one side while
-the other is short. Like ``generate.OpGenerator`` it reads only the spec (``spec.chain``).
+Every fifth seed is a chain seed (``is_chain_seed``), interleaved with the others so a short
+campaign meets both. Its chain config and scenario come from an RNG of their own
+(``chain_params``), so its op stream's RNG is the one the seed had before chains existed, and
+an allocator without chains runs the seed's single pool instead, exactly as before
+(``generate.sequence_params``). A chain sequence aims at what only a chain has (docs/spec.md
+§6): allocs sized at the pool's available and schedulable capacity and one page past them,
+so the two frontiers meet and the relief ladder runs; move gates toggled between allocs and
+flushes; holes made on one side while the other is short. Like ``generate.OpGenerator`` it
+reads only the spec (``spec.chain``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from . import shapes
 from .chain_ops import (ChainAlloc, ChainCapacity, ChainFire, ChainFlush, ChainForward, ChainFree, ChainGate, ChainOp,
                         ChainRead, ChainRelieve, ChainWrite)
 
-CHAIN_RATE = 0.2  # the share of seeds that are chain seeds
+CHAIN_EVERY = 5  # every fifth seed is a chain seed
 CHAIN_SCENARIOS = {
     #                alloc free flush fwd fire gate relieve capacity write read
     "chain-meet":   (40, 15, 6, 4, 4, 6, 5, 10, 6, 4),
@@ -36,7 +39,13 @@ CHAIN_FEATURES = tuple(
 
 
 def is_chain_seed(seed: int) -> bool:
-    return random.Random(seed * 1_000_003 + 0xC4A1).random() < CHAIN_RATE
+    return seed % CHAIN_EVERY == CHAIN_EVERY - 1
+
+
+def chain_params(seed: int) -> tuple[kvref.PoolConfig, str]:
+    """A chain seed's config and scenario, from an RNG of the seed's own (not its op stream's)."""
+    rng = random.Random(seed * 7_919 + 0xC4A1)
+    return random_chain_config(rng), rng.choice(sorted(CHAIN_SCENARIOS))
 
 
 def random_chain_config(rng: random.Random) -> kvref.PoolConfig:

@@ -365,10 +365,11 @@ class GuidedTrack(SmallTrack):
         """A mutation's shadow run: ``stream`` -> (ops, config, the stream as drawn, its ranges and
         marks), the generator against the spec alone for the entry's length, as sequence ``seed``
         will draw it (its fresh draws included), so a mutation can check what it made."""
-        has, skips = super().worker_info(tier)["has"], sorted(getattr(tier, "allocator_skips", ()))
+        info = super().worker_info(tier)
+        has, skips = info["has"], sorted(getattr(tier, "allocator_skips", ()))
 
         def run(stream, marks_in):
-            config, scenario, rng = params_of(stream, seed, marks_in)
+            config, scenario, rng = params_of(stream, seed, marks_in, chains=info["chains"])
             marks: list[int] = []
             _, _, ops = regenerate(seed, entry.get("ops", 0), has=has, skips=skips, hostile=entry.get("hostile", "spec"),
                                    params=(config, scenario, rng), r2t_dtype=entry.get("r2t"),
@@ -390,7 +391,7 @@ class GuidedTrack(SmallTrack):
         old = seq_dir / f"{self._kept_seeds_pop(seed)}.json"
         if old.name != f"{seed}.json":
             old.unlink(missing_ok=True)
-        params = params_of(plan["stream"], seed, plan.get("marks"))
+        params = params_of(plan["stream"], seed, plan.get("marks"), chains=super().worker_info(tier)["chains"])
         rng, marks = params[2], []
         code = None
         traced, kernels = code_schedule(self.sequences)
@@ -436,7 +437,7 @@ class GuidedTrack(SmallTrack):
         if not path.is_file():
             return super().regenerate(seed, n_ops, info, hostile=hostile)
         saved = json.loads(path.read_text())
-        params = params_of(saved["stream"], seed, saved.get("marks"))
+        params = params_of(saved["stream"], seed, saved.get("marks"), chains=info.get("chains", True))
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
                           params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op)
 
