@@ -19,8 +19,19 @@ import kvref
 from kvref.config import ChainConfig
 
 from . import shapes
-from .chain_ops import (ChainAlloc, ChainCapacity, ChainFire, ChainFlush, ChainForward, ChainFree, ChainGate, ChainOp,
-                        ChainRead, ChainRelieve, ChainWrite)
+from .chain_ops import (
+    ChainAlloc,
+    ChainCapacity,
+    ChainFire,
+    ChainFlush,
+    ChainForward,
+    ChainFree,
+    ChainGate,
+    ChainOp,
+    ChainRead,
+    ChainRelieve,
+    ChainWrite,
+)
 
 CHAIN_EVERY = 5  # every fifth seed is a chain seed
 CHAIN_SCENARIOS = {
