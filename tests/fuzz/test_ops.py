@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import kvref
 from fuzz.engine import shapes, strategies
 from fuzz.engine.case import Case, Signature
-from fuzz.engine.dispatch import replay
 from fuzz.engine.chain_ops import CHAIN_KINDS
+from fuzz.engine.dispatch import replay
 from fuzz.engine.generate import make_generator, sequence_params
 from fuzz.engine.kinds import parse_ops
 from fuzz.engine.minimize import Minimizer, NotReproducible
