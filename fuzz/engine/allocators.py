@@ -222,9 +222,10 @@ def protocol_of(tier) -> Protocol:
 
 
 def has_chains(tier) -> bool:
-    """Whether the allocator ``tier`` drives runs chains of pools (its ``KVFUZZ_CHAINS``): a
-    chain seed gives the others the single pool it always had (``generate.sequence_params``)."""
-    return protocol_of(tier).chains
+    """Whether the allocator ``tier`` drives runs chains of pools (its ``KVFUZZ_CHAINS``) and its
+    kernel set does not opt out (a module ``KVFUZZ_CHAINS = False``): a chain seed gives the
+    others the single pool it always had (``generate.sequence_params``)."""
+    return protocol_of(tier).chains and getattr(tier.kernels, "KVFUZZ_CHAINS", True) is not False
 
 
 def drive(tier, config: kvref.PoolConfig, *, checked: bool, buffers) -> Driven:
