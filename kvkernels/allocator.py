@@ -22,6 +22,10 @@ Why it is shaped this way:
   harness can put them between red zones without the allocator knowing.
 - Forward events are simulated (``fire()`` marks one fired): the fuzzer, not a stream,
   decides when a forward completes, so traces replay identically on every tier.
+- A config with a ``chain`` makes this pool member 0 of a ``chain_class`` (default
+  ``kvkernels.chain.DeviceChain``, docs/spec.md §6) built with it as ``self.chain``; the
+  chain bounds the frontier (``frontier_room``) and opens and closes the move gate
+  (``gate_open``). A class attribute, so a planted bug in the chain swaps it (mutants).
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ def plain_buffers(device):
 
 
 class DeviceAllocator:
+    chain_class = None  # None: kvkernels.chain.DeviceChain
+    KVFUZZ_CHAINS = True  # kvfuzz's allocator protocol: a config with a chain builds one (docs/allocators.md)
+
     def __init__(self, config, kernels: ModuleType | None = None, device="cpu", checked: bool = False,
                  buffers=None):
         if kernels is None:
@@ -69,7 +76,16 @@ class DeviceAllocator:
         self.v2p = self.buffers("v2p", c.table_rows, -1)
         self.p2v = self.buffers("p2v", c.table_rows, -1)
         self.kv = self.buffers("kv", c.num_pages, 0, c.page_size)
+        self.frontier_room = None  # () -> pages the chain's bytes leave this frontier (None: index room only)
+        self.gate_open = None  # () -> whether pages may move (None: always)
+        self.pool = 0
         self.clear()
+        self.chain = None
+        if c.chain is not None:
+            chain_class = self.chain_class
+            if chain_class is None:
+                from .chain import DeviceChain as chain_class
+            self.chain = chain_class(self)
 
     # ---- geometry -------------------------------------------------------------
     @property
@@ -113,7 +129,10 @@ class DeviceAllocator:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         k = n_tokens // c.page_size
         n_holes = self.holes.numel()
-        if k > c.capacity_pages - len(self._span()) + n_holes or k > self.free_virtual.numel():
+        room = c.capacity_pages - len(self._span())
+        if self.frontier_room is not None:
+            room = min(room, self.frontier_room())
+        if k > room + n_holes or k > self.free_virtual.numel():
             return None
         vp = self.free_virtual[:k]
         self.free_virtual = self.free_virtual[k:]
@@ -191,7 +210,8 @@ class DeviceAllocator:
 
     # ---- flush ----------------------------------------------------------------
     def flush(self, urgent: bool = False) -> None:
-        if urgent:
+        gated = self.gate_open is not None and not self.gate_open()
+        if urgent and not gated:
             self.fire()
         if not self.config.lazy:
             return
@@ -203,6 +223,9 @@ class DeviceAllocator:
             else:
                 still.append((event, pages))
         self.pending = still
+        if gated:  # a closed move gate: nothing moves or is absorbed; fired sources rejoin the holes
+            self.holes = self._long(holes)
+            return
         holes.sort()
         p2v = self.p2v.tolist()
         pinned = set(self.in_flight.pages.tolist()) if self._reader_in_flight() else set()

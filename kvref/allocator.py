@@ -30,6 +30,11 @@ keeps every invariant of §4):
   Data lives per physical slot: ``kv[v2p[t // ps] * ps + t % ps]``; a freshly
   allocated page holds whatever its physical page last held (0 after ``clear``).
 - ``live_pages`` is kept for eager pools too (it equals the span size there).
+
+A pool whose config has a ``chain`` is member 0 of a ``kvref.chain.Chain`` built with it
+(``self.chain``), which bounds each member's frontier by its neighbour's (``frontier_room``)
+and opens and closes its move gate (``gate_open``); docs/spec.md §6. Alone, neither hook is
+set and the pool is exactly SPEC §3's.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from bisect import insort
 from dataclasses import dataclass, field
 
 from . import kernels
+from .chain import Chain
 from .config import PoolConfig
 from .errors import ContractViolation
 
@@ -91,7 +97,11 @@ class Allocator:
             raise ContractViolation(f"unknown spec rules {sorted(unknown)}; there are {sorted(RULES)}")
         self.config = config
         self.rules = frozenset(rules)
+        self.frontier_room = None  # () -> pages the chain's bytes leave this frontier (None: index room only)
+        self.gate_open = None  # () -> whether pages may move (None: always)
+        self.pool = 0  # this pool's index in its chain
         self.clear()
+        self.chain = Chain(self) if config.chain is not None else None
 
     # ---- geometry -------------------------------------------------------------
     @property
@@ -104,6 +114,12 @@ class Allocator:
 
     def index_room(self) -> int:
         return self.config.capacity_pages - len(self.span())
+
+    def room(self) -> int:
+        """Pages the frontier can still take: the index room, and in a chain no more than the
+        bytes up to the neighbour's frontier hold (docs/spec.md §6)."""
+        room = self.index_room()
+        return room if self.frontier_room is None else min(room, self.frontier_room())
 
     def reader_in_flight(self) -> bool:
         return self.in_flight is not None and not self.in_flight.event.fired
@@ -166,7 +182,7 @@ class Allocator:
         if n_tokens <= 0:
             return []
         k = n_tokens // c.page_size
-        if k > self.index_room() + len(self.holes) or k > len(self.free_virtual):
+        if k > self.room() + len(self.holes) or k > len(self.free_virtual):
             return None
         vp = self.free_virtual[:k]
         del self.free_virtual[:k]
@@ -252,7 +268,8 @@ class Allocator:
     # ---- flush ----------------------------------------------------------------
     def flush(self, urgent: bool = False) -> None:
         settles_late = "urgent_settles_when_moving" in self.rules
-        if urgent and not settles_late:
+        gated = self.gate_open is not None and not self.gate_open()
+        if urgent and not settles_late and not gated:
             self.fire()
         if not self.config.lazy:
             return
@@ -265,6 +282,8 @@ class Allocator:
             else:
                 still.append((event, pages))
         self.pending = still
+        if gated:
+            return  # a closed move gate: no page moves, no absorb; fired sources rejoin the holes (§6)
         self.holes.sort()
         self._absorb()
         if urgent and settles_late and self.holes:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .errors import ContractViolation
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -16,6 +20,7 @@ class PoolConfig:
     lazy: bool = True
     multiplier: int = 1
     max_moves: int = 8
+    chain: ChainConfig | None = None  # the pools sharing this one's byte buffer (docs/spec.md §6); None: alone
 
     def __post_init__(self) -> None:
         for name in ("num_pages", "min_page", "page_size", "multiplier", "max_moves"):
@@ -38,6 +43,10 @@ class PoolConfig:
             raise ContractViolation(f"grow must be 'up' or 'down', got {self.grow!r}")
         if not isinstance(self.lazy, bool):
             raise ContractViolation(f"lazy must be a bool, got {self.lazy!r}")
+        if self.chain is not None:
+            if not isinstance(self.chain, ChainConfig):
+                raise ContractViolation(f"PoolConfig.chain must be a ChainConfig or None, got {self.chain!r}")
+            self.chain.check_member(0, self)
 
     @property
     def table_rows(self) -> int:
@@ -48,12 +57,84 @@ class PoolConfig:
     def capacity_pages(self) -> int:
         return self.num_pages - self.min_page
 
+    @property
+    def members(self) -> tuple[PoolConfig, ...]:
+        """The configs of the chain's pools, this one first (itself alone when it has no chain)."""
+        return (self,) if self.chain is None else (self, *self.chain.peers)
+
     def to_json(self) -> dict:
-        return asdict(self)
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "chain"}
+        if self.chain is not None:  # absent otherwise: the form of every case written before chains
+            out["chain"] = self.chain.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "PoolConfig":
+        if not isinstance(data, dict):
+            raise ContractViolation(f"a PoolConfig must be an object, got {data!r}")
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ContractViolation(f"unknown PoolConfig fields: {sorted(unknown)}")
+        data = dict(data)
+        if data.get("chain") is not None:
+            data["chain"] = ChainConfig.from_json(data["chain"])
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    """A chain of END pools over one byte buffer of ``total_bytes`` (docs/spec.md §6).
+
+    Member 0 is the ``PoolConfig`` holding this chain; ``peers`` are members 1.. (each
+    without a chain of its own). ``bytes_per_page[i]`` is member i's bytes per page; as in
+    SGLang 0.5.23 each member's page ids span the whole buffer in its own units, so
+    ``num_pages == total_bytes // bytes_per_page``. Two members: member 0 grows up from
+    byte 0 and member 1 grows down from the top. (No float pool is modelled.)"""
+
+    total_bytes: int
+    bytes_per_page: tuple[int, ...]
+    peers: tuple[PoolConfig, ...] = ()
+
+    MAX_MEMBERS = 2
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.total_bytes) or self.total_bytes < 1:
+            raise ContractViolation(f"ChainConfig.total_bytes must be a positive int, got {self.total_bytes!r}")
+        if not isinstance(self.bytes_per_page, tuple) or not all(_is_int(b) and b >= 1 for b in self.bytes_per_page):
+            raise ContractViolation(f"ChainConfig.bytes_per_page must be a tuple of positive ints, got "
+                                    f"{self.bytes_per_page!r}")
+        if not isinstance(self.peers, tuple) or not all(isinstance(p, PoolConfig) for p in self.peers):
+            raise ContractViolation(f"ChainConfig.peers must be a tuple of PoolConfig, got {self.peers!r}")
+        if len(self.peers) + 1 > self.MAX_MEMBERS:
+            raise ContractViolation(f"a chain has at most {self.MAX_MEMBERS} members (two END pools), got "
+                                    f"{len(self.peers) + 1}")
+        if len(self.bytes_per_page) != len(self.peers) + 1:
+            raise ContractViolation(f"ChainConfig.bytes_per_page has {len(self.bytes_per_page)} entries for "
+                                    f"{len(self.peers) + 1} members")
+        for i, peer in enumerate(self.peers, 1):
+            if peer.chain is not None:
+                raise ContractViolation(f"chain member {i} has a chain of its own")
+            self.check_member(i, peer)
+
+    def check_member(self, i: int, cfg: PoolConfig) -> None:
+        epp = self.bytes_per_page[i]
+        if cfg.num_pages != self.total_bytes // epp:
+            raise ContractViolation(f"chain member {i}: num_pages={cfg.num_pages}, but a member's pages span the "
+                                    f"buffer: total_bytes // bytes_per_page = {self.total_bytes} // {epp} = "
+                                    f"{self.total_bytes // epp}")
+        if self.peers and cfg.grow != ("up", "down")[i]:
+            raise ContractViolation(f"chain member {i} must grow {('up', 'down')[i]} (member 0 from byte 0, "
+                                    f"member 1 from the top), got {cfg.grow!r}")
+
+    def to_json(self) -> dict:
+        return {"total_bytes": self.total_bytes, "bytes_per_page": list(self.bytes_per_page),
+                "peers": [p.to_json() for p in self.peers]}
+
+    @classmethod
+    def from_json(cls, data) -> ChainConfig:
+        if not isinstance(data, dict) or set(data) - {"total_bytes", "bytes_per_page", "peers"}:
+            raise ContractViolation(f"a chain must be an object of total_bytes, bytes_per_page, peers, got {data!r}")
+        bpp, peers = data.get("bytes_per_page"), data.get("peers", [])
+        if not isinstance(bpp, list) or not isinstance(peers, list):
+            raise ContractViolation(f"chain: bytes_per_page and peers must be lists, got {bpp!r}, {peers!r}")
+        return cls(data.get("total_bytes"), tuple(bpp), tuple(PoolConfig.from_json(p) for p in peers))

@@ -162,3 +162,30 @@ def check_lazy_eager_agree(cfg_lazy: PoolConfig, lazy: Mapping, cfg_eager: PoolC
     if dl != de:
         t = next(t for t in dl if dl[t] != de.get(t))
         raise InvariantViolation("lazy_eager", f"token {t}: lazy holds {dl[t]}, eager holds {de.get(t)}")
+
+
+CHAIN_INVARIANTS = ("chain_frontiers", "chain_memo")  # docs/spec.md §6, beside each member's §4
+
+
+def check_chain(chain) -> None:
+    """Invariant 10, of a chain (docs/spec.md §6): every member's §4 invariants; the byte frontiers
+    ordered and inside the buffer (``0 <= low <= high <= total`` per member, and member 0's
+    high frontier at or below member 1's low); every memoised capacity equal to a fresh
+    recompute at the state it was memoised for."""
+    spans = []
+    for i, m in enumerate(chain.members):
+        check_all(m.config, m.snapshot(), m.written)
+        low, high = chain.frontiers(i)
+        if not 0 <= low <= high <= chain.total_bytes:
+            raise InvariantViolation("chain_frontiers", f"pool {i}'s bytes [{low}, {high}) leave the buffer "
+                                                        f"[0, {chain.total_bytes})")
+        spans.append((low, high))
+    for i in range(1, len(spans)):
+        if spans[i][0] < spans[i - 1][1]:
+            raise InvariantViolation("chain_frontiers", f"pool {i}'s low frontier {spans[i][0]} lies below pool "
+                                                        f"{i - 1}'s high frontier {spans[i - 1][1]}: their bytes overlap")
+    key = chain.state_key()
+    for (pool, state, gate), value in chain.memo().items():
+        if state == key and chain.memo_key(pool)[2] == gate and tuple(value) != chain.fresh(pool):
+            raise InvariantViolation("chain_memo", f"pool {pool}: memoised capacity {list(value)}, "
+                                                   f"recomputed {list(chain.fresh(pool))}")

@@ -42,6 +42,7 @@ MEASURED_S = {
     "tests/test_pytest_plugin.py::test_interpreter_tier_from_a_clean_environment": 17,
     "tests/fuzz/test_allocators.py::test_cli_interpreter_tier_finds_a_bug_and_replays_it": 15,
     "tests/fuzz/test_far.py::test_our_kernels_are_clean_past_the_boundary_in_out": 15,
+    "tests/kvref/test_chain.py::test_chains_hold_every_invariant_through_thousands_of_sequences": 18,  # a 1-core run
     "tests/fuzz/test_supervision.py::test_a_faulty_kernel_set_yields_a_case_and_the_campaign_lives_on[hang-2]": 15,
     "tests/clients/test_sglang.py::test_valid_input_is_clean": 14,
     "tests/fuzz/test_guide.py::test_what_blind_sequences_never_reached_is_named_and_guided_ones_reach_some_of_it": 14,

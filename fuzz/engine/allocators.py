@@ -140,6 +140,7 @@ class Protocol:
     views: dict
     contract_errors: tuple
     rules: frozenset = frozenset()  # kvref.RULES it declares (KVFUZZ_SPEC_RULES)
+    chains: bool = False  # KVFUZZ_CHAINS: it builds a chain for a config with one (docs/allocators.md)
 
     @classmethod
     def of(cls, factory, name: str | None = None) -> Protocol:
@@ -167,7 +168,8 @@ class Protocol:
         rules = getattr(factory, "KVFUZZ_SPEC_RULES", ()) or ()
         if isinstance(rules, str) or set(rules) - set(kvref.RULES):
             raise SetupError(f"--allocator {name}: KVFUZZ_SPEC_RULES {rules!r}: a set of {', '.join(sorted(kvref.RULES))}")
-        proto = cls(name, factory, frozenset(lacks), views, errors, frozenset(rules))
+        proto = cls(name, factory, frozenset(lacks), views, errors, frozenset(rules),
+                    bool(getattr(factory, "KVFUZZ_CHAINS", False)))
         proto._check_signature()
         return proto
 
@@ -240,6 +242,13 @@ def protocol_of(tier) -> Protocol:
     if key not in _LOADED:
         _LOADED[key] = Protocol.of(cls, key.split("#")[0])
     return _LOADED[key]
+
+
+def has_chains(tier) -> bool:
+    """Whether the allocator ``tier`` drives runs chains of pools (its ``KVFUZZ_CHAINS``) and its
+    kernel set does not opt out (a module ``KVFUZZ_CHAINS = False``): a chain seed gives the
+    others the single pool it always had (``generate.sequence_params``)."""
+    return protocol_of(tier).chains and getattr(tier.kernels, "KVFUZZ_CHAINS", True) is not False
 
 
 def drive(tier, config: kvref.PoolConfig, *, checked: bool, buffers) -> Driven:
@@ -366,6 +375,9 @@ class Driven:
         self.skips = proto.skips
         self.fields = proto.fields
         self._checked = checked
+        if config.chain is not None and getattr(self.inner, "chain", None) is None:
+            raise SetupError(f"--allocator {proto.name}: the config is a chain of {len(config.members)} pools, and "
+                             f"{type(self.inner).__name__} has no .chain (docs/allocators.md: chains)")
 
     def _call(self, fn):
         try:
@@ -413,6 +425,18 @@ class Driven:
         if not isinstance(snap, dict):
             raise TypeError(f"snapshot() returned {type(snap).__name__}, not a dict of SPEC's state")
         return {name: view(name, plain(name, snap[name]), self.proto.views.get(name, "exact")) for name in self.fields}
+
+    def chain_snapshot(self) -> dict:
+        """The chain's snapshot (``{"pools": [...], "gates": [...]}``), each pool's fields in
+        SPEC's form as ``snapshot`` gives pool 0's."""
+        chain = getattr(self.inner, "chain", None)
+        if chain is None:
+            raise SetupError(f"--allocator {self.proto.name}: its config has a chain, but it has no .chain "
+                             "(docs/allocators.md: chains)")
+        snap = self._call(chain.snapshot)
+        pools = [{name: view(name, plain(name, p[name]), self.proto.views.get(name, "exact")) for name in self.fields}
+                 for p in snap["pools"]]
+        return {"pools": pools, "gates": [bool(g) for g in snap["gates"]]}
 
     def view(self, name: str, spec_value):
         """The spec's value of a field, seen the way this allocator's is compared."""

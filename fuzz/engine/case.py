@@ -21,6 +21,7 @@ from pathlib import Path
 import kvref
 
 from ..environment import environment
+from .chain_ops import check_chain_ops
 from .kinds import parse_ops
 from .ops import Op, OpError
 from .sources import resolve_kernels, source_hash
@@ -170,6 +171,7 @@ class Case:
                 raise TypeError("'config' must be an object")
             config = kvref.PoolConfig.from_json(data["config"])
             ops = parse_ops(data["ops"])
+            check_chain_ops(config, ops)
             signature = Signature.from_json(data["signature"])
         except (kvref.ContractViolation, OpError, TypeError, CaseError) as exc:
             raise CaseError(f"{where}{exc}") from exc

@@ -33,7 +33,10 @@ Two sources, both collected per sequence (``Collector``):
   holes taken, pending moved, refusals). Measured once per sequence (start, stop, read),
   never per op; its per-op cost is the tracer's (``benchmarks/guided_vs_blind.py``).
 
-Plus the run's own counts (op kinds run, hostile classes probed) and what it ran under
+Plus the run's own counts (op kinds run, hostile classes probed), what a chain of pools did
+(``chain``: which rung of the relief ladder ran and the gate it met, the gate at each flush,
+the frontier distance after each alloc and flush, from the spec's ``Chain.feature_log``, so
+the same on every tier), and what it ran under
 (``config_features``: scenario, page size, growth, launch knobs).
 """
 
@@ -49,7 +52,7 @@ from typing import NamedTuple, Sequence
 
 from .signatures import by_name, int_constexprs, kernel_name
 
-DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress")
+DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress", "chain")
 _DOMAIN_BITS = 40
 _IDS: dict[str, int] = {}
 TRIP_BUCKETS = ("0", "1", "2", "3+")  # what the report expects every read-table kernel to reach
@@ -443,6 +446,9 @@ class Collector:
             self.names.add(f"op|{kind}")
         for cls in getattr(stats, "hostile", {}) or {}:
             self.names.add(f"hostile|{cls}")
+        chain = getattr(getattr(run, "spec", None), "chain", None)
+        if chain is not None:  # what a chain did (kvref.chain: the ladder's rung, gates at flushes, frontiers)
+            self.names.update(f"chain|{event}" for event in chain.feature_log)
 
     def ids(self) -> set[int]:
         return {feature_id(n) for n in self.names}

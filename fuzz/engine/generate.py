@@ -14,6 +14,7 @@ import random
 import kvref
 
 from . import shapes
+from .chain_gen import ChainGenerator, chain_params, is_chain_seed
 from .ops import R2T_DTYPES, Alloc, Clear, Fire, Free, KernelOp, Op
 from .spec_side import Capabilities, SpecSide, unsupported
 
@@ -176,11 +177,15 @@ def warmup_seed(i: int) -> int:
     return WARMUP_BASE + i
 
 
-def sequence_params(seed: int) -> tuple[kvref.PoolConfig, str, random.Random]:
-    """Everything a seed decides: the pool config, the scenario, the op stream's RNG."""
+def sequence_params(seed: int, chains: bool = True) -> tuple[kvref.PoolConfig, str, random.Random]:
+    """Everything a seed decides: the pool config, the scenario, the op stream's RNG. A chain
+    seed (``chain_gen``) has a chain config and scenario when the allocator has chains
+    (``chains``, ``allocators.Protocol.chains``), else the single pool it always had."""
     rng = random.Random(seed)
     config = random_config(rng)
     scenario = rng.choice(sorted(SCENARIOS))
+    if chains and seed < WARMUP_BASE and is_chain_seed(seed):
+        config, scenario = chain_params(seed)
     if seed >= WARMUP_BASE:
         i = seed - WARMUP_BASE
         config = kvref.PoolConfig(num_pages=48 + 16 * (i % 3), min_page=1 + i % 2, page_size=(1, 2, 4, 16)[i % 4],
@@ -200,20 +205,31 @@ def sequence_r2t_dtype(seed: int) -> str:
     return R2T_DTYPES[random.Random(seed * 7_919 + 0x5EED).random() < 0.5]
 
 
+def make_generator(rng: random.Random, config: kvref.PoolConfig, scenario: str, contract_rate: float = 0.03,
+                   r2t_dtype: str = "int64"):
+    """The generator of a sequence: ``ChainGenerator`` for a config with a chain (its ops name
+    their pool), else ``OpGenerator``."""
+    if config.chain is not None:
+        return ChainGenerator(rng, config, scenario, contract_rate=contract_rate)
+    return OpGenerator(rng, config, scenario, contract_rate=contract_rate, r2t_dtype=r2t_dtype)
+
+
 def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec", skips=(), params=None,
-               r2t_dtype: str | None = None, on_op=None, rules=()) -> tuple[kvref.PoolConfig, str, list[Op]]:
+               r2t_dtype: str | None = None, on_op=None, rules=(), chains: bool = True
+               ) -> tuple[kvref.PoolConfig, str, list[Op]]:
     """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
 
     The stream depends on nothing the target does: the generator reads the spec, and an
     op the kernel set cannot run (``has``: its optional functions) is skipped exactly as
     the runner skips it, and so is an op kind the allocator lacks (``skips``, allocators.py);
     the spec follows the ``rules`` the allocator declares (``kvref.RULES``).
-    ``hostile`` must be the campaign's (it sets the contract rate). ``params`` and ``r2t_dtype``:
+    ``hostile`` must be the campaign's (it sets the contract rate); ``chains`` whether the
+    allocator has chains (the worker's ``info``). ``params`` and ``r2t_dtype``:
     what the seed would decide, given instead (a guided sequence's, ``guide``); ``on_op()``: called
     before each op is drawn, as in the small track's run (a mutation's shadow run, ``streams``)."""
-    config, scenario, rng = params or sequence_params(seed)
-    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
-                      r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
+    config, scenario, rng = params or sequence_params(seed, chains)
+    gen = make_generator(rng, config, scenario, contract_rate=contract_rate(hostile),
+                         r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
     side, tier = SpecSide(config, rules), Capabilities(has)
     ops: list[Op] = []
     for _ in range(n_ops):

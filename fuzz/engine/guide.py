@@ -49,14 +49,14 @@ from .features import (
     knobs_feature,
     trip_bucket,
 )
-from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
+from .generate import random_config, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .launches import program_order_mode
-from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, smallest
+from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, scenario_names, smallest
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "merge", "mutate", "params_of", "track_for"]
-FORMAT = "kvfuzz-corpus/3"  # /3: replayed op-aligned at the marks; /2: read sequentially; /1: integers not one draw
+FORMAT = "kvfuzz-corpus/4"  # /4: chain scenarios drawn too; /3: replayed op-aligned at the marks; /2: read sequentially
 SEED_ENTRIES = 4  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
@@ -339,7 +339,7 @@ class GuidedTrack(SmallTrack):
         """A fresh sequence's stream: its pool config drawn at random (from its own RNG, so the
         ops' fresh draws do not repeat the config's), then the scenario the corpus holds fewest
         entries of (stratified like the knobs: long rows come from ``long``, churn from ``churn``)."""
-        names = sorted(SCENARIOS)
+        names = scenario_names()
         counts = [self.corpus.counts.get(feature_id(f"config|scenario|{n}"), 0) for n in names]
         pick = rng.choice([i for i, n in enumerate(counts) if n == min(counts)])
         draws = ChoiceRandom((), f"kvfuzz-config:{seed}")
@@ -365,11 +365,12 @@ class GuidedTrack(SmallTrack):
         """A mutation's shadow run: ``stream`` -> (ops, config, the stream as drawn, its ranges and
         marks), the generator against the spec alone for the entry's length, as sequence ``seed``
         will draw it (its fresh draws included), so a mutation can check what it made."""
-        has, skips = super().worker_info(tier)["has"], sorted(getattr(tier, "allocator_skips", ()))
+        info = super().worker_info(tier)
+        has, skips = info["has"], sorted(getattr(tier, "allocator_skips", ()))
         rules = sorted(getattr(tier, "spec_rules", ()))
 
         def run(stream, marks_in):
-            config, scenario, rng = params_of(stream, seed, marks_in)
+            config, scenario, rng = params_of(stream, seed, marks_in, chains=info["chains"])
             marks: list[int] = []
             _, _, ops = regenerate(seed, entry.get("ops", 0), has=has, skips=skips, hostile=entry.get("hostile", "spec"),
                                    params=(config, scenario, rng), r2t_dtype=entry.get("r2t"),
@@ -391,7 +392,7 @@ class GuidedTrack(SmallTrack):
         old = seq_dir / f"{self._kept_seeds_pop(seed)}.json"
         if old.name != f"{seed}.json":
             old.unlink(missing_ok=True)
-        params = params_of(plan["stream"], seed, plan.get("marks"))
+        params = params_of(plan["stream"], seed, plan.get("marks"), chains=super().worker_info(tier)["chains"])
         rng, marks = params[2], []
         code = None
         traced, kernels = code_schedule(self.sequences)
@@ -438,7 +439,7 @@ class GuidedTrack(SmallTrack):
         if not path.is_file():
             return super().regenerate(seed, n_ops, info, hostile=hostile)
         saved = json.loads(path.read_text())
-        params = params_of(saved["stream"], seed, saved.get("marks"))
+        params = params_of(saved["stream"], seed, saved.get("marks"), chains=info.get("chains", True))
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
                           params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op, rules=info.get("rules", ()))
 

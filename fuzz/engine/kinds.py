@@ -8,6 +8,7 @@ executor's job) parses them here, never through an import side effect elsewhere.
 
 from __future__ import annotations
 
+from . import chain_ops as _chain_ops  # noqa: F401 - chain_* kinds
 from .compile_check import ops as _compile_ops  # noqa: F401 - c_* kinds
 from .ops import Op, OpError
 from .production import far as _far_ops  # noqa: F401 - p_read_table_far

@@ -340,6 +340,27 @@ class PoolRun:
             kvref.check_all(self.config, spec_snap, self.spec.written)
         except InvariantViolation as exc:
             raise Divergence(i, op, "invariant", exc.name, None, None, str(exc)) from None
+        if self.spec.chain is not None:
+            self._check_chain(i, op)
+
+    def _check_chain(self, i: int, op: Op | None) -> None:
+        """The other members of a chain, field by field, its gates, then the chain's invariants
+        (docs/spec.md §6); pool 0 is the pool ``check_state`` has just compared."""
+        spec_snap, tgt_snap = self.spec.chain.snapshot(), self.target.chain_snapshot()
+        for pool, (spec_pool, tgt_pool) in enumerate(zip(spec_snap["pools"], tgt_snap["pools"])):
+            if pool == 0:
+                continue
+            for name in self.target.fields:
+                diff = first_difference(self.target.view(name, spec_pool[name]), tgt_pool[name])
+                if diff:
+                    raise Divergence(i, op, "state", f"pool{pool}.{name}", diff[1], diff[2],
+                                     f"pool {pool}'s {name}{diff[0]} differs")
+        if spec_snap["gates"] != tgt_snap["gates"]:
+            raise Divergence(i, op, "state", "gates", spec_snap["gates"], tgt_snap["gates"], "the move gates differ")
+        try:
+            kvref.invariants.check_chain(self.spec.chain)
+        except InvariantViolation as exc:
+            raise Divergence(i, op, "invariant", exc.name, None, None, str(exc)) from None
 
     @classmethod
     def _memory(cls, i: int, op: Op, t: TargetSide, tables: str = "") -> None:

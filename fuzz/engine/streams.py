@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 
+from .chain_gen import CHAIN_SCENARIOS, random_chain_config
 from .generate import SCENARIOS, random_config
 from .knobs import knob_module
 from .ops import Alloc, ReadTable
@@ -101,13 +102,26 @@ class ChoiceRandom(random.Random):
         return sum(self.getrandbits(min(53, k - i)) << i for i in range(0, k, 53))
 
 
-def params_of(stream, fresh_seed: int, marks=None):
+def params_of(stream, fresh_seed: int, marks=None, chains: bool = True):
     """(config, scenario, rng) of a stream cut at ``marks`` (None: ops all fresh), as
     ``generate.sequence_params`` draws them from a seed; the caller's ``on_op`` calls
-    ``rng.begin_op()``."""
+    ``rng.begin_op()``. A chain scenario draws its chain config next, from the same stream;
+    for an allocator without chains (``chains`` False) it stands for a single pool's scenario."""
     rng = ChoiceRandom(stream, fresh_seed, marks)
     config = random_config(rng)
-    return config, rng.choice(sorted(SCENARIOS)), rng
+    names = scenario_names()
+    scenario = rng.choice(names)
+    if scenario in CHAIN_SCENARIOS:
+        if chains:
+            config = random_chain_config(rng)
+        else:
+            scenario = sorted(SCENARIOS)[names.index(scenario) % len(SCENARIOS)]
+    return config, scenario, rng
+
+
+def scenario_names() -> list[str]:
+    """The scenarios a guided sequence draws from: the single pool's, then the chain's."""
+    return sorted(SCENARIOS) + sorted(CHAIN_SCENARIOS)
 
 
 def data_flow(config, ops, has=(), skips=(), rules=()) -> dict:

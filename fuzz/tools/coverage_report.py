@@ -4,7 +4,10 @@ Per kernel, the value features a read table or an id kernel is expected to reach
 trip bucket with a full and with a partial last block, full / partial / empty masks) and
 which of them no entry has ("read_table_kernel: no program ever ran 3+ trips with a
 partial last block"); per function of the files under test (kvref's allocator, ours,
-the launchers, on the interpreter the ``@triton.jit`` bodies), the lines no sequence ran.
+the launchers, on the interpreter the ``@triton.jit`` bodies), the lines no sequence ran;
+for chains of pools (docs/spec.md §6), which of ``chain_gen.CHAIN_FEATURES`` (the relief
+ladder's rungs and the gate they met, the gate at each flush, frontier distances) were
+reached and which never.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from ..engine.chain_gen import CHAIN_FEATURES
 from ..engine.features import MASKS, TRIP_BUCKETS  # MASKS[:2] expected: launchers skip empty launches
 from ..engine.guide import Corpus
 
@@ -72,7 +76,7 @@ def _statements(path: Path) -> set[int]:
 
 def report(dirs) -> dict:
     """{"entries", "features" (by domain), "kernels": {kernel: {"reached": [...], "never": [...]}},
-    "code": {file: {function: {"lines": n, "never": [lines]}}}}."""
+    "code": {file: {function: {"lines": n, "never": [lines]}}}, "chain": {"reached": [...], "never": [...]}}."""
     names, entries = _reached(dirs)
     by_domain = defaultdict(int)
     for n in names:
@@ -112,7 +116,9 @@ def report(dirs) -> dict:
             if line not in lines:
                 per[fn]["never"].append(line)
         code[short] = dict(per)
-    return {"entries": entries, "features": dict(by_domain), "kernels": dict(kernels), "code": code}
+    chain_seen = {n.split("|", 1)[1] for n in names if n.startswith("chain|")}
+    chain = {"reached": sorted(chain_seen), "never": [f for f in CHAIN_FEATURES if f not in chain_seen]}
+    return {"entries": entries, "features": dict(by_domain), "kernels": dict(kernels), "code": code, "chain": chain}
 
 
 SHOWN = 6  # a kernel's reached features named in the text (the JSON has them all)
@@ -126,6 +132,9 @@ def text(rep: dict, all_lines: bool = False) -> str:
         more = f", and {len(k['reached']) - SHOWN} more" if len(k["reached"]) > SHOWN else ""
         out.append(f"{kernel}: reached {len(k['reached'])}" + (": " + ", ".join(shown) + more if shown else ""))
         out += [f"  never: {kernel}: {why}" for why in k["never"]]
+    chain = rep.get("chain") or {"reached": [], "never": []}
+    out.append(f"chain: reached {len(chain['reached'])}" + (": " + ", ".join(chain["reached"]) if chain["reached"] else ""))
+    out += [f"  never: chain: {f}" for f in chain["never"]]
     for short, per in rep["code"].items():
         never = {fn: v for fn, v in per.items() if v["never"]}
         out.append(f"{short}: {sum(v['lines'] for v in per.values())} lines in functions, "

@@ -1,7 +1,7 @@
 """The mutant catalogue: realistic bugs planted in our kernels and allocator.
 
 Each mutant is a set of exact text substitutions in one source file of kvkernels
-(``triton_kernels.py`` or ``allocator.py``), applied to a temporary copy that is loaded
+(``triton_kernels.py``, ``allocator.py`` or ``chain.py``), applied to a temporary copy that is loaded
 as its own module, so the fuzzer meets the bug exactly as a developer would write it.
 A substitution that no longer matches the source is an error, never a silent no-op
 (tests check every mutant still applies). Kill rate = mutants the fuzzer finds within
@@ -27,7 +27,7 @@ SRC = Path(kvkernels.__file__).resolve().parent
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    file: str  # "triton_kernels.py" or "allocator.py"
+    file: str  # "triton_kernels.py", "allocator.py" or "chain.py" (docs/spec.md §6's chain of pools)
     subs: tuple  # ((old, new), ...)
     why: str
 
@@ -85,6 +85,27 @@ MUTANTS = (
            (("start = self.watermark if self.up else self.watermark - new + 1",
              "start = self.watermark if self.up else self.watermark - new"),),
            "grow-down allocation starts one page below the frontier"),
+    # A chain of pools over one byte buffer (kvkernels/chain.py; reached by chain seeds only)
+    Mutant("chain-memo-ignores-gate", "chain.py",
+           (("        return i, self.state_key(), None if j is None else self.gates[j]\n",
+             "        return i, self.state_key(), None\n"),),
+           "the capacity memo is keyed on the pools' state alone: a neighbour's gate that opens or closes "
+           "with no alloc or free in between leaves schedulable capacity stale"),
+    Mutant("chain-flush-ignores-closed-gate", "allocator.py",
+           (("        gated = self.gate_open is not None and not self.gate_open()\n",
+             "        gated = False\n"),),
+           "a flush compacts (moves pages) while the pool's move gate is closed"),
+    Mutant("chain-ladder-flushes-itself", "chain.py",
+           (("            self.flush(j, True)\n", "            self.flush(pool, True)\n"),),
+           "the relief ladder flushes the short pool itself instead of its growth-side neighbour"),
+    Mutant("chain-frontier-off-by-one", "chain.py",
+           (("        return (self.gap(i) + extra) // self.bytes_per_page[i]\n",
+             "        return (self.gap(i) + extra) // self.bytes_per_page[i] + 1\n"),),
+           "a pool's room counts one page more than the bytes up to its neighbour's frontier hold"),
+    Mutant("chain-joint-counted-twice", "chain.py",
+           (("            bands[tuple(sorted((i, j if j is not None else -1 - i)))] = self.gap(i)\n",
+             "            bands[i] = self.gap(i)\n"),),
+           "joint capacity sums each pool's gap, counting the band the two pools share twice"),
 )
 
 
@@ -109,6 +130,23 @@ FIXTURES = (
             ("        start += col_stride * UNROLL\n\n", "        trip += 1\n        start += col_stride * UNROLL\n\n")),
            "a program's third (or later) trip over a partial last block leaves the row's last live page unwritten"),
 )
+
+
+ALLOCATOR_FILES = ("allocator.py", "chain.py")  # host-side mutants: every tier runs them
+
+
+def _chain_mutant(chain_module):
+    """The mutated chain as an allocator module: our ``DeviceAllocator`` with its
+    ``chain_class`` swapped for the mutant's ``DeviceChain``."""
+    import types
+
+    from kvkernels.allocator import DeviceAllocator
+
+    module = types.ModuleType(chain_module.__name__ + "_allocator")
+    module.__file__ = chain_module.__file__
+    module.DeviceAllocator = type("DeviceAllocator", (DeviceAllocator,), {"chain_class": chain_module.DeviceChain})
+    module.DeviceChain = chain_module.DeviceChain
+    return module
 
 
 class MutantError(RuntimeError):
@@ -142,7 +180,7 @@ def _load(m: Mutant, stem: str):
 
 def mutant_tier(m: Mutant, backend: str) -> Tier:
     base = make_tier(backend)
-    if m.file == "allocator.py":
+    if m.file in ALLOCATOR_FILES:
         return Tier(backend, f"mutant:{m.name}", base.kernels, base.device, mutant_module(m).DeviceAllocator)
     if backend == "torch":
         raise MutantError(f"mutant {m.name} lives in a Triton kernel: use --backend interpret or cuda")
@@ -152,11 +190,14 @@ def mutant_tier(m: Mutant, backend: str) -> Tier:
 def mutant_module(m: Mutant):
     """The mutant as a module a ``kvfuzz run`` can be given: for a kernel mutant a kernel set
     (our launchers over the mutated kernels: ``--kernels``), for an allocator mutant the
-    mutated ``allocator`` module (``--allocator MODULE:DeviceAllocator``). A module that
+    mutated ``allocator`` module (``--allocator MODULE:DeviceAllocator``; for a chain mutant a
+    module whose ``DeviceAllocator`` builds the mutated chain). A module that
     replaces itself in ``sys.modules`` by this one is how ``benchmarks/first_case.py`` hands a
     mutant to the command line."""
     if m.file == "allocator.py":
         return _load(m, "alloc")
+    if m.file == "chain.py":
+        return _chain_mutant(_load(m, "chain"))
     launchers_path = SRC / "launchers.py"
     spec = importlib.util.spec_from_file_location(f"kvkernels._mutant_launchers_{m.name.replace('-', '_')}",
                                                   launchers_path)
@@ -184,7 +225,7 @@ def mutant_tier_named(name: str, backend: str) -> Tier:
 
 
 def runs_on(m: Mutant, backend: str) -> bool:
-    return backend != "torch" or m.file == "allocator.py"
+    return backend != "torch" or m.file in ALLOCATOR_FILES
 
 
 def hunt(m: Mutant, backend: str, budget_s: float, seed: int = 0, guided: bool = False) -> KillReport:

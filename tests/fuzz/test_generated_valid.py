@@ -24,8 +24,8 @@ import kvref
 from fuzz.engine import gate
 from fuzz.engine.generate import (
     WARMUP_SEQUENCES,
-    OpGenerator,
     contract_rate,
+    make_generator,
     sequence_params,
     sequence_r2t_dtype,
     warmup_seed,
@@ -50,7 +50,7 @@ def _small_violation(seed: int, n_ops: int) -> str | None:
     """The first op of ``seed``'s small sequence emitted as valid that the spec refuses with a
     SPEC §2 clause (the allocator's own kernel calls included), described, or None."""
     config, scenario, rng = sequence_params(seed)
-    gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate("spec"), r2t_dtype=sequence_r2t_dtype(seed))
+    gen = make_generator(rng, config, scenario, contract_rate=contract_rate("spec"), r2t_dtype=sequence_r2t_dtype(seed))
     side, tier = SpecSide(config), Capabilities(OPTIONAL)
     for i in range(n_ops):
         op = gen.next_op(side.spec)

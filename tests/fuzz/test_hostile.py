@@ -13,7 +13,7 @@ import torch
 
 import kvref
 from fuzz.engine import shapes
-from fuzz.engine.generate import OpGenerator, contract_rate, sequence_params
+from fuzz.engine.generate import contract_rate, make_generator, sequence_params
 from fuzz.engine.kinds import parse_ops
 from fuzz.engine.memory import RedZones, index_canary
 from fuzz.engine.ops import Alloc, Free, KFreeUnbind, ReadTable, ReadTablePacked
@@ -194,7 +194,7 @@ def test_the_generators_break_the_packed_table_at_a_low_rate():
     drawn = ops = 0
     for seed in range(400):
         config, scenario, rng = sequence_params(seed)
-        gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate("spec"))
+        gen = make_generator(rng, config, scenario, contract_rate=contract_rate("spec"))
         side = SpecSide(config)
         for _ in range(60):
             op = gen.next_op(side.spec)

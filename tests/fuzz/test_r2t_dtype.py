@@ -67,14 +67,15 @@ def test_one_dtype_per_sequence_half_the_seeds_each_and_warmup_covers_both():
 
 
 def test_the_generator_gives_every_read_table_of_a_sequence_its_dtype(monkeypatch):
-    ops_of = {seed: regenerate(seed, 150, has=["build_kv_read_table_packed"])[2] for seed in range(6)}
+    # single pools (a chain seed's ops read no tables; chains=False gives it its single pool)
+    ops_of = {seed: regenerate(seed, 150, has=["build_kv_read_table_packed"], chains=False)[2] for seed in range(6)}
     for seed, ops in ops_of.items():
         tables = [op for op in ops if isinstance(op, (ReadTable, ReadTablePacked))]
         assert tables and {op.r2t_dtype for op in tables} == {sequence_r2t_dtype(seed)}
     # The stream is the one it was before dtypes were drawn, but for the dtype of its read tables.
     monkeypatch.setattr(generate, "sequence_r2t_dtype", lambda seed: "int64")
     for seed, ops in ops_of.items():
-        plain = regenerate(seed, 150, has=["build_kv_read_table_packed"])[2]
+        plain = regenerate(seed, 150, has=["build_kv_read_table_packed"], chains=False)[2]
         assert [shapes.with_r2t_dtype(op, sequence_r2t_dtype(seed)) for op in plain] == ops
 
 

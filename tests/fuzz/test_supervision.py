@@ -203,12 +203,14 @@ def test_a_harness_exception_in_a_worker_is_exit_3(monkeypatch):
     """An exception of the engine itself (not of the code under test) ends the worker with
     exit 3 and its traceback, never as a finding."""
     from fuzz.engine import worker
+    from fuzz.engine.chain_gen import ChainGenerator
     from fuzz.engine.generate import OpGenerator
 
     def broken(self, spec):
         raise KeyError("a bug in the generator")
 
     monkeypatch.setattr(OpGenerator, "next_op", broken)
+    monkeypatch.setattr(ChainGenerator, "next_op", broken)
     sent = []
 
     class Queue:

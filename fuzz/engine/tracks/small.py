@@ -12,7 +12,7 @@ import contextlib
 import time
 
 from ..budget import OverBudget
-from ..generate import WARMUP_SEQUENCES, OpGenerator, contract_rate, regenerate, sequence_params, sequence_r2t_dtype
+from ..generate import WARMUP_SEQUENCES, contract_rate, make_generator, regenerate, sequence_params, sequence_r2t_dtype
 from ..knobs import choose
 from ..launches import budget as launch_budget
 from ..runner import PoolRun
@@ -29,7 +29,9 @@ class SmallTrack(Track):
     head_start = True  # its stream is drawn from the spec alone: a scout of it predicts the launches
 
     def worker_info(self, tier, *, palette_seed=None) -> dict:
-        return {"has": [fn for fn in OPTIONAL if tier.has(fn)]}
+        from ..allocators import has_chains  # here: it may import the allocator (kvkernels imports Triton)
+
+        return {"has": [fn for fn in OPTIONAL if tier.has(fn)], "chains": has_chains(tier)}
 
     def choose_knobs(self, tier, seed, worker_knobs):
         return worker_knobs if worker_knobs is not None else choose(tier.kernels, seed)
@@ -45,9 +47,13 @@ class SmallTrack(Track):
         ``known``: the reads already checked (``runner.PoolRun``, ``guide.KnownReads``);
         ``budget(programs)``: asked before each launch of a pure op, true drops that op
         (``budget.OverBudget``: not run, not counted) and ends the sequence."""
-        config, scenario, rng = params or sequence_params(seed)
-        gen = OpGenerator(rng, config, scenario, contract_rate=contract_rate(hostile),
-                          r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
+        if params is None:
+            from ..allocators import has_chains
+
+            params = sequence_params(seed, has_chains(tier))
+        config, scenario, rng = params
+        gen = make_generator(rng, config, scenario, contract_rate=contract_rate(hostile),
+                             r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
         run = self.runner(config, tier, knobs=choose(tier.kernels, seed) if knobs is None else knobs, hostile=hostile,
                           beat=beat, check_every=check_every, known=known)
         ops, d = [], None
@@ -73,7 +79,7 @@ class SmallTrack(Track):
 
     def regenerate(self, seed, n_ops, info, *, hostile="spec"):
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
-                          rules=info.get("rules", ()))
+                          rules=info.get("rules", ()), chains=info.get("chains", True))
 
     def expected_kinds(self, has) -> set[str]:
         kinds = {"alloc", "free", "read_table", "k_bind", "k_alloc_bind", "k_free_unbind"}
