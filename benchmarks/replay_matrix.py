@@ -4,7 +4,7 @@ Four kernel sets (``tests/fixtures/kernels/foreign/``): one that exits with stat
 free of its process (``exit_nth``), one SIGKILLed on its Nth alloc (``kill_nth``), one that
 hangs on its Nth free (``hang_late`` with ``KVFUZZ_FIXTURE_HANG_AT``) and one whose free loses a
 store one call in three (``flaky``). Each runs ``--campaigns`` campaigns (seeds 0, 1, ...)
-of ``kvfuzz run --max-sequences 6 --ops-per-sequence 30`` (work, not time: the same campaigns on
+of ``kvfuzz run --max-sequences 6 --ops-per-sequence 30 --op-timeout 1.5`` (work, not time: the same campaigns on
 any machine); then for every case:
 
 - its lengths as found and minimized, its rate (``reproduced``: k/n, all n from fresh processes),
@@ -41,10 +41,14 @@ FOREIGN = ROOT / "tests" / "fixtures" / "kernels" / "foreign"
 FIXTURES = {
     "exit_nth": ("exit_nth.py", {"KVFUZZ_FIXTURE_EXIT_AT": "12"}, True),
     "kill_nth": ("kill_nth.py", {"KVFUZZ_FIXTURE_KILL_AT": "10"}, True),
-    "hang_nth": ("hang_late.py", {"KVFUZZ_FIXTURE_HANG_AT": "25", "KVFUZZ_FIXTURE_HANG_K": "-1"}, True),
+    "hang_nth": ("hang_late.py", {"KVFUZZ_FIXTURE_HANG_AT": "10", "KVFUZZ_FIXTURE_HANG_K": "-1"}, True),
     "flaky": ("flaky.py", {"KVFUZZ_FIXTURE_FLAKY_P": "0.333"}, False),
 }
-LIMITS = ("--max-sequences", 6, "--ops-per-sequence", 30, "--op-timeout", 3, "--workers", 1)
+# A hang costs an op-timeout per replay and per candidate that still hangs: 1.5 s tells one on the
+# interpreter (an op of these sizes takes milliseconds; a loaded runner's wait for a core is not counted).
+LIMITS = ("--ops-per-sequence", 30, "--op-timeout", 1.5, "--workers", 1)
+SEQUENCES = 6
+REPLAY_OP_TIMEOUT_S = 5
 FLAKY_REPLAYS = 20
 
 
@@ -65,7 +69,8 @@ def needless(case, backend: str, env: dict) -> list[str]:
     from fuzz.engine.tiers import TierSpec
 
     kernels = resolve_kernels(case.kernels, case.path, case.kernels_file)
-    ex = Executor(TierSpec(backend, kernels), op_timeout=3, log_dir=Path(tempfile.gettempdir()), env=env)
+    ex = Executor(TierSpec(backend, kernels), op_timeout=REPLAY_OP_TIMEOUT_S, log_dir=Path(tempfile.gettempdir()),
+                  env=env)
     ex.standby()
     try:
         return needless_parts(case, ex)
@@ -73,7 +78,8 @@ def needless(case, backend: str, env: dict) -> list[str]:
         ex.close()
 
 
-def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None = None) -> dict:
+def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None = None,
+             sequences: int = SEQUENCES) -> dict:
     """One campaign of fixture ``name`` and the checks of its cases: a row of the table."""
     from fuzz.engine.case import load_case
 
@@ -81,14 +87,16 @@ def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None 
     where = out / name / str(seed)
     start = time.monotonic()
     rc, text = kvfuzz("run", "--backend", backend, "--kernels", FOREIGN / file, "--seed", seed, *LIMITS,
+                      "--max-sequences", sequences,
                       "--out", where / "cases", "--summary", where / "summary.json", env=env)
     row = {"fixture": name, "seed": seed, "rc": rc, "run_s": round(time.monotonic() - start, 1), "cases": []}
     for path in sorted((where / "cases").glob("*.json")):
         case = load_case(path)
         n = replays or (FLAKY_REPLAYS if not deterministic else 1)
-        codes = [kvfuzz("replay", path, env=env)[0] for _ in range(n)]
+        codes = [kvfuzz("replay", path, "--op-timeout", REPLAY_OP_TIMEOUT_S, env=env)[0] for _ in range(n)]
         entry = {"signature": str(case.signature), "lengths": case.lengths, "reproduced": case.reproduced,
-                 "flaky": bool(case.flaky), "minimal": case.minimal, "history": len((case.history or {}).get("sequences") or []),
+                 "flaky": bool(case.flaky), "minimal": case.minimal,
+                 "history": len((case.history or {}).get("sequences") or []),
                  "nondeterministic": bool(case.nondeterministic), "replay_tries": case.replay_tries(),
                  "replay_rcs": codes}
         if case.fault is not None and (case.reproduced or {}).get("k"):
@@ -112,10 +120,11 @@ def table(rows: list[dict]) -> str:
             rcs = c.get("replay_rcs") or []
             exits = ", ".join(f"{x}: {rcs.count(x)}" for x in sorted(set(rcs), key=str)) if rcs else ""
             minimal = c.get("minimal") or {}
+            needless = "" if "needless" not in c else f" (needless: {', '.join(c['needless']) or 'none'})"
             lines.append(
                 f"| {r['fixture']} | {r['seed']} | {r['rc']} | {r['run_s']} | {c.get('signature', '(no case)')} | "
                 f"{(c.get('lengths') or {}).get('original', '')} -> {(c.get('lengths') or {}).get('minimized', '')} | "
-                f"{minimal.get('one_minimal', '')}{'' if 'needless' not in c else ' (needless: ' + (', '.join(c['needless']) or 'none') + ')'} | "
+                f"{minimal.get('one_minimal', '')}{needless} | "
                 f"{rep.get('k', '')}/{rep.get('n', '')} ({rep.get('fresh', '')}) | {c.get('flaky', '')} | "
                 f"{c.get('history', '')} | {c.get('nondeterministic', '')} | {c.get('replay_tries', '')} | {exits} | "
                 f"{c.get('ok', r['ok'])} |")

@@ -108,8 +108,8 @@ class Case:
         """How often a replay must run this case before a PASS means something: once for a
         case that always failed; for a flaky one, or any case of a kernel set its campaign saw
         fail non-deterministically (a 5/5 case of a set that fails one call in three passed 3
-        of 19 single replays: ``benchmarks/results/verdict-matrix-2026-12-04-s18/README.md``), enough runs that the bug goes unseen less than
-        0.1% of the time (at least its own number of runs, at most ``cap``).
+        of 19 single replays: ``benchmarks/results/verdict-matrix-2026-12-04-s18/README.md``),
+        enough runs that the bug goes unseen less than 0.1% of the time (at least its own number of runs, at most ``cap``).
 
         The rate is not taken as ``k/n``: five runs say little (a bug of rate 1/3 reproduces
         3 of 5 times one campaign in five, and ``k/n`` then asks for 8 tries, which all pass
@@ -187,7 +187,8 @@ class Case:
                    scenario=data.get("scenario"), tier=data.get("tier"), kernels=data.get("kernels"),
                    kernels_file=data.get("kernels_file"), knobs=knobs, mode=_mode(data.get("mode"), where),
                    minimize=data.get("minimize"), minimal=data.get("minimal"), reproduced=data.get("reproduced"),
-                   flaky=data.get("flaky"), history=data.get("history"), nondeterministic=data.get("nondeterministic"), allocator=data.get("allocator"),
+                   flaky=data.get("flaky"), history=data.get("history"),
+                   nondeterministic=data.get("nondeterministic"), allocator=data.get("allocator"),
                    allocator_file=data.get("allocator_file"),
                    divergence=data.get("divergence"), fault=data.get("fault"), lengths=data.get("lengths") or {},
                    environment=data.get("environment") or {}, extra=extra, path=path)

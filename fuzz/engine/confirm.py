@@ -4,25 +4,35 @@ A worker's finding is written at once (a campaign killed a second later keeps it
 confirmed here, in an executor child that never saw the worker's history:
 
 1. **Reproduction rate.** The case is replayed ``tries`` times (``--reproduce``, default
-   5; a hang once, since each try costs an op-timeout). The first try runs in a fresh
-   process; the rest in that same child (fresh again after any fault), or, for the first
-   rate of a case that kills no child, shared with a ``helper`` executor's fresh child once
-   it is up (``_replays``: two cores, about three replays' time for five). The case records
-   ``reproduced: {k, n}`` and ``flaky: true`` when ``0 < k < n``: a race on a GPU looks
-   exactly like a kernel that fails one call in three.
+   5; a crash 3 times, a hang once, since each try costs an op-timeout), **each replay in a
+   fresh process** (a child that has run nothing of the kernel set but the smoke test every
+   process runs alike; the next one started ahead, and for the first rate of a case that
+   kills no child, shared with a ``helper`` executor once it is up: ``_replays``). A
+   reproduction in a reused process may be the executor's history (a counter, a cache, a
+   leak that earlier replays fed), not the case's: it never counts. The case records
+   ``reproduced: {k, n, fresh}`` and ``flaky: true`` when ``0 < k < n``: a race on a GPU
+   looks exactly like a kernel that fails one call in three.
 2. **History.** A finding that never reproduces from its own sequence may need what its
-   worker's process did before it (a counter, a cache, a leak that breaks after N calls):
-   it is replayed after every sequence that process ran since it started (rebuilt from
-   their seeds, like a dead worker's ops), and if that reproduces, earlier sequences are
-   dropped while it still does. The case keeps the history it needs (``history``), and
-   replays with it. If even that does not reproduce, it is replayed ``RARE_TRIES`` times
-   more on its own (a rare race), and only then kept as found, saying so.
+   worker's process did before it: it is replayed after every sequence that process ran
+   since it started (rebuilt from their seeds, like a dead worker's ops), and if that
+   reproduces, earlier sequences are dropped while it still does. The case keeps the history
+   it needs (``history``), and replays with it. If even that does not reproduce, it is
+   replayed ``RARE_TRIES`` times more on its own (a rare race), and only then kept as found,
+   saying so.
 3. **Minimization**, with the one minimizer: the same signature, the same hostile class,
    and for a flaky case "fails at least once in ``tries`` runs"; it starts from a failing
-   replay of the rate (the whole case is not replayed again). The minimized case is rated
-   again (a sequence with fewer calls of a racy kernel fails less often), and when it never
-   fails on its own, the case stays as it was; a minimized case that is the case as found
-   keeps its rate.
+   replay of the rate. A fault case (a crash, a hang) is shrunk **before** it is rated: one
+   fresh replay says it reproduces, then each candidate runs in a fresh child (a case with
+   history too), up to ``MINIMIZE_CAP`` candidates (work, not time), and the rate is the
+   minimized case's. The result is checked without each single op (and history sequence):
+   ``minimal: {one_minimal, candidates, fresh}``, and a note naming ``kvfuzz minimize`` when
+   the cap or the campaign's deadline stopped it first. Any other minimized case is rated
+   again (a sequence with fewer calls of a racy kernel fails less often), and when it fails
+   far less often on its own, the case stays as it was.
+4. **The set.** Once a campaign's confirmations are over, if any case showed its kernel set
+   failing other than deterministically from the case's own ops (``nondeterminism``), every
+   case of the campaign says so (``nondeterministic``), and its replay takes the tries a rate
+   needs (``Case.replay_tries``).
 
 Every replay runs in the case's mode (hostile, check_every, program order).
 
@@ -367,15 +377,17 @@ class Confirmer:
         flaky, used, first = bool(case.flaky), 0, case
         for _ in range(MAX_HISTORY_ROUNDS):
             judge = self._judge(case, history)
-            m = Minimizer(None, case.signature, deadline=self.deadline, judge=lambda c, o: judge(c, o, fresh=fresh),  # noqa: B023
-                          hostile=hostile_kind(case), tries=self.tries if flaky else 1, max_replays=self.cap - used)
+            m = Minimizer(None, case.signature, deadline=self.deadline, hostile=hostile_kind(case),
+                          judge=lambda c, o, judge=judge: judge(c, o, fresh=fresh),
+                          tries=self.tries if flaky else 1, max_replays=self.cap - used)
             try:
                 config, ops, failure = m.run(case.config, case.ops, known=known)
             except NotReproducible:
                 return case if case is first else case.with_fields(minimal=self._minimal(m, used, fresh))
             used += m.replays
             case, known = case.with_minimized(config, ops, failure, passes=_merged(case, first, m.report())), None
-            shorter, tried = self._history_without_one(case, history) if fresh and history and m.one_minimal else (None, 0)
+            check = fresh and history and m.one_minimal
+            shorter, tried = self._history_without_one(case, history) if check else (None, 0)
             used += tried
             if shorter is None:
                 return case.with_fields(minimal=self._minimal(m, used, fresh))
@@ -448,7 +460,7 @@ def nondeterminism(case: Case) -> str | None:
     if case.flaky:
         return f"{case.signature} reproduced {r.get('k')}/{r.get('n')}"
     if history.get("reproduced"):
-        return f"{case.signature} fails only after its worker's history ({len(history.get('sequences') or [])} sequences)"
+        return f"{case.signature} fails only after {len(history.get('sequences') or [])} sequences of its worker's history"
     if r.get("n") and not r.get("k"):
         return f"{case.signature} did not fail again in {r.get('n')} fresh replays"
     return None

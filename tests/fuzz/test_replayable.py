@@ -74,7 +74,8 @@ def test_a_rate_counts_only_fresh_replays_and_a_reuse_only_failure_goes_to_the_h
     history = [_past([Alloc(1), Free((1,))])]
     done = Confirmer(process, tries=3, minimize=False).confirm(_case(ops, _crash(2)), lambda: history)
     assert all(process.fresh), process.fresh
-    assert done.reproduced["k"] == done.reproduced["n"] == done.reproduced["fresh"] >= 1 and not done.flaky, done.reproduced
+    rate = done.reproduced
+    assert rate["k"] == rate["n"] == rate["fresh"] >= 1 and not done.flaky, rate
     assert done.history["reproduced"] and len(done.history["sequences"]) == 1, done.history
     mark = set_mark([done], "exit_nth.py")
     assert mark and "history" in mark["seen"][0]
@@ -158,7 +159,7 @@ def test_a_flaky_rate_marks_every_case_of_its_set_and_a_deterministic_set_none()
 def test_each_fixture_campaign_gives_cases_that_replay_rated_fresh_and_one_minimal(name, tmp_path):
     from benchmarks.replay_matrix import campaign
 
-    row = campaign(name, 0, "interpret", tmp_path, replays=3 if name == "flaky" else 1)
+    row = campaign(name, 0, "interpret", tmp_path, replays=3 if name == "flaky" else 1, sequences=4)
     assert row["rc"] == 1 and row["cases"], row
     for case in row["cases"]:
         assert case["reproduced"]["k"] >= 1 and case["reproduced"]["fresh"] == case["reproduced"]["n"], case

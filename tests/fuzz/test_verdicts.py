@@ -280,7 +280,8 @@ def test_a_finding_its_first_replays_miss_is_replayed_longer_before_it_is_kept_a
     done = Confirmer(replays, tries=5, minimize=False).confirm(case)
     assert replays.calls == 5 + RARE_TRIES
     if fails_at:
-        assert done.reproduced == {"k": 1, "n": 5 + RARE_TRIES, "fresh": 5 + RARE_TRIES} and done.flaky and not done.history, done
+        n = 5 + RARE_TRIES
+        assert done.reproduced == {"k": 1, "n": n, "fresh": n} and done.flaky and not done.history, done
     else:
         assert done.reproduced == {"k": 0, "n": 5 + RARE_TRIES, "fresh": 5 + RARE_TRIES} and not done.flaky
         assert "kept as found" in done.history["note"], done.history
