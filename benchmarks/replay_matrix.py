@@ -46,8 +46,9 @@ FIXTURES = {
 }
 # A hang costs an op-timeout per replay and per candidate that still hangs: 1.5 s tells one on the
 # interpreter (an op of these sizes takes milliseconds; a loaded runner's wait for a core is not counted).
-LIMITS = ("--ops-per-sequence", 30, "--op-timeout", 1.5, "--workers", 1)
+LIMITS = ("--ops-per-sequence", 30, "--workers", 1)
 SEQUENCES = 6
+OP_TIMEOUT_S = 1.5
 REPLAY_OP_TIMEOUT_S = 5
 FLAKY_REPLAYS = 20
 
@@ -79,7 +80,7 @@ def needless(case, backend: str, env: dict) -> list[str]:
 
 
 def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None = None,
-             sequences: int = SEQUENCES) -> dict:
+             sequences: int = SEQUENCES, op_timeout: float = OP_TIMEOUT_S) -> dict:
     """One campaign of fixture ``name`` and the checks of its cases: a row of the table."""
     from fuzz.engine.case import load_case
 
@@ -87,7 +88,7 @@ def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None 
     where = out / name / str(seed)
     start = time.monotonic()
     rc, text = kvfuzz("run", "--backend", backend, "--kernels", FOREIGN / file, "--seed", seed, *LIMITS,
-                      "--max-sequences", sequences,
+                      "--max-sequences", sequences, "--op-timeout", op_timeout,
                       "--out", where / "cases", "--summary", where / "summary.json", env=env)
     row = {"fixture": name, "seed": seed, "rc": rc, "run_s": round(time.monotonic() - start, 1), "cases": []}
     for path in sorted((where / "cases").glob("*.json")):
@@ -137,18 +138,24 @@ def main(argv=None) -> int:
     ap.add_argument("--campaigns", type=int, default=10)
     ap.add_argument("--only", default="", help="comma-separated fixture names")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--op-timeout", type=float, default=OP_TIMEOUT_S,
+                    help="the campaigns' --op-timeout (a GPU's first launches in a fresh process load kernels)")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="start no campaign after this many seconds (the rows so far are written)")
     args = ap.parse_args(argv)
     names = [n for n in FIXTURES if not args.only or n in args.only.split(",")]
-    rows = []
-    for name in names:
-        for seed in range(args.campaigns):
-            rows.append(campaign(name, seed, args.backend, args.out))
+    rows, start = [], time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for seed in range(args.campaigns):  # seed by seed, so rows cut short by --deadline-s cover every fixture
+        for name in names:
+            if args.deadline_s is not None and time.monotonic() - start > args.deadline_s:
+                break
+            rows.append(campaign(name, seed, args.backend, args.out, op_timeout=args.op_timeout))
             r = rows[-1]
             print(f"{name} seed {seed}: exit {r['rc']}, {len(r['cases'])} case(s), {r['run_s']} s, "
                   f"{'right' if r['ok'] else 'WRONG'}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "replay_matrix.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (args.out / "replay_matrix.md").write_text(table(rows))
+            (args.out / "replay_matrix.json").write_text(json.dumps(rows, indent=1) + "\n")
+            (args.out / "replay_matrix.md").write_text(table(rows))
     print(table(rows))
     return 0 if all(r["ok"] for r in rows) else 1
 
