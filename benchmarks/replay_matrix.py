@@ -136,6 +136,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="interpret")
     ap.add_argument("--campaigns", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds FIRST .. FIRST + CAMPAIGNS - 1")
+    ap.add_argument("--merge", type=Path, nargs="*", default=None,
+                    help="no campaigns: one table of these replay_matrix.json files (runs split by --first-seed)")
     ap.add_argument("--only", default="", help="comma-separated fixture names")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--op-timeout", type=float, default=OP_TIMEOUT_S,
@@ -146,7 +149,13 @@ def main(argv=None) -> int:
     names = [n for n in FIXTURES if not args.only or n in args.only.split(",")]
     rows, start = [], time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
-    for seed in range(args.campaigns):  # seed by seed, so rows cut short by --deadline-s cover every fixture
+    if args.merge is not None:
+        rows = sorted((r for f in args.merge for r in json.loads(f.read_text())),
+                      key=lambda r: (list(FIXTURES).index(r["fixture"]), r["seed"]))
+        (args.out / "replay_matrix.json").write_text(json.dumps(rows, indent=1) + "\n")
+        (args.out / "replay_matrix.md").write_text(table(rows))
+        return 0 if all(r["ok"] for r in rows) else 1
+    for seed in range(args.first_seed, args.first_seed + args.campaigns):  # seed by seed, so rows cut short by --deadline-s cover every fixture
         for name in names:
             if args.deadline_s is not None and time.monotonic() - start > args.deadline_s:
                 break
