@@ -149,7 +149,7 @@ class Confirmer:
         """Failures alike over up to ``tries`` replays: at least ``floor`` of them, the rest
         while the deadline allows (the first in a fresh process); those that could not run
         (after their retries) apart."""
-        want, rate = hostile_kind(case), Rate()
+        rate = Rate()
         for f in self._replays(case, history, tries or self.tries, floor):
             if isinstance(f, NotRun):  # neither a reproduction nor a pass
                 rate.unknown += 1
@@ -157,7 +157,7 @@ class Confirmer:
                     rate.why.append(str(f))
                 continue
             rate.n += 1
-            if f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want):
+            if alike(case, f):
                 rate.k += 1
                 rate.failure = f
             elif f is not None:  # it failed, as something else: said in the case, never counted
@@ -299,8 +299,7 @@ class Confirmer:
             self.executor.standby(fresh=1)
         smaller = self.minimized(case, rate.failure)
         self.mark("minimized")
-        if shrink_first:
-            publish(smaller)
+        if shrink_first:  # (published once rated: its file never pairs the short ops with the long case's rate)
             return self._rated_after_shrinking(case, smaller, rate, tries)
         if smaller is case:
             return case
@@ -332,11 +331,8 @@ class Confirmer:
 
     def shorter_history(self, case: Case, history: list) -> list:
         """Drop earlier sequences (the oldest first, then halves) while the case still fails after the rest."""
-        want = hostile_kind(case)
-
         def fails(hist):
-            f = self._judge(case, hist)(case.config, case.ops, fresh=True)
-            return f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want)
+            return alike(case, self._judge(case, hist)(case.config, case.ops, fresh=True))
 
         kept = list(history)
         n = 2
@@ -400,11 +396,9 @@ class Confirmer:
     def _history_without_one(self, case: Case, history: list) -> tuple[list | None, int]:
         """(the history without one of its sequences after which the case still fails alike, in
         a fresh process, or None when each of them is needed; the replays that took)."""
-        want = hostile_kind(case)
         for i in range(len(history)):
             hist = history[:i] + history[i + 1:]
-            f = self._judge(case, hist or None)(case.config, case.ops, fresh=True)
-            if f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want):
+            if alike(case, self._judge(case, hist or None)(case.config, case.ops, fresh=True)):
                 return hist, i + 1
         return None, len(history)
 
@@ -470,15 +464,14 @@ def needless_parts(case: Case, executor: Executor) -> list[str]:
     """The single ops (``"op 3"``) and history sequences (``"history 0"``) without which the
     case still fails alike, each replayed once in a fresh process: empty for a 1-minimal case
     of a deterministic fault (the check ``benchmarks/replay_matrix.py`` and the tests make)."""
-    want, history = hostile_kind(case), (case.history or {}).get("sequences") or []
-    found = []
+    history, found = (case.history or {}).get("sequences") or [], []
 
     def fails(ops, hist) -> bool:
         try:
-            f = executor.run(case.config, ops, case.knobs, case.run_mode, history=hist or None, fresh=True)
+            return alike(case, executor.run(case.config, ops, case.knobs, case.run_mode, history=hist or None,
+                                            fresh=True))
         except NotRun:
             return False
-        return f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want)
 
     for i in range(len(case.ops)) if len(case.ops) > 1 else ():
         if fails(case.ops[:i] + case.ops[i + 1:], history):
@@ -487,3 +480,10 @@ def needless_parts(case: Case, executor: Executor) -> list[str]:
         if fails(case.ops, history[:i] + history[i + 1:]):
             found.append(f"history {i}")
     return found
+
+
+def alike(case: Case, failure) -> bool:
+    """Whether ``failure`` (a replay's answer) is the case's: its signature, and for a failure on
+    hostile input the same hostile class."""
+    want = hostile_kind(case)
+    return failure is not None and failure.signature == case.signature and (want is None or hostile_kind(failure) == want)
