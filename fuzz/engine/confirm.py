@@ -311,7 +311,10 @@ class Confirmer:
                           floor=min(3, tries))
         self.mark("rerated")
         if again.k == 0 or again.k / again.n < k / n / 2:  # a shorter case that fails far less often is a worse case
-            return case
+            return case.with_fields(minimal={
+                "one_minimal": False, "candidates": (smaller.minimal or {}).get("candidates", 0),
+                "note": f"its {len(smaller.ops)}-op minimized version failed {again.k}/{again.n} in its own rate, far "
+                        f"less often than this case: kept as found"})
         return smaller.with_fields(reproduced=again.to_json(), flaky=again.flaky)
 
     def _rated_after_shrinking(self, case: Case, smaller: Case, probe: Rate, tries: int) -> Case:

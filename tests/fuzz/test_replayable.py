@@ -139,6 +139,29 @@ def test_the_minimizer_checks_every_single_removal_of_its_result():
     assert not capped.one_minimal and capped.stopped == "cap"
 
 
+def test_a_case_kept_as_found_because_its_minimized_version_fails_less_says_so():
+    """A state case whose shrunk versions fail on their first two runs only (the minimizer's, and
+    the suite's own check of it), then never in its own rate: the case as found is kept, and its
+    ``minimal`` says why (a file without it left a reader guessing why 25 ops were not shrunk)."""
+    sig = Signature("free", "state", "p2v")
+    ops = [Alloc(2), Free((1, 2)), Alloc(2), Alloc(1)]
+    runs: dict = {}
+
+    class Replays:
+        def standby(self, fresh=None, depth=1):
+            pass
+
+        def run(self, config, cand, knobs=None, mode=None, **kw):
+            key = (config, tuple(cand))
+            runs[key] = runs.get(key, 0) + 1
+            full = list(cand) == ops
+            return Finding(sig, 1, {"step": 1}) if full or (Free((1, 2)) in cand and runs[key] <= 2) else None
+
+    done = Confirmer(Replays(), tries=5).confirm(_case(ops, Finding(sig, 1, {"step": 1})))
+    assert done.ops == ops and done.reproduced["k"] == 5, done
+    assert done.minimal["one_minimal"] is False and "failed 0/5" in done.minimal["note"], done.minimal
+
+
 def test_a_flaky_rate_marks_every_case_of_its_set_and_a_deterministic_set_none():
     sig = Signature("free", "state", "p2v")
     ops = [Alloc(2), Free((1, 2))]
