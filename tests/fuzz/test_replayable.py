@@ -173,6 +173,33 @@ def test_a_flaky_rate_marks_every_case_of_its_set_and_a_deterministic_set_none()
     assert steady.replay_tries() == 1 and steady.with_fields(nondeterministic=mark).replay_tries() >= 5
 
 
+KILL_DRIVER = """
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("kill_nth", sys.argv[1])
+k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
+v2p, p2v = torch.full((16,), -1, dtype=torch.int64), torch.full((16,), -1, dtype=torch.int64)
+for i in range(5):
+    print("start", i, flush=True)
+    assert k.alloc_bind_inplace(torch.tensor([i]), v2p, p2v, i + 1).tolist() == [i + 1]
+    print("done", i, flush=True)
+"""
+
+
+@needs_interpreter
+def test_kill_nth_is_killed_on_the_nth_alloc_of_its_process():
+    import signal
+    import subprocess
+    import sys
+
+    from tests.fuzz.test_engine import REPO
+
+    r = subprocess.run([sys.executable, "-c", KILL_DRIVER, str(REPO / "tests/fixtures/kernels/foreign/kill_nth.py")],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "KVFUZZ_FIXTURE_KILL_AT": "3", "TRITON_INTERPRET": "1"})
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.split() == ["start", "0", "done", "0", "start", "1", "done", "1", "start", "2"], r.stdout
+
+
 # ---- the fixtures, one campaign each on the interpreter (benchmarks/replay_matrix.py runs ten) ---------
 
 
