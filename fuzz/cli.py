@@ -249,7 +249,9 @@ def _rate_text(case) -> str:
         return ""
     text = f"; found reproducing {r.get('k')}/{r.get('n')}" + (" (flaky)" if case.flaky else "")
     note = (case.history or {}).get("note")
-    return text + (f"; {note}" if note else "")
+    seen = (case.nondeterministic or {}).get("seen")
+    return text + (f"; {note}" if note else "") + (
+        f"; its campaign saw this kernel set fail non-deterministically ({'; '.join(seen[:3])})" if seen else "")
 
 
 def _replay_here(case, spec, mode: dict, history, own: bool):
@@ -292,10 +294,12 @@ def _cmd_minimize(args) -> int:
     executor = _executor(spec, args.op_timeout)
     deadline = time.monotonic() + args.budget_s
     tries = case.replay_tries(cap=10)
+    executor.standby()  # every candidate in a fresh child (the next one started ahead): what the case alone does
+
     def judge(config, ops):
         try:
             return executor.run(config, ops, case.knobs, mode, deadline=deadline + 30, strict_knobs=own,
-                                history=history)
+                                history=history, fresh=True)
         except NotRun:  # a candidate that could not run is not seen to fail
             return None
 
@@ -307,10 +311,15 @@ def _cmd_minimize(args) -> int:
         return 1
     finally:
         executor.close()
-    out = case.with_minimized(config, ops, d, passes=m.report()).write(Path(args.out or args.case))
-    print(f"minimized {args.case}: {len(case.ops)} -> {len(ops)} ops in {m.replays} replays "
+    minimal = {"one_minimal": m.one_minimal, "candidates": m.replays, "fresh": True,
+               **({} if m.one_minimal else {"note": "not shown 1-minimal (its --budget-s ended first): "
+                                                    "`kvfuzz minimize CASE` again goes on"})}
+    out = case.with_minimized(config, ops, d, passes=m.report()).with_fields(minimal=minimal).write(
+        Path(args.out or args.case))
+    print(f"minimized {args.case}: {len(case.ops)} -> {len(ops)} ops in {m.replays} replays, each in a fresh process "
           f"({m.saved} more spared by the cache; passes tried/kept: "
-          f"{', '.join(f'{k} {v}' for k, v in m.report().items()) or 'none'}); written to {out}")
+          f"{', '.join(f'{k} {v}' for k, v in m.report().items()) or 'none'}); "
+          f"{'1-minimal' if m.one_minimal else 'NOT yet 1-minimal: the budget ended first'}; written to {out}")
     return 0
 
 

@@ -19,6 +19,12 @@ T = TypeVar("T")
 # 2-core machine, -n 3 (its tests of 6 s or more): only their order matters. A key with parameters
 # is that one instance; a test with none here but marked slow counts DEFAULT_S.
 MEASURED_S = {
+    # (test_replayable's four are estimates: its exit_nth and kill_nth took 94 s together on 2 cores
+    # at a load average of 9-17, not a fresh clone's run; they are set beside test_verdicts' like ones)
+    "tests/fuzz/test_replayable.py::test_each_fixture_campaign_gives_cases_that_replay_rated_fresh_and_one_minimal[hang_nth]": 30,
+    "tests/fuzz/test_replayable.py::test_each_fixture_campaign_gives_cases_that_replay_rated_fresh_and_one_minimal[kill_nth]": 20,
+    "tests/fuzz/test_replayable.py::test_each_fixture_campaign_gives_cases_that_replay_rated_fresh_and_one_minimal[exit_nth]": 18,
+    "tests/fuzz/test_replayable.py::test_each_fixture_campaign_gives_cases_that_replay_rated_fresh_and_one_minimal[flaky]": 15,
     "tests/fuzz/test_verdicts.py::test_every_fixture_gets_the_right_verdict_with_default_flags[hang_late]": 46,
     "tests/test_pytest_plugin.py::test_entry_point_after_pip_install": 35,
     "tests/fuzz/test_program_order.py::test_a_trip_bug_behind_literal_block_sizes_is_found_at_production_scale": 33,

@@ -42,7 +42,7 @@ from pathlib import Path
 import kvref
 
 from .case import Case, write_case
-from .confirm import Confirmer
+from .confirm import Confirmer, set_mark
 from .kinds import parse_ops
 from .options import CampaignOptions
 from .slot import Slot, compile_ahead, same_boundaries, stop_reason, stopped_by
@@ -144,6 +144,7 @@ class Campaign:
         finally:
             self._restore_signals(previous)
             self._shutdown()
+            self._mark_nondeterministic()
         return self._summarize()
 
     def op_timeout(self) -> float:
@@ -410,6 +411,15 @@ class Campaign:
                 self.summary.harness_errors.append(str(exc))
         finally:
             executor.close()
+
+    def _mark_nondeterministic(self) -> None:
+        """Once every confirmation is over, every case says whether the campaign saw its kernel
+        set fail non-deterministically (``confirm.set_mark``)."""
+        with self.lock:
+            mark = set_mark(self.cases.values(), self.spec.name)
+            for sig, c in list(self.cases.items()) if mark else ():
+                self.cases[sig] = c.with_fields(nondeterministic=mark)
+                self.paths[sig] = write_case(self.cases[sig], Path(self.opts.out), keep_shorter=True, same_length=True)
 
     # ---- progress, signals, shutdown -------------------------------------------------------------
     def _note_first_op(self, now: float) -> None:

@@ -4,25 +4,35 @@ A worker's finding is written at once (a campaign killed a second later keeps it
 confirmed here, in an executor child that never saw the worker's history:
 
 1. **Reproduction rate.** The case is replayed ``tries`` times (``--reproduce``, default
-   5; a hang once, since each try costs an op-timeout). The first try runs in a fresh
-   process; the rest in that same child (fresh again after any fault), or, for the first
-   rate of a case that kills no child, shared with a ``helper`` executor's fresh child once
-   it is up (``_replays``: two cores, about three replays' time for five). The case records
-   ``reproduced: {k, n}`` and ``flaky: true`` when ``0 < k < n``: a race on a GPU looks
-   exactly like a kernel that fails one call in three.
+   5; a crash 3 times, a hang once, since each try costs an op-timeout), **each replay in a
+   fresh process** (a child that has run nothing of the kernel set but the smoke test every
+   process runs alike; the next one started ahead, and for the first rate of a case that
+   kills no child, shared with a ``helper`` executor once it is up: ``_replays``). A
+   reproduction in a reused process may be the executor's history (a counter, a cache, a
+   leak that earlier replays fed), not the case's: it never counts. The case records
+   ``reproduced: {k, n, fresh}`` and ``flaky: true`` when ``0 < k < n``: a race on a GPU
+   looks exactly like a kernel that fails one call in three.
 2. **History.** A finding that never reproduces from its own sequence may need what its
-   worker's process did before it (a counter, a cache, a leak that breaks after N calls):
-   it is replayed after every sequence that process ran since it started (rebuilt from
-   their seeds, like a dead worker's ops), and if that reproduces, earlier sequences are
-   dropped while it still does. The case keeps the history it needs (``history``), and
-   replays with it. If even that does not reproduce, it is replayed ``RARE_TRIES`` times
-   more on its own (a rare race), and only then kept as found, saying so.
+   worker's process did before it: it is replayed after every sequence that process ran
+   since it started (rebuilt from their seeds, like a dead worker's ops), and if that
+   reproduces, earlier sequences are dropped while it still does. The case keeps the history
+   it needs (``history``), and replays with it. If even that does not reproduce, it is
+   replayed ``RARE_TRIES`` times more on its own (a rare race), and only then kept as found,
+   saying so.
 3. **Minimization**, with the one minimizer: the same signature, the same hostile class,
    and for a flaky case "fails at least once in ``tries`` runs"; it starts from a failing
-   replay of the rate (the whole case is not replayed again). The minimized case is rated
-   again (a sequence with fewer calls of a racy kernel fails less often), and when it never
-   fails on its own, the case stays as it was; a minimized case that is the case as found
-   keeps its rate.
+   replay of the rate. A fault case (a crash, a hang) is shrunk **before** it is rated: one
+   fresh replay says it reproduces, then each candidate runs in a fresh child (a case with
+   history too), up to ``MINIMIZE_CAP`` candidates (work, not time), and the rate is the
+   minimized case's. The result is checked without each single op (and history sequence):
+   ``minimal: {one_minimal, candidates, fresh}``, and a note naming ``kvfuzz minimize`` when
+   the cap or the campaign's deadline stopped it first. Any other minimized case is rated
+   again (a sequence with fewer calls of a racy kernel fails less often), and when it fails
+   far less often on its own, the case stays as it was.
+4. **The set.** Once a campaign's confirmations are over, if any case showed its kernel set
+   failing other than deterministically from the case's own ops (``nondeterminism``), every
+   case of the campaign says so (``nondeterministic``), and its replay takes the tries a rate
+   needs (``Case.replay_tries``).
 
 Every replay runs in the case's mode (hostile, check_every, program order).
 
@@ -72,11 +82,12 @@ class Rate:
                     why=self.why + [w for w in more.why if w not in self.why], failure=more.failure or self.failure)
 
     def to_json(self) -> dict:
-        """``reproduced`` as a case writes it: ``{k, n}``, with ``unknown`` and a ``note`` when
+        """``reproduced`` as a case writes it: ``{k, n, fresh}`` (``fresh``: how many of the
+        ``n`` ran each in a fresh process; every one does), with ``unknown`` and a ``note`` when
         some replays could not run (a reader of an older case finds ``{k, n}`` alone)."""
         if not self.unknown:
-            return {"k": self.k, "n": self.n}
-        return {"k": self.k, "n": self.n, "unknown": self.unknown,
+            return {"k": self.k, "n": self.n, "fresh": self.n}
+        return {"k": self.k, "n": self.n, "fresh": self.n, "unknown": self.unknown,
                 "note": f"{self.unknown} replay{'s' if self.unknown > 1 else ''} could not run, counted neither as "
                         f"reproduced nor as passed: {'; '.join(self.why)[:400]}"}
 
@@ -95,7 +106,8 @@ class Confirmer:
     """Runs the three steps for one case in its own executor (one thread per case)."""
 
     def __init__(self, executor: Executor, *, tries: int = DEFAULT_TRIES, deadline: float | None = None,
-                 minimize: bool = True, rate_deadline: float | None = None, helper: Executor | None = None):
+                 minimize: bool = True, rate_deadline: float | None = None, helper: Executor | None = None,
+                 cap: int | None = None):
         self.executor = executor
         self.helper = helper  # a second executor for the first rate's replays (``_replays``), closed after it
         self.tries = max(1, tries)
@@ -103,6 +115,7 @@ class Confirmer:
         self.rate_deadline = rate_deadline if rate_deadline is not None else deadline  # for the rate and history
         self.others: dict[str, int] = {}  # signatures replays failed with instead of the case's -> first step
         self.minimize = minimize
+        self.cap = MINIMIZE_CAP if cap is None else cap  # candidates for one case's minimization
         self.wait = time.sleep  # how a retry of a replay that could not run waits (tests pass their own)
         self.mark = lambda step: None  # told each step as it ends: "rated", "minimized", "rerated"
 
@@ -136,7 +149,7 @@ class Confirmer:
         """Failures alike over up to ``tries`` replays: at least ``floor`` of them, the rest
         while the deadline allows (the first in a fresh process); those that could not run
         (after their retries) apart."""
-        want, rate = hostile_kind(case), Rate()
+        rate = Rate()
         for f in self._replays(case, history, tries or self.tries, floor):
             if isinstance(f, NotRun):  # neither a reproduction nor a pass
                 rate.unknown += 1
@@ -144,7 +157,7 @@ class Confirmer:
                     rate.why.append(str(f))
                 continue
             rate.n += 1
-            if f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want):
+            if alike(case, f):
                 rate.k += 1
                 rate.failure = f
             elif f is not None:  # it failed, as something else: said in the case, never counted
@@ -152,8 +165,11 @@ class Confirmer:
         return rate
 
     def _replays(self, case: Case, history: list | None, tries: int, floor: int) -> list:
-        """The rate's replays' answers, in order (a Finding, None, or NotRun after its retries);
-        each child's first in a fresh process. A case found without history that does not kill
+        """The rate's replays' answers, in order (a Finding, None, or NotRun after its retries),
+        each in a fresh process (a child that ran nothing else of the kernel set but the tier's
+        smoke test, which every process runs alike): a reproduction in a process that ran earlier
+        replays may be those replays' doing (a counter, a cache), the executor's history and
+        not the case's, so it never counts. A case found without history that does not kill
         its child is replayed by the ``helper`` executor too, side by side, once its child is set
         up (each takes the next replay when it is free): the rate's five replays on two cores
         cost about three replays' time. A crash case's replays each need a fresh child anyway."""
@@ -165,8 +181,7 @@ class Confirmer:
         taken, answers, lock = [0], {}, threading.Lock()
 
         def replays(judge, ready=lambda: True) -> None:
-            fresh = True
-            while fresh and not ready():  # a helper still setting up: the other child takes the replays meanwhile
+            while not ready():  # a helper still setting up: the other child takes the replays meanwhile
                 if taken[0] >= tries or helper.child is None or not helper.child.alive():
                     return
                 time.sleep(0.02)
@@ -175,8 +190,7 @@ class Confirmer:
                     i, taken[0] = taken[0], taken[0] + 1
                 if i >= tries or (i >= floor and self._late(rating=True)):
                     return
-                answers[i] = self._replay(case, judge, fresh)
-                fresh = False
+                answers[i] = self._replay(case, judge)
 
         side = None
         if helper is not None:
@@ -202,9 +216,9 @@ class Confirmer:
                 side.join()
         return [answers[i] for i in sorted(answers)]
 
-    def _replay(self, case: Case, judge, fresh: bool):
-        """One replay of the case, tried again (fresh, after a wait) while it could not run."""
-        f = judge(case.config, case.ops, fresh=fresh)
+    def _replay(self, case: Case, judge):
+        """One replay of the case in a fresh process, tried again (after a wait) while it could not run."""
+        f = judge(case.config, case.ops, fresh=True)
         for _ in range(UNKNOWN_RETRIES):
             if not isinstance(f, NotRun) or self._late(rating=True):
                 break
@@ -234,9 +248,17 @@ class Confirmer:
         smaller case), so a campaign that ends mid-way keeps what was learnt."""
         publish = publish or (lambda c: None)
         tries = self.tries_for(case)
+        # A fault case is shrunk first and rated after: each of its replays and candidates costs a
+        # fresh child, and rating the long case as found, then the short one, spent the campaign's
+        # confirmation time before shrinking began. One fresh replay says whether it reproduces.
+        shrink_first = case.fault is not None and self.minimize
         if case.fault is not None:  # each replay that reproduces it kills its child: the next ones are started ahead
             self.executor.standby(depth=self.depth(case))
-        rate = self.rate(case, tries=tries)
+        else:  # every replay of the rate runs in a child of its own: the next one started ahead
+            self.executor.standby(fresh=tries)
+        rate = self.rate(case, tries=1 if shrink_first else tries, floor=1 if shrink_first else 3)
+        if shrink_first and rate.k == 0 and tries > 1:  # the probe missed: the rate's other replays
+            rate = rate.then(self.rate(case, tries=tries - 1, floor=tries - 1))
         needs = None
         history = history() if callable(history) and rate.k == 0 else history
         if rate.k == 0 and history:
@@ -250,7 +272,7 @@ class Confirmer:
                 publish(case.with_fields(reproduced=rate.to_json(), flaky=False, history=needing(history)))
                 history = self.shorter_history(case, history)
                 needs = needing(history)
-                again = self.rate(case.with_fields(history=needs), history, tries=tries, floor=1)
+                again = self.rate(case.with_fields(history=needs), history, tries=1 if shrink_first else tries, floor=1)
                 rate = again if again.k else rate
             else:
                 rate = first if first.n or not rate.n else rate
@@ -267,36 +289,53 @@ class Confirmer:
         case = case.with_fields(reproduced=rate.to_json(), flaky=rate.flaky, **({"history": needs} if needs else {}))
         self.mark("rated")
         publish(case)
-        if k == 0 or not self.minimize or self._late():
+        if k == 0 or not self.minimize:
             return case
+        if self._late() and not shrink_first:
+            return case.with_fields(minimal={"one_minimal": False, "candidates": 0, "note": _unfinished("deadline")})
         # The minimized case's rate begins in a fresh process: started now, it is up by then (a
         # crash case's candidates and replays each kill their child: children kept started ahead).
         if case.fault is None:
             self.executor.standby(fresh=1)
         smaller = self.minimized(case, rate.failure)
         self.mark("minimized")
+        if shrink_first:  # (published once rated: its file never pairs the short ops with the long case's rate)
+            return self._rated_after_shrinking(case, smaller, rate, tries)
         if smaller is case:
             return case
         if (smaller.config, smaller.ops) == (case.config, case.ops):  # nothing dropped: the rate stands
             return smaller
         # A shorter sequence fails less often when the bug is a race per call: rate it again,
         # and keep the longer one if the shorter never fails on its own.
-        if case.fault is not None:
-            self.executor.standby(fresh=tries, depth=self.depth(case))
         again = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries,
                           floor=min(3, tries))
         self.mark("rerated")
         if again.k == 0 or again.k / again.n < k / n / 2:  # a shorter case that fails far less often is a worse case
-            return case
+            return case.with_fields(minimal={
+                "one_minimal": False, "candidates": (smaller.minimal or {}).get("candidates", 0),
+                "note": f"its {len(smaller.ops)}-op minimized version failed {again.k}/{again.n} in its own rate, far "
+                        f"less often than this case: kept as found"})
         return smaller.with_fields(reproduced=again.to_json(), flaky=again.flaky)
+
+    def _rated_after_shrinking(self, case: Case, smaller: Case, probe: Rate, tries: int) -> Case:
+        """A fault case's rate, taken from the minimized case (its replays in fresh children);
+        should the minimized case never fail on its own, the case as found is rated instead and
+        kept, saying so."""
+        self.executor.standby(fresh=tries, depth=self.depth(case))
+        rate = self.rate(smaller, (smaller.history or {}).get("sequences") or None, tries=tries, floor=tries)
+        self.mark("rerated")
+        if rate.k:
+            return smaller.with_fields(reproduced=rate.to_json(), flaky=rate.flaky)
+        history = (case.history or {}).get("sequences") or None
+        rate = probe.then(self.rate(case, history, tries=max(0, tries - probe.n), floor=max(0, tries - probe.n)))
+        return case.with_fields(reproduced=rate.to_json(), flaky=rate.flaky, minimal={
+            "one_minimal": False, "candidates": (smaller.minimal or {}).get("candidates", 0),
+            "note": "the minimized case did not fail in its own rate: kept as found"})
 
     def shorter_history(self, case: Case, history: list) -> list:
         """Drop earlier sequences (the oldest first, then halves) while the case still fails after the rest."""
-        want = hostile_kind(case)
-
         def fails(hist):
-            f = self._judge(case, hist)(case.config, case.ops, fresh=True)
-            return f is not None and f.signature == case.signature and (want is None or hostile_kind(f) == want)
+            return alike(case, self._judge(case, hist)(case.config, case.ops, fresh=True))
 
         kept = list(history)
         n = 2
@@ -321,15 +360,133 @@ class Confirmer:
         return min(self.tries_for(case), max(1, (os.cpu_count() or 1) // 2))
 
     def minimized(self, case: Case, known=None) -> Case:
-        """The case minimized; ``known``: a replay of it that failed alike (from its rate), so the
-        minimizer does not replay the whole case once more before its first candidate."""
+        """The case minimized, with ``minimal`` saying whether it is 1-minimal; ``known``: a
+        replay of it that failed alike (from its rate), so the minimizer does not replay the
+        whole case once more before its first candidate.
+
+        A fault case's or a history case's candidates each run in a fresh child (kept started
+        ahead): in a child that ran other candidates a process-wide counter, cache or leak fails
+        candidates that fail only there, and the case would shrink to one that does not replay.
+        A case with history is then checked without each of its history's sequences, in turn;
+        one that still fails without it loses it, and its ops are shrunk again."""
         history = (case.history or {}).get("sequences") or None
-        judge = self._judge(case, history)
-        flaky = bool(case.flaky)
-        m = Minimizer(None, case.signature, deadline=self.deadline, judge=lambda c, o: judge(c, o),
-                      hostile=hostile_kind(case), tries=self.tries if flaky else 1)
+        fresh = case.fault is not None or bool(history)
+        if fresh:
+            self.executor.standby(depth=self.depth(case))
+        flaky, used, first = bool(case.flaky), 0, case
+        for _ in range(MAX_HISTORY_ROUNDS):
+            judge = self._judge(case, history)
+            m = Minimizer(None, case.signature, deadline=self.deadline, hostile=hostile_kind(case),
+                          judge=lambda c, o, judge=judge: judge(c, o, fresh=fresh),
+                          tries=self.tries if flaky else 1, max_replays=self.cap - used)
+            try:
+                config, ops, failure = m.run(case.config, case.ops, known=known)
+            except NotReproducible:
+                return case if case is first else case.with_fields(minimal=self._minimal(m, used, fresh))
+            used += m.replays
+            case, known = case.with_minimized(config, ops, failure, passes=_merged(case, first, m.report())), None
+            check = fresh and history and m.one_minimal
+            shorter, tried = self._history_without_one(case, history) if check else (None, 0)
+            used += tried
+            if shorter is None:
+                return case.with_fields(minimal=self._minimal(m, used, fresh))
+            history = shorter
+            case = case.with_fields(history={**case.history, "sequences": history,
+                                             "note": f"fails only after what its worker's process ran before it "
+                                                     f"({len(history)} earlier sequences, replayed first)"})
+        return case.with_fields(minimal=self._minimal(m, used, fresh, rounds=True))
+
+    def _history_without_one(self, case: Case, history: list) -> tuple[list | None, int]:
+        """(the history without one of its sequences after which the case still fails alike, in
+        a fresh process, or None when each of them is needed; the replays that took)."""
+        for i in range(len(history)):
+            hist = history[:i] + history[i + 1:]
+            if alike(case, self._judge(case, hist or None)(case.config, case.ops, fresh=True)):
+                return hist, i + 1
+        return None, len(history)
+
+    def _minimal(self, m: Minimizer, used: int, fresh: bool, rounds: bool = False) -> dict:
+        """The case's ``minimal``: whether removing any single op (or history sequence) was seen
+        to lose the signature, how many candidates that took, and, when not, why and what finishes it."""
+        out = {"one_minimal": m.one_minimal and not rounds, "candidates": used, "fresh": fresh}
+        if not out["one_minimal"]:
+            out["note"] = _unfinished("rounds" if rounds else m.stopped or "deadline", self.cap)
+        return out
+
+
+MAX_HISTORY_ROUNDS = 3  # shrinking the ops, then the history, again: a case that needs more is left unfinished
+MINIMIZE_CAP = 400  # candidates a campaign replays to shrink one case: work, not time, so every machine agrees
+
+
+def _unfinished(why: str, cap: int = MINIMIZE_CAP) -> str:
+    """A ``minimal`` note for a case left short of 1-minimal: why, and that ``kvfuzz minimize`` finishes it."""
+    said = {"cap": f"stopped at the cap of {cap} candidates", "deadline": "stopped at the campaign's deadline",
+            "rounds": f"its history and ops still shrank after {MAX_HISTORY_ROUNDS} rounds"}[why]
+    return f"not shown 1-minimal ({said}): `kvfuzz minimize CASE` finishes it"
+
+
+def _merged(case: Case, first: Case, report: dict) -> dict:
+    """Per-pass "tried/kept" over the rounds of one minimization (the first round's alone if one)."""
+    if case is first:
+        return report
+    out = dict(case.minimize or {})
+    for name, tk in report.items():
+        t, k = (int(x) for x in tk.split("/"))
+        t0, k0 = (int(x) for x in out.get(name, "0/0").split("/"))
+        out[name] = f"{t + t0}/{k + k0}"
+    return out
+
+
+def set_mark(cases, kernels: str) -> dict | None:
+    """A campaign's ``nondeterministic`` mark for every case of its kernel set, or None: when
+    any of its cases showed the set failing other than deterministically from the case's own
+    ops (``nondeterminism``), a replay of any of them takes the tries a rate needs
+    (``Case.replay_tries``), since a 5/5 case of such a set may pass a single replay."""
+    seen = [why for c in cases if (why := nondeterminism(c))]
+    if not seen:
+        return None
+    return {"seen": seen, "note": f"this campaign saw {kernels} fail other than deterministically from a case's "
+                                  f"own ops: a single passing replay of any of its cases proves nothing"}
+
+
+def nondeterminism(case: Case) -> str | None:
+    """What in a confirmed case shows its kernel set failing other than deterministically from
+    the case's own ops (None: nothing): rated k < n, failing only after its worker's history,
+    or not failing again in any fresh replay."""
+    r, history = case.reproduced or {}, case.history or {}
+    if case.flaky:
+        return f"{case.signature} reproduced {r.get('k')}/{r.get('n')}"
+    if history.get("reproduced"):
+        return f"{case.signature} fails only after {len(history.get('sequences') or [])} sequences of its worker's history"
+    if r.get("n") and not r.get("k"):
+        return f"{case.signature} did not fail again in {r.get('n')} fresh replays"
+    return None
+
+
+def needless_parts(case: Case, executor: Executor) -> list[str]:
+    """The single ops (``"op 3"``) and history sequences (``"history 0"``) without which the
+    case still fails alike, each replayed once in a fresh process: empty for a 1-minimal case
+    of a deterministic fault (the check ``benchmarks/replay_matrix.py`` and the tests make)."""
+    history, found = (case.history or {}).get("sequences") or [], []
+
+    def fails(ops, hist) -> bool:
         try:
-            config, ops, failure = m.run(case.config, case.ops, known=known)
-        except NotReproducible:
-            return case
-        return case.with_minimized(config, ops, failure, passes=m.report())
+            return alike(case, executor.run(case.config, ops, case.knobs, case.run_mode, history=hist or None,
+                                            fresh=True))
+        except NotRun:
+            return False
+
+    for i in range(len(case.ops)) if len(case.ops) > 1 else ():
+        if fails(case.ops[:i] + case.ops[i + 1:], history):
+            found.append(f"op {i}")
+    for i in range(len(history)):
+        if fails(case.ops, history[:i] + history[i + 1:]):
+            found.append(f"history {i}")
+    return found
+
+
+def alike(case: Case, failure) -> bool:
+    """Whether ``failure`` (a replay's answer) is the case's: its signature, and for a failure on
+    hostile input the same hostile class."""
+    want = hostile_kind(case)
+    return failure is not None and failure.signature == case.signature and (want is None or hostile_kind(failure) == want)

@@ -92,11 +92,17 @@ class Minimizer:
         self.stats: dict[str, list[int]] = {}  # pass -> [tried, kept]
         self._tried: dict[tuple, object] = {}
         self._pass: str | None = None
+        self.one_minimal = False  # the result was checked: no single op can go (run() sets it)
+        self.stopped: str | None = None  # why it ended before that check: "cap" or "deadline"
 
     def out_of_time(self) -> bool:
         if self.max_replays is not None and self.replays >= self.max_replays:
+            self.stopped = self.stopped or "cap"
             return True
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.stopped = self.stopped or "deadline"
+            return True
+        return False
 
     def same(self, failure) -> bool:
         return (failure is not None and failure.signature == self.signature
@@ -139,6 +145,22 @@ class Minimizer:
         if isinstance(step, int) and 0 <= step < len(ops) - 1 and self.fails(config, ops[: step + 1]):
             ops = ops[: step + 1]  # nothing after the failing op matters
         cand = Candidate(config, list(ops))
+        while True:
+            cand = self._fixed_point(cand)
+            # The passes after drop-ops (a shrunk op, a merged pair, a smaller pool) may leave an op
+            # that can now go, and a round runs again only the passes that progressed: every single
+            # removal is tried on the result itself (most are in the cache), so it is 1-minimal.
+            self._pass = "one-minimal"
+            smaller, complete = _drop_one(self, cand)
+            self._pass = None
+            if smaller is None:
+                self.one_minimal = complete
+                break
+            cand = smaller
+        return cand.config, cand.ops, self.fails(cand.config, cand.ops) or d
+
+    def _fixed_point(self, cand: Candidate) -> Candidate:
+        """The passes in rounds, each round only those that progressed in the one before."""
         active = [name for name, _ in PASSES]
         while active and not self.out_of_time():
             progressed = []
@@ -152,11 +174,25 @@ class Minimizer:
                     cand = better
                     progressed.append(name)
             active = progressed
-        return cand.config, cand.ops, self.fails(cand.config, cand.ops) or d
+        return cand
 
     def report(self) -> dict:
         """Per-pass statistics for the case: ``{pass: "tried/kept"}``."""
         return {name: f"{t}/{k}" for name, (t, k) in self.stats.items()}
+
+
+def _drop_one(m: Minimizer, c: Candidate) -> tuple[Candidate | None, bool]:
+    """(the candidate without one of its ops that still fails alike, the last op first, or None;
+    whether every single removal was tried)."""
+    for i in range(len(c.ops) - 1, -1, -1) if len(c.ops) > 1 else ():
+        key = (c.config, tuple(c.ops[:i] + c.ops[i + 1:]))
+        if key not in m._tried and m.out_of_time():
+            return None, False
+        cand = c.ops[:i] + c.ops[i + 1:]
+        if m.fails(c.config, cand):
+            m.keep()
+            return Candidate(c.config, cand), True
+    return None, True
 
 
 # ---- the passes, in the order a round runs them ---------------------------------------------------

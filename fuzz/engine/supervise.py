@@ -322,7 +322,15 @@ class Executor:
             self._retire()
         if self.child is None or not self.child.alive():
             self._start()
-        self.conn.send(job)
+        conn = self.conn  # shutdown() from another thread may close it under this one
+        try:
+            if conn is None or self.closed:
+                raise Cancelled("the executor was closed")
+            conn.send(job)
+        except (OSError, ValueError):
+            if self.closed:
+                raise Cancelled("the executor was closed while a job was sent") from None
+            raise
         self.jobs += 1
         self.used = True
         while True:

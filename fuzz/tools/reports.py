@@ -80,6 +80,7 @@ def summary_json(summary, *, backend: str, kernels: str, kernels_sha256: str | N
                       "reproduced": c.reproduced, "flaky": bool(c.flaky), "mode": c.mode,
                       "needs_history": bool((c.history or {}).get("sequences")),
                       "history_note": (c.history or {}).get("note"),
+                      "minimal": c.minimal, "nondeterministic": bool(c.nondeterministic),
                       "message": (c.divergence or {}).get("message")}
                      for c, p in zip(summary.cases, summary.paths)],
         "versions": {**environment(), "kvfuzz": kvfuzz_version()},

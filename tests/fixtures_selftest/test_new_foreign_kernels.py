@@ -134,7 +134,7 @@ def stalls_at(proc: subprocess.Popen, op: int, wait_s: float = 2.0) -> bool:
 # ------------------------------------------------------------------ wrappers of indep.py
 
 
-@pytest.mark.parametrize("stem", ["hang_late", "exit_nth", "sigkill", "noisy", "slow", "flaky", "compile_fails_at_1",
+@pytest.mark.parametrize("stem", ["hang_late", "exit_nth", "kill_nth", "sigkill", "noisy", "slow", "flaky", "compile_fails_at_1",
                                   "order_dependent", "order_raw", "int32_offset"])
 def test_indep_wrappers_are_a_whole_kernel_set(stem):
     k = load(sibling(stem))

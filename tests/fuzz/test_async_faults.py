@@ -115,7 +115,7 @@ def test_a_case_none_of_whose_replays_ran_says_unknown_not_kept_as_not_reproduci
     confirmer = Confirmer(_Replays([supervise.NotRun("no memory")] * 30), tries=3, minimize=False)
     confirmer.wait = lambda s: None
     done = confirmer.confirm(case)
-    assert done.reproduced == {"k": 0, "n": 0, "unknown": 3, "note": done.reproduced["note"]}
+    assert done.reproduced == {"k": 0, "n": 0, "fresh": 0, "unknown": 3, "note": done.reproduced["note"]}
     assert "no replay could run (no memory): unknown, not a pass" in done.history["note"], done.history
 
 

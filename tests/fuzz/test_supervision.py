@@ -361,7 +361,7 @@ def test_a_helper_executor_takes_some_of_the_rate_replays_side_by_side(tmp_path)
             time.sleep(0.05)
         case = Case.found(config=config, ops=ops, divergence=found, original_len=len(ops))
         done = Confirmer(ex, tries=5, minimize=False, helper=helper).confirm(case)
-        assert done.reproduced == {"k": 5, "n": 5} and not done.flaky, done.reproduced
+        assert done.reproduced == {"k": 5, "n": 5, "fresh": 5} and not done.flaky, done.reproduced
         # the executor's own child had run a job: its first replay waited for a fresh one, the helper's did not
         assert helper.jobs >= 1 and ex.jobs - 1 + helper.jobs == 5, (ex.jobs, helper.jobs)
         assert helper.child is None

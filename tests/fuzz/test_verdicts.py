@@ -280,9 +280,10 @@ def test_a_finding_its_first_replays_miss_is_replayed_longer_before_it_is_kept_a
     done = Confirmer(replays, tries=5, minimize=False).confirm(case)
     assert replays.calls == 5 + RARE_TRIES
     if fails_at:
-        assert done.reproduced == {"k": 1, "n": 5 + RARE_TRIES} and done.flaky and not done.history, done
+        n = 5 + RARE_TRIES
+        assert done.reproduced == {"k": 1, "n": n, "fresh": n} and done.flaky and not done.history, done
     else:
-        assert done.reproduced == {"k": 0, "n": 5 + RARE_TRIES} and not done.flaky
+        assert done.reproduced == {"k": 0, "n": 5 + RARE_TRIES, "fresh": 5 + RARE_TRIES} and not done.flaky
         assert "kept as found" in done.history["note"], done.history
 
 
@@ -309,6 +310,6 @@ def test_confirming_replays_the_whole_case_only_for_its_rates_and_an_unchanged_c
     replays, found = Replays(), (kvref.PoolConfig(num_pages=8), ops)
     case = Case.found(config=found[0], ops=ops, divergence=_finding(sig, None), original_len=3)
     done = Confirmer(replays, tries=5).confirm(case)
-    assert done.reproduced == {"k": 5, "n": 5} and done.ops == ops and done.minimize, done
+    assert done.reproduced == {"k": 5, "n": 5, "fresh": 5} and done.ops == ops and done.minimize, done
     # its five rates, and the suite's own check that a minimized case fails alike (tests/conftest.py)
     assert replays.calls.count(found) == 5 + 1 and len(replays.calls) > 6, replays.calls
