@@ -65,10 +65,20 @@ def test_a_case_with_a_chain_op_the_config_cannot_run_is_refused_on_loading(tmp_
     (tmp_path / "single.json").write_text(json.dumps(single))
     with pytest.raises(CaseError, match="has no chain"):
         load_case(tmp_path / "single.json")
+
+
+def test_a_case_naming_a_pool_the_chain_lacks_loads_and_the_spec_refuses_the_op(tmp_path):
+    """The generator names a missing pool on purpose (a broken precondition): a case holding such
+    an op was once refused on loading, so a campaign's own case file (one H200 run's flaky
+    fixture) could not be replayed or rated."""
+    case = json.loads((CASES / "chain-frontier-off-by-one.json").read_text())
     far = {**case, "ops": [{"op": "chain_alloc", "pool": 5, "n": 1}]}
     (tmp_path / "far.json").write_text(json.dumps(far))
-    with pytest.raises(CaseError, match="names pool 5"):
-        load_case(tmp_path / "far.json")
+    loaded = load_case(tmp_path / "far.json")
+    run = PoolRun(loaded.config, make_tier("torch"))
+    out = run.step(loaded.ops[0])
+    assert isinstance(out.error, kvref.ContractViolation) and "pool 5" in str(out.error), out
+    run.finish()
 
 
 def test_an_allocator_without_chains_is_a_setup_error_for_a_chain_config():
