@@ -187,6 +187,10 @@ def coverage_from_text(text: str) -> dict:
 def coverage_from_json(rep: dict) -> dict:
     kernels = {k: {"reached_n": len(_list(v.get("reached"))), "reached": _list(v.get("reached")),
                    "never": _list(v.get("never"))} for k, v in _dict(rep.get("kernels")).items() if isinstance(v, dict)}
+    chain = _dict(rep.get("chain"))
+    if chain.get("reached") or chain.get("never"):  # a chain of pools' features, a row as the text's "chain:" line
+        kernels["chain"] = {"reached_n": len(_list(chain.get("reached"))), "reached": _list(chain.get("reached")),
+                            "never": _list(chain.get("never"))}
     code = {}
     for short, per in _dict(rep.get("code")).items():
         per = {fn: v for fn, v in _dict(per).items() if isinstance(v, dict)}
