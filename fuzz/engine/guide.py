@@ -69,7 +69,8 @@ AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_e
 AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
 FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
 FRESH_PROGRAMS = 400  # ... or less: it ends before its launches would run more programs than this (the interpreter's cost)
-DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
+DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0, "spec": 4.0, "start": 4.0}  # ``Corpus.pick``'s first draw: the read
+# tables' trips and the spec side's conjunctions (a flush's stop, a kv_start against its trips) favoured
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 KNOWN_MAX = 1 << 12  # ``KnownReads``: reads kept (then it starts again; each holds its launches' features, a few KB)
 

@@ -32,6 +32,7 @@ from .generate import SCENARIOS, random_config
 from .knobs import knob_module
 from .ops import Alloc, ReadTable
 from .shapes import TABLE_OPS
+from .spec_features import table_lengths
 from .spec_side import Capabilities, SpecSide, unsupported
 
 MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone", "room")
@@ -224,14 +225,6 @@ def smallest(mod) -> dict:
     as its block and its programs per row shrink, and a stone whose stride spans its row (the
     grid covers it whatever its length: one trip by construction) needs them (``shrink``)."""
     return {name: min(choices) for name, choices in sorted(mod.FUZZ_KNOBS.items())}
-
-
-def table_lengths(op, page_size: int) -> list[int]:
-    """What a read-table kernel's loop runs to per row (``features._trip_features``'s n): a
-    row's live pages, or tokens for the packed form, capped as the launch caps them."""
-    if isinstance(op, ReadTable):
-        return [min(-(-max(n, 0) // page_size), op.max_pages) for n in op.seq_lens]
-    return [min(max(n, 0), op.max_tokens) for n in op.seq_lens]
 
 
 def _size_alloc(segs, a: int, cur: int, target: int, retry: bool, rng: random.Random) -> bool:
