@@ -99,7 +99,7 @@ def throughput(n_ops: int, ops_per_seq: int = 100, modes=("blind", "guided")) ->
 
 
 def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str = "interpret",
-             deferred: bool | None = None) -> list[dict]:
+             deferred: bool | None = None, kernels: str | None = None) -> list[dict]:
     """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
     and under the guided track's collection schedule (value features on every launch, code
     coverage and the interpreted kernel bodies as ``guide.code_schedule`` says of the sequences
@@ -109,7 +109,7 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
-    tier = make_tier(backend)
+    tier = make_tier(backend, kernels)
     track = tracks.get("small")
     track.run_sequence(tier, 10**6, 20)
     # On CUDA the guided track collects value features only (launch hook): no code tracing.
@@ -372,6 +372,7 @@ def main() -> int:
                         "instead of run again: the blind generator's streams are unchanged, so its ops are too")
     p.add_argument("--backend", choices=("interpret", "cuda", "torch"), default="interpret",
                    help="the tier (cuda: the overhead, hook and kill-ops parts only; value features alone; torch: kill-ops of an allocator)")
+    p.add_argument("--kernels", help="overhead: the kernel set measured (as --kernels; default ours)")
     p.add_argument("--out")
     args = p.parse_args()
     select_backend(args.backend)
@@ -380,7 +381,7 @@ def main() -> int:
               "cpus": __import__("os").cpu_count(), "note": args.note, "args": vars(args),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if "overhead" in parts:
-        result["overhead"] = overhead(args.ops, rounds=args.rounds, backend=args.backend)
+        result["overhead"] = overhead(args.ops, rounds=args.rounds, backend=args.backend, kernels=args.kernels)
         for row in result["overhead"]:
             print(json.dumps(row), flush=True)
     if "hook" in parts:

@@ -76,12 +76,13 @@ def domain_of(fid: int) -> str:
 
 
 def config_features(config, scenario: str, knobs: dict | None) -> set[str]:
-    """What a sequence ran under, as features: its scenario, page size, growth direction and
-    launch knobs. Not reached by the code but chosen before it; as features they make the
+    """What a sequence ran under, as features: its scenario, page size, growth direction, laziness
+    and launch knobs. Not reached by the code but chosen before it; as features they make the
     rarity schedule spread over them (a corpus grown from its first few entries keeps their
     scenario and knobs otherwise: long rows come from the ``long`` scenario, second trips
     only from small blocks)."""
-    out = {f"config|scenario|{scenario}", f"config|page_size|{config.page_size}", f"config|grow|{config.grow}"}
+    out = {f"config|scenario|{scenario}", f"config|page_size|{config.page_size}", f"config|grow|{config.grow}",
+           f"config|lazy|{config.lazy}"}
     if knobs:
         out.add(knobs_feature(knobs))
     return out

@@ -150,10 +150,9 @@ def derived_trips(kernel: str, constexprs: dict, dims: tuple, out: set, goals: d
         if n > 0:
             out.add(f"mask|{kernel}|row/{block}|{'full' if n % block == 0 else 'partial'}")
         for j in range(per_row):
-            start = j * block
-            if start >= n and j:
-                break  # the programs past the row's end make no trip; the first of them says so
-            program_trips(kernel, n, start, block, stride, out, goals)
+            program_trips(kernel, n, j * block, block, stride, out, goals)
+            if j * block >= n:
+                break  # the programs past the row's end make no trip: the first of them says so
     if t.starts is not None:
         start_features(kernel, t, block, stride, out, goals)
 
