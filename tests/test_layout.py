@@ -92,7 +92,7 @@ def test_only_the_tracks_ask_which_scale_runs():
 
 ENGINE_ROWS = [  # README.md's engine table, leaf modules first
     ["verdict", "gate", "lazy", "budget"], ["oplang", "ops", "raw_ops"],
-    ["memory", "boundary", "knobs", "vector_oracle", "signatures", "launches", "features", "sources", "tiers", "allocators",
+    ["memory", "boundary", "knobs", "vector_oracle", "signatures", "launches", "spec_features", "features", "sources", "tiers", "allocators",
      "zygote", "supervise", "health"],
     ["spec_side", "shapes", "generate"], ["runner", "strategies"], ["production", "compile_check"],
     ["tracks", "guide", "streams"],

@@ -49,7 +49,7 @@ from typing import NamedTuple, Sequence
 
 from . import spec_features
 from .signatures import by_name, int_constexprs, kernel_name
-from .spec_features import REACH, derived_trips, log_bucket, program_trips, trip_bucket
+from .spec_features import REACH, derived_trips, log_bucket, program_trips, trip_bucket  # noqa: F401 - REACH and trip_bucket: imported from here
 
 DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress", "spec",
            "start")  # new domains go last: a feature's integer holds its domain's index

@@ -30,8 +30,6 @@ replayed prefix, a repeated read table) is not run again, its features replayed 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
 import hashlib
 import itertools
 import json
@@ -51,10 +49,20 @@ from .features import (
     knobs_feature,
     trip_bucket,
 )
-from .generate import SCENARIOS, random_config, regenerate, sequence_r2t_dtype
+from .generate import SCENARIOS, regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .launches import program_order_mode
-from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, smallest
+from .streams import (
+    ChoiceRandom,
+    data_flow,
+    mutate,
+    params_of,
+    rare_config,
+    reconfig_wants,
+    retune,
+    row_target,
+    smallest,
+)
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "merge", "mutate", "params_of", "track_for"]
@@ -70,12 +78,9 @@ TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copi
 AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_edit``: resize, or shrink the knobs)
 AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
 FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
-CONFIG_TRIES = 4  # a fresh sequence's pool config: the least held of this many draws (``_fresh_stream``)
-FRESH_PROGRAMS = 400
+FRESH_PROGRAMS = 400  # ... or less: it ends before its launches would run more programs than this (the interpreter's cost)
 RECONFIG = 0.9  # share of plans ``reconfig_wants`` names a pool shape for that run in one (``plan``)
-START_TRIPS = ("2", "3+", "4-7", "8+")  # a packed row's kv_start must survive a second trip  # ... or less: it ends before its launches would run more programs than this (the interpreter's cost)
-DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0, "spec": 4.0, "start": 4.0}  # ``Corpus.pick``'s first draw: the read
-# tables' trips and the spec side's conjunctions (a flush's stop, a kv_start against its trips) favoured
+DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0, "spec": 4.0, "start": 4.0}  # ``Corpus.pick``: the rare conjunctions
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 KNOWN_MAX = 1 << 12  # ``KnownReads``: reads kept (then it starts again; each holds its launches' features, a few KB)
 
@@ -186,9 +191,8 @@ class Corpus:
         Per kernel, one drawn at random among those whose next trip features (``missing``) some
         entry still lacks: the packed table counts tokens and makes eight trips where the
         paged one makes one (benchmarks/results/guided-vs-blind-2026-12-04.md), and a
-        frontier over both stayed on it. A packed table's rows with an unaligned ``kv_start`` are a
-        frontier of their own (``KERNEL kv_start``): an offset lost after the first block needs
-        such a row one trip longer, which the table's own trips, reached by aligned rows, hide."""
+        frontier over both stayed on it. Packed rows with an unaligned ``kv_start`` are a frontier
+        of their own (``KERNEL kv_start``): the table's trips, reached by aligned rows, hide them."""
         best: dict[str, tuple[tuple, list]] = {}  # kernel -> ((most trips, -stride), [(entry, feature)])
         for e in self.entries:
             for name, goal in (e.get("goals") or {}).items():
@@ -336,9 +340,8 @@ class GuidedTrack(SmallTrack):
                                                focus=focus, shadow=self._shadow(tier, seed, entry),
                                                rare_knobs=self.rare_knobs(tier.kernels, rng),
                                                goal=aim(frontier(entry, why, rng), why, corpus.counts, rng), only=only)
-            wants = reconfig_wants(why, corpus.counts)
-            if wants and rng.random() < RECONFIG and (tuned := retune(stream, seed, rng.choice(wants), rng)) is not None:
-                stream, how = tuned, [*how, "reconfig"]  # the same ops in the pool shape its siblings need
+            if (wants := reconfig_wants(why, corpus.counts)) and rng.random() < RECONFIG:  # its ops, another pool
+                stream, how = (tuned, [*how, "reconfig"]) if (tuned := retune(stream, seed, rng.choice(wants), rng)) else (stream, how)
             tail = AIM_TAIL if only and how == [only] else TAIL
             plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
                     "how": how, "parent": entry, "why": why,
@@ -347,30 +350,13 @@ class GuidedTrack(SmallTrack):
         return plan
 
     def _fresh_stream(self, seed: int, rng: random.Random) -> list[float]:
-        """A fresh sequence's stream: its pool config drawn at random (from its own RNG, so the
-        ops' fresh draws do not repeat the config's), the least held of ``CONFIG_TRIES`` draws (its
-        page size, growth and laziness: a corpus grown from a few first entries stayed on one
-        direction of growth, and a flush bug that needs a pool growing down, a reader in flight and a
-        walk cut short was never met), then the scenario the corpus holds fewest
-        entries of (stratified like the knobs: long rows come from ``long``, churn from ``churn``)."""
+        """A fresh sequence's stream: its pool config (its own RNG's) the least held of a few draws
+        (``rare_config``: a corpus grown from its first entries stayed on one grow direction), then the
+        scenario the corpus holds fewest entries of (like the knobs: long rows come from ``long``)."""
         names = sorted(SCENARIOS)
         counts = [self.corpus.counts.get(feature_id(f"config|scenario|{n}"), 0) for n in names]
         pick = rng.choice([i for i, n in enumerate(counts) if n == min(counts)])
-        return [*self.rare_config(seed), (pick + 0.5) / len(names)]
-
-    def rare_config(self, seed: int, want=None, tries: int | None = None) -> list[float]:
-        """The draws of a pool config (a stream's first draws), the one of ``tries`` (``CONFIG_TRIES``)
-        drawn for ``seed`` whose page size, growth and laziness the corpus holds fewest entries of,
-        among those ``want(config)`` accepts (all, when none does)."""
-        best = None
-        for i in range(tries or CONFIG_TRIES):
-            draws = ChoiceRandom((), f"kvfuzz-config:{seed}" + (f":{i}" if i else ""))
-            c = random_config(draws)
-            held = sum(self.corpus.counts.get(feature_id(f), 0) for f in config_features(c, "", None) if "scenario" not in f)
-            key = (want is not None and not want(c), held)
-            if best is None or key < best[0]:
-                best = (key, draws.log)
-        return list(best[1])
+        return [*rare_config(self.corpus.counts, seed), (pick + 0.5) / len(names)]
 
     def rare_knobs(self, kernels, rng: random.Random) -> dict | None:
         """One of the launch-knob combinations the corpus holds fewest entries of (none yet,
@@ -492,14 +478,11 @@ def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
     holds, as (trips, last block): one more trip with a partial or a full last block, or the
     same trips with the other edge. The kill of a third-trip bug is such a conjunction (3+ trips
     AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips
-    partial, and one at 3 trips partial at 3 trips full, not only at "more trips". Never past
-    three trips (``TRIP_BUCKETS``' last): on the interpreter each trip of every program is paid for,
-    and a frontier that kept aiming at 4-7 and 8+ spent a team's kernel set's campaign on rows of
-    eight trips (benchmarks/results/guided-vs-blind-2026-12-04-foreign.md)."""
+    partial, and one at 3 trips partial at 3 trips full. Never past 3+ (each interpreted trip is paid
+    for: aims at 8+ spent a campaign on long rows, guided-vs-blind-2026-12-04-foreign.md)."""
     kernel, have = why.split("|")[1], goal[3]
     if why.startswith("start|"):  # a packed row's kv_start: the same start one trip further
-        where = why.split("|")[2]
-        want = f"start|{kernel}|{where}|trips {trip_bucket(have + 1)}"
+        want = f"start|{kernel}|{why.split('|')[2]}|trips {trip_bucket(have + 1)}"
         return [(have + 1, None)] if have < 3 and feature_id(want) not in counts else []
     more = [(have + 1, "partial"), (have + 1, "full")] if have < 3 else []  # past 3+: no bucket the report expects
     wants = more + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]
@@ -514,67 +497,6 @@ def aim(goal: list | None, why: str | None, counts, rng: random.Random) -> tuple
         return None
     trips, edge = rng.choice(missing(counts, why, goal) or [(goal[3] + 1, None)])
     return goal[0], row_target(goal, rng, trips, edge)
-
-
-def reconfig_wants(why: str | None, counts) -> list:
-    """The pool configs (tests of one) in which the siblings of ``why`` that no entry holds can be
-    reached, where its own config cannot reach them (empty: its config can). A packed table whose
-    rows reached two trips only with an aligned ``kv_start`` (or at page size 1: aligned by
-    construction) needs pages of 2+ tokens. A flush's stop met growing one way needs a lazy pool
-    growing the other; a walk that ended before its move limit, a smaller limit (one cut short
-    where a reader pins nothing), and one cut short by it, no limit (so it reaches a pinned page).
-    Mutations keep their entry's config (a corpus grown from its first entries stayed at page size
-    1, one grow direction), so ``retune`` changes the one draw these need."""
-    parts = (why or "").split("|")
-    wants = []
-    if parts[0] in ("trips", "start") and len(parts) > 1:
-        k = parts[1]
-        if any(feature_id(f"start|{k}|{w}|trips {b}") in counts for w in ("aligned", "page size 1") for b in START_TRIPS) \
-                and not any(feature_id(f"start|{k}|unaligned|trips {b}") in counts for b in START_TRIPS):
-            wants.append(_paged)
-    if parts[0] == "spec" and len(parts) > 4 and parts[1] == "flush":
-        grow, who, stop = parts[2:5]
-        other = "down" if grow == "up" else "up"
-        if feature_id(f"spec|flush|{other}|{who}|{stop}") not in counts:
-            wants.append(functools.partial(_pool_shape, grow=other))
-        if stop in ("frontier met", "pinned page") and feature_id(f"spec|flush|{grow}|{who}|move limit") not in counts:
-            wants.append(functools.partial(_pool_shape, grow=grow, moves=(0, 2)))
-        if stop == "move limit" and feature_id(f"spec|flush|{grow}|{who}|pinned page") not in counts:
-            wants.append(functools.partial(_pool_shape, grow=grow, moves=(9, 1 << 30)))
-    return wants
-
-
-def _paged(c) -> bool:
-    return c.page_size > 1
-
-
-def _pool_shape(c, grow: str, moves: tuple = (0, 1 << 30)) -> bool:
-    """A lazy pool growing ``grow`` whose walk's move limit is within ``moves``."""
-    return c.lazy and c.grow == grow and moves[0] <= c.max_moves <= moves[1]
-
-
-def retune(stream: list, seed: int, want, rng: random.Random) -> list | None:
-    """``stream`` with one of its pool config's draws changed so that ``want(config)`` holds and as
-    few of its fields as may be differ (the grow direction alone, the page size alone): the entry's
-    pool but for what its missing siblings need. None: no one draw does it."""
-    def config(s):
-        return random_config(ChoiceRandom(s, f"kvfuzz-retune:{seed}"))
-
-    base = config(stream)
-    fields = [f.name for f in dataclasses.fields(base)]
-    best = []
-    draws = ChoiceRandom((), "kvfuzz-count")
-    random_config(draws)
-    for i in range(len(draws.log)):  # the config's draws: a stream's first
-        for x in (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95):
-            cand = [*stream[:i], x, *stream[i + 1:]]
-            c = config(cand)
-            if want(c):
-                best.append((sum(getattr(c, f) != getattr(base, f) for f in fields), i, x, cand))
-    if not best:
-        return None
-    least = min(b[0] for b in best)
-    return rng.choice([b[3] for b in best if b[0] == least])
 
 
 def code_schedule(i: int) -> tuple[bool, bool]:

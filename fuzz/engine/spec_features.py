@@ -185,3 +185,4 @@ def start_features(kernel: str, t: Table, block: int, stride: int, out: set, goa
         name = f"start|{kernel}|{where}|trips {trip_bucket(trips)}"
         out.add(name)
         goals.setdefault(name, [n, trips * stride + 1 - n, block, trips, stride])
+
