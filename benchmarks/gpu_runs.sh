@@ -31,6 +31,7 @@ PARTS=(  # NAME|what it runs
   "profiles|where time goes: device kernels, synchronizing calls, a worker's set-up, the collector"
   "pinning|(2+ GPUs) workers pinned one GPU each: what each process sees"
   "sglang|SGLang's kernels through the adapter, small and production scale (EXTRA_PYTHONPATH)"
+  "foreign-guidance|value features on a kernel set kvfuzz did not write (team_tables*.py): collection cost, third-trip and kv_start kills, guided against blind"
   "sglang-allocator|SGLang's MultiEndedAllocator on CUDA with real events: a clean campaign beside its kill table (EXTRA_PYTHONPATH)"
 )
 list_parts() { for p in "${PARTS[@]}"; do printf '%-17s %s\n' "${p%%|*}" "${p#*|}"; done; }
@@ -176,6 +177,13 @@ run_part() {
   sglang)
     campaign sglang-small 20 --kernels kvfuzz-sglang
     campaign sglang-production 20 --kernels kvfuzz-sglang --scale production ;;
+  foreign-guidance)  # trips derived from the op and the launch (fuzz/engine/spec_features.py), literal blocks
+    timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts overhead --ops 800 --rounds 3 \
+      --kernels $FOREIGN/team_tables.py --note "one GPU, nothing else running" --out "$OUT/overhead-cuda-team.json" 2>&1 \
+      | grep -vi warn | tail -4 | cut -c1-500
+    timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts kill-ops --seeds 3 --max-ops 1500 \
+      --fixtures kernels=$FOREIGN/team_tables_third_trip.py,kernels=$FOREIGN/team_tables_kv_start.py \
+      --note "one GPU, nothing else running" --out "$OUT/kill-ops-cuda-team.json" 2>&1 | grep -E "median|Error" | cut -c1-300 ;;
   sglang-allocator)  # SGLANG_BUDGET s of the shipped file on SGLANG_WORKERS workers, the planted bugs meanwhile
     # in three groups, each mutant --max-sequences SGLANG_KILL_SEQ --stop-on-first, its case replayed on the
     # mutant and on the shipped file; about 8 minutes. SGLang's files are loaded by path from

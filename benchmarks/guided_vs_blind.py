@@ -99,7 +99,7 @@ def throughput(n_ops: int, ops_per_seq: int = 100, modes=("blind", "guided")) ->
 
 
 def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str = "interpret",
-             deferred: bool | None = None) -> list[dict]:
+             deferred: bool | None = None, kernels: str | None = None) -> list[dict]:
     """The cost of collecting features alone: the same blind sequences (seeds from 0) run bare
     and under the guided track's collection schedule (value features on every launch, code
     coverage and the interpreted kernel bodies as ``guide.code_schedule`` says of the sequences
@@ -109,7 +109,7 @@ def overhead(n_ops: int, ops_per_seq: int = 100, rounds: int = 2, backend: str =
     from fuzz.engine import features, guide, tracks
     from fuzz.engine.tiers import make_tier
 
-    tier = make_tier(backend)
+    tier = make_tier(backend, kernels)
     track = tracks.get("small")
     track.run_sequence(tier, 10**6, 20)
     # On CUDA the guided track collects value features only (launch hook): no code tracing.
@@ -223,17 +223,31 @@ def kills(names: list[str], seeds: list[int], budget_s: float) -> list[dict]:
     return rows
 
 
+def target_tier(name: str, backend: str):
+    """The tier a kill-ops target names: ``kernels=PATH`` (a kernel set, as ``--kernels``),
+    ``allocator=PATH:FACTORY`` (an allocator over our kernels, as ``--allocator``), else a mutant
+    of the catalogue or ``mutants.FIXTURES``."""
+    from fuzz.engine import allocators
+    from fuzz.engine.tiers import make_tier
+    from fuzz.tools.mutants import mutant_tier_named
+
+    kind, _, where = name.partition("=")
+    if kind == "kernels":
+        return make_tier(backend, where)
+    if kind == "allocator":
+        return allocators.attach(make_tier(backend), where)
+    return mutant_tier_named(name, backend)
+
+
 def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: int = 200,
                 modes=("blind", "guided"), backend: str = "interpret") -> list[dict]:
     """Work to kill, in one process and without a campaign (no start-up, no minimizing, no op
     timeouts a loaded machine trips): the sequences a one-worker campaign of seed ``s`` runs
     (sequence seeds ``s * 1_000_003 + k``, 200 ops each, guided's as its plans cut them), blind and guided (a
     fresh corpus each), until the first divergence or ``max_ops``; ops and CPU seconds."""
-    from fuzz.tools.mutants import mutant_tier_named
-
     rows = []
     for name in names:
-        tier = mutant_tier_named(name, backend)
+        tier = target_tier(name, backend)
         for seed in seeds:
             for mode in modes:
                 with tempfile.TemporaryDirectory() as root:
@@ -350,14 +364,15 @@ def main() -> int:
     p.add_argument("--parts", default="throughput,fixture,mutants")
     p.add_argument("--plans", type=int, default=100, help="stones: mutations per stone")
     p.add_argument("--fixtures", default="read-table-third-trip-partial-edge,read-table-third-trip-full-edge",
-                   help="comma list of mutants.FIXTURES")
+                   help="comma list of mutants.FIXTURES, kernels=PATH (a kernel set) or allocator=PATH:FACTORY (kill-ops)")
     p.add_argument("--note", default="", help="what else ran on the machine (a shared CPU: say so)")
     p.add_argument("--modes", default="blind,guided", help=f"kill-ops, throughput: the modes run (comma list of {', '.join(MODES)})")
     p.add_argument("--reuse-blind", metavar="JSON",
                    help="kill-ops: blind's rows taken from an earlier run's JSON (same mutants, seeds, --max-ops) "
                         "instead of run again: the blind generator's streams are unchanged, so its ops are too")
-    p.add_argument("--backend", choices=("interpret", "cuda"), default="interpret",
-                   help="the tier (cuda: the overhead, hook and kill-ops parts only; value features alone)")
+    p.add_argument("--backend", choices=("interpret", "cuda", "torch"), default="interpret",
+                   help="the tier (cuda: the overhead, hook and kill-ops parts only; value features alone; torch: kill-ops of an allocator)")
+    p.add_argument("--kernels", help="overhead: the kernel set measured (as --kernels; default ours)")
     p.add_argument("--out")
     args = p.parse_args()
     select_backend(args.backend)
@@ -366,7 +381,7 @@ def main() -> int:
               "cpus": __import__("os").cpu_count(), "note": args.note, "args": vars(args),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if "overhead" in parts:
-        result["overhead"] = overhead(args.ops, rounds=args.rounds, backend=args.backend)
+        result["overhead"] = overhead(args.ops, rounds=args.rounds, backend=args.backend, kernels=args.kernels)
         for row in result["overhead"]:
             print(json.dumps(row), flush=True)
     if "hook" in parts:

@@ -50,16 +50,18 @@ import zlib
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
+from . import spec_features
 from .signatures import by_name, int_constexprs, kernel_name
+from .spec_features import REACH, derived_trips, log_bucket, program_trips, trip_bucket  # noqa: F401 - REACH and trip_bucket: imported from here
 
-DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress", "chain")
+DOMAINS = ("code", "grid", "mask", "block_dist", "i32_dist", "trips", "hostile", "op", "config", "progress", "chain",
+           "spec", "start")  # new domains go last: a feature's integer holds its domain's index
 _DOMAIN_BITS = 40
 _IDS: dict[str, int] = {}
 TRIP_BUCKETS = ("0", "1", "2", "3+")  # what the report expects every read-table kernel to reach
 MASKS = ("full", "partial", "empty")
 INT32 = 1 << 31
 SIZES = ("N", "n", "n_elements", "max_pages", "max_tokens")  # int arguments a block's mask is measured against
-REACH = 16  # a stepping stone counts only this many pages (and one block) short of one more trip
 
 
 def feature_id(name: str) -> int:
@@ -76,24 +78,14 @@ def domain_of(fid: int) -> str:
     return DOMAINS[fid >> _DOMAIN_BITS]
 
 
-def log_bucket(n: int) -> str:
-    """0, 1, 2, 3-4, 5-8, ...: the bit length, so a size's order of magnitude."""
-    return str(int(n).bit_length()) if n >= 0 else "neg"
-
-
-def trip_bucket(trips: int) -> str:
-    if trips <= 2:
-        return str(trips)
-    return "3+" if trips == 3 else "4-7" if trips < 8 else "8+"
-
-
 def config_features(config, scenario: str, knobs: dict | None) -> set[str]:
-    """What a sequence ran under, as features: its scenario, page size, growth direction and
-    launch knobs. Not reached by the code but chosen before it; as features they make the
+    """What a sequence ran under, as features: its scenario, page size, growth direction, laziness
+    and launch knobs. Not reached by the code but chosen before it; as features they make the
     rarity schedule spread over them (a corpus grown from its first few entries keeps their
     scenario and knobs otherwise: long rows come from the ``long`` scenario, second trips
     only from small blocks)."""
-    out = {f"config|scenario|{scenario}", f"config|page_size|{config.page_size}", f"config|grow|{config.grow}"}
+    out = {f"config|scenario|{scenario}", f"config|page_size|{config.page_size}", f"config|grow|{config.grow}",
+           f"config|lazy|{config.lazy}"}
     if knobs:
         out.add(knobs_feature(knobs))
     return out
@@ -266,18 +258,7 @@ def _trip_features(kernel: str, values: dict, rows: Sequence[int], constexprs: d
             if isinstance(cap, int):
                 n = min(n, cap)
             for j in range(grid[1]):
-                start = j * block
-                trips = 0 if start >= n else math.ceil((n - start) / step)
-                last = start + (trips - 1) * step if trips else None
-                edge = "none" if last is None else "partial" if last + block > n else "full"
-                short = start + trips * step + 1 - n  # pages short of one more trip
-                names = [f"trips|{kernel}|{trip_bucket(trips)}|{edge}"]
-                if trips < 8 and short <= min(block, REACH):  # a stepping stone, only within reach
-                    names += [f"progress|{kernel}|trips {trips}|short {log_bucket(short)}",
-                              f"progress|{kernel}|row {min(2 * n // step, 16)}/2 strides|{edge}"]
-                for name in names:
-                    out.add(name)
-                    goals.setdefault(name, [n, short, block, trips, step])
+                program_trips(kernel, n, j * block, block, step, out, goals)
 
 
 class CodeCoverage:
@@ -362,6 +343,7 @@ class Collector:
     def at(self, marks: list, pos: int) -> None:
         """The next op begins (its draws at ``pos`` of the stream, appended to ``marks``)."""
         self.flush()
+        spec_features.end_op()
         marks.append(pos)
         self.op += 1
 
@@ -402,6 +384,8 @@ class Collector:
             if self.log is not None or got.serial not in self._taken:
                 new.update(got.names)
             _extras(got, args, kwargs, dims, new, goals)
+            if got.lens is None:  # a kernel whose parameters say nothing: its trips from the op and its grid
+                derived_trips(got.kernel, got.constexprs, dims, new, goals)
         except Exception:  # a launch shape we cannot read adds nothing, never fails a run
             got = None
         programs = math.prod(dims)
@@ -426,6 +410,7 @@ class Collector:
         from .launches import observe, untraced_launches
 
         self._stop = observe(self)
+        spec_features.ACTIVE.append(self)
         self._untraced = contextlib.ExitStack()
         if self.code is not None:
             if not self.code.trace_kernels:
@@ -436,6 +421,9 @@ class Collector:
     def __exit__(self, *exc):
         self._stop()
         self.flush()
+        with contextlib.suppress(ValueError):
+            spec_features.ACTIVE.remove(self)
+        spec_features.end_op()
         if self.code is not None:
             self.code.stop(self.names)
         self._untraced.close()

@@ -5,13 +5,11 @@ An input is a **choice stream** (``streams``: the generator's draws, cut at op m
 a mutated input is always a valid sequence; the mutations and the data flow they follow
 (which allocs made the rows a read table read) live there.
 
-The corpus is a directory of JSON entries (``Corpus``), each written atomically when it is
-found: a killed campaign keeps everything found before it, and the next one loads it and
-goes on (workers sharing one directory reload each other's finds). Each guided sequence's
-stream is also written under ``.seq/`` before it runs, so the parent can rebuild the ops of
-a worker that died in it (``GuidedTrack.regenerate``) as it does from a seed.
-``merge`` keeps the smallest subset of several corpora covering their union (libFuzzer's
-``-merge=1``: greedy, fewest ops first).
+The corpus is a directory of JSON entries (``Corpus``), each written atomically when found: a
+killed campaign keeps its finds, the next resumes (workers sharing one directory reload each
+other's). A guided sequence's stream is written under ``.seq/`` before it runs, so the parent
+rebuilds a dead worker's ops (``GuidedTrack.regenerate``). ``merge`` keeps the smallest subset
+of several corpora covering their union (libFuzzer's ``-merge=1``: greedy, fewest ops first).
 
 The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops
 (or ``FRESH_PROGRAMS`` programs launched, their cost on the interpreter: a pure op whose launch
@@ -49,10 +47,21 @@ from .features import (
     knobs_feature,
     trip_bucket,
 )
-from .generate import random_config, regenerate, sequence_r2t_dtype
+from .generate import regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .launches import program_order_mode
-from .streams import ChoiceRandom, data_flow, mutate, params_of, row_target, scenario_names, smallest
+from .streams import (
+    ChoiceRandom,
+    data_flow,
+    mutate,
+    params_of,
+    rare_config,
+    reconfig_wants,
+    retune,
+    row_target,
+    scenario_names,
+    smallest,
+)
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "merge", "mutate", "params_of", "track_for"]
@@ -69,7 +78,8 @@ AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_e
 AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
 FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
 FRESH_PROGRAMS = 400  # ... or less: it ends before its launches would run more programs than this (the interpreter's cost)
-DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0}  # ``Corpus.pick``'s first draw: the read tables' trips favoured
+RECONFIG = 0.9  # share of plans ``reconfig_wants`` names a pool shape for that run in one (``plan``)
+DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0, "spec": 4.0, "start": 4.0}  # ``Corpus.pick``: the rare conjunctions
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 KNOWN_MAX = 1 << 12  # ``KnownReads``: reads kept (then it starts again; each holds its launches' features, a few KB)
 
@@ -180,12 +190,13 @@ class Corpus:
         Per kernel, one drawn at random among those whose next trip features (``missing``) some
         entry still lacks: the packed table counts tokens and makes eight trips where the
         paged one makes one (benchmarks/results/guided-vs-blind/README.md), and a
-        frontier over both stayed on it."""
+        frontier over both stayed on it. Packed rows with an unaligned ``kv_start`` are a frontier
+        of their own (``KERNEL kv_start``): the table's trips, reached by aligned rows, hide them."""
         best: dict[str, tuple[tuple, list]] = {}  # kernel -> ((most trips, -stride), [(entry, feature)])
         for e in self.entries:
             for name, goal in (e.get("goals") or {}).items():
-                if name.startswith("trips|"):
-                    kernel = name.split("|")[1]
+                if name.startswith("trips|") or name.startswith("start|") and "|unaligned|" in name:
+                    kernel = name.split("|")[1] + (" kv_start" if name.startswith("start|") else "")
                     top, held = best.get(kernel, ((-1, 0), []))
                     key = (goal[3], -goal[4] if len(goal) > 4 else 0)  # most trips, then the shortest stride
                     if key >= top:
@@ -328,6 +339,8 @@ class GuidedTrack(SmallTrack):
                                                focus=focus, shadow=self._shadow(tier, seed, entry),
                                                rare_knobs=self.rare_knobs(tier.kernels, rng),
                                                goal=aim(frontier(entry, why, rng), why, corpus.counts, rng), only=only)
+            if (wants := reconfig_wants(why, corpus.counts)) and rng.random() < RECONFIG:  # its ops, another pool
+                stream, how = (tuned, [*how, "reconfig"]) if (tuned := retune(stream, seed, rng.choice(wants), rng)) else (stream, how)
             tail = AIM_TAIL if only and how == [only] else TAIL
             plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
                     "how": how, "parent": entry, "why": why,
@@ -336,24 +349,20 @@ class GuidedTrack(SmallTrack):
         return plan
 
     def _fresh_stream(self, seed: int, rng: random.Random) -> list[float]:
-        """A fresh sequence's stream: its pool config drawn at random (from its own RNG, so the
-        ops' fresh draws do not repeat the config's), then the scenario the corpus holds fewest
-        entries of (stratified like the knobs: long rows come from ``long``, churn from ``churn``)."""
+        """A fresh sequence's stream: its pool config (its own RNG's) the least held of a few draws
+        (``rare_config``: a corpus grown from its first entries stayed on one grow direction), then
+        the scenario the corpus holds fewest entries of (long rows come from ``long``, chains from theirs)."""
         names = scenario_names()
         counts = [self.corpus.counts.get(feature_id(f"config|scenario|{n}"), 0) for n in names]
         pick = rng.choice([i for i, n in enumerate(counts) if n == min(counts)])
-        draws = ChoiceRandom((), f"kvfuzz-config:{seed}")
-        random_config(draws)
-        return [*draws.log, (pick + 0.5) / len(names)]
+        return [*rare_config(self.corpus.counts, seed), (pick + 0.5) / len(names)]
 
     def rare_knobs(self, kernels, rng: random.Random) -> dict | None:
-        """One of the launch-knob combinations the corpus holds fewest entries of (none yet,
-        first): what a fresh sequence runs under (stratified: the first few cover every
-        combination, where a seed's draw takes each with its share only), and what the knob
-        mutation tries. The shapes only one combination makes (three trips at fuzzing sizes
-        need the smallest block *and* the fewest programs) would otherwise wait for a draw."""
-        mod = knob_module(kernels)
-        if mod is None:
+        """One of the launch-knob combinations the corpus holds fewest entries of (none yet, first):
+        what a fresh sequence runs under (stratified, where a seed's draw takes each with its share
+        only), and what the knob mutation tries. Shapes only one combination makes (three trips at
+        fuzzing sizes need the smallest block *and* the fewest programs) would wait for a draw."""
+        if (mod := knob_module(kernels)) is None:
             return None
         names = sorted(mod.FUZZ_KNOBS)
         combos = [dict(zip(names, v)) for v in itertools.islice(
@@ -469,9 +478,14 @@ def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
     holds, as (trips, last block): one more trip with a partial or a full last block, or the
     same trips with the other edge. The kill of a third-trip bug is such a conjunction (3+ trips
     AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips
-    partial, and one at 3 trips partial at 3 trips full, not only at "more trips"."""
+    partial, and one at 3 trips partial at 3 trips full. Never past 3+ (each interpreted trip is paid
+    for: aims at 8+ spent a campaign on long rows, benchmarks/results/guided-vs-blind-foreign/README.md)."""
     kernel, have = why.split("|")[1], goal[3]
-    wants = [(have + 1, "partial"), (have + 1, "full")] + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]
+    if why.startswith("start|"):  # a packed row's kv_start: the same start one trip further
+        want = f"start|{kernel}|{why.split('|')[2]}|trips {trip_bucket(have + 1)}"
+        return [(have + 1, None)] if have < 3 and feature_id(want) not in counts else []
+    more = [(have + 1, "partial"), (have + 1, "full")] if have < 3 else []  # past 3+: no bucket the report expects
+    wants = more + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]
     return [w for w in wants if feature_id(f"trips|{kernel}|{trip_bucket(w[0])}|{w[1]}") not in counts]
 
 

@@ -27,7 +27,7 @@ import contextlib
 import kvref
 from kvref import ContractViolation, InvariantViolation
 
-from . import features, lazy
+from . import features, lazy, spec_features
 from .gate import GeneratedInvalid, spec_refusal
 from .generate import HOSTILE
 from .knobs import apply as apply_knobs
@@ -250,6 +250,7 @@ class PoolRun:
 
     def _step(self, i: int, op: Op, generated_valid: bool = False) -> Outcome:
         spec_out = self.side.apply(op)
+        spec_features.note_op(op, self.spec, spec_out.error)
         if generated_valid and spec_refusal(spec_out.error):
             raise GeneratedInvalid(i, op, spec_out.error)
         if self.known is not None:

@@ -26,13 +26,17 @@ checked on a **shadow run** (the generator against the spec alone, no kernel: th
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import random
 
 from .chain_gen import CHAIN_SCENARIOS, random_chain_config
+from .features import config_features, feature_id
 from .generate import SCENARIOS, random_config
 from .knobs import knob_module
 from .ops import Alloc, ReadTable
 from .shapes import TABLE_OPS
+from .spec_features import table_lengths
 from .spec_side import Capabilities, SpecSide, unsupported
 
 MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone", "room")
@@ -240,14 +244,6 @@ def smallest(mod) -> dict:
     return {name: min(choices) for name, choices in sorted(mod.FUZZ_KNOBS.items())}
 
 
-def table_lengths(op, page_size: int) -> list[int]:
-    """What a read-table kernel's loop runs to per row (``features._trip_features``'s n): a
-    row's live pages, or tokens for the packed form, capped as the launch caps them."""
-    if isinstance(op, ReadTable):
-        return [min(-(-max(n, 0) // page_size), op.max_pages) for n in op.seq_lens]
-    return [min(max(n, 0), op.max_tokens) for n in op.seq_lens]
-
-
 def _size_alloc(segs, a: int, cur: int, target: int, retry: bool, rng: random.Random) -> bool:
     """Set alloc op ``a``'s size draw towards ``target`` pages (it is ``cur`` now): its widest
     integer draw; a size outside that draw's range needs another branch of the op's chances
@@ -426,3 +422,86 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
         nudge(segs[op_index()], rng)
         done.append("nudge")
     return flat(segs), marks_of(segs), knobs, done
+
+
+# Pool configs: which config a corpus entry's missing siblings need, and the stream that runs its ops in
+# it. A mutation keeps its entry's config (the stream's first draws), and a corpus grown from its first
+# entries stays at their page size and grow direction, where a conjunction may need another.
+START_TRIPS = ("2", "3+", "4-7", "8+")  # a packed row's kv_start must survive a second trip
+CONFIG_TRIES = 4  # a fresh sequence's pool config: the least held of this many draws (``rare_config``)
+
+
+def rare_config(counts, seed: int, want=None, tries: int = CONFIG_TRIES) -> list[float]:
+    """The draws of a pool config (a stream's first draws), the one of ``tries`` drawn for ``seed``
+    whose page size, growth and laziness the corpus (its feature ``counts``) holds fewest entries of,
+    among those ``want(config)`` accepts (all, when none does)."""
+    best = None
+    for i in range(tries):
+        draws = ChoiceRandom((), f"kvfuzz-config:{seed}" + (f":{i}" if i else ""))
+        c = random_config(draws)
+        held = sum(counts.get(feature_id(f), 0) for f in config_features(c, "", None) if "scenario" not in f)
+        key = (want is not None and not want(c), held)
+        if best is None or key < best[0]:
+            best = (key, draws.log)
+    return list(best[1])
+
+
+def reconfig_wants(why: str | None, counts) -> list:
+    """The pool configs (tests of one) in which the siblings of ``why`` that no entry holds can be
+    reached, where its own config cannot reach them (empty: its config can). A packed table whose
+    rows reached two trips only with an aligned ``kv_start`` (or at page size 1: aligned by
+    construction) needs pages of 2+ tokens. A flush's stop met growing one way needs a lazy pool
+    growing the other; a walk that ended before its move limit, a smaller limit (one cut short
+    where a reader pins nothing), and one cut short by it, no limit (so it reaches a pinned page).
+    Mutations keep their entry's config (a corpus grown from its first entries stayed at page size
+    1, one grow direction), so ``retune`` changes the one draw these need."""
+    parts = (why or "").split("|")
+    wants = []
+    if parts[0] in ("trips", "start") and len(parts) > 1:
+        k = parts[1]
+        if any(feature_id(f"start|{k}|{w}|trips {b}") in counts for w in ("aligned", "page size 1") for b in START_TRIPS) \
+                and not any(feature_id(f"start|{k}|unaligned|trips {b}") in counts for b in START_TRIPS):
+            wants.append(_paged)
+    if parts[0] == "spec" and len(parts) > 4 and parts[1] == "flush":
+        grow, who, stop = parts[2:5]
+        other = "down" if grow == "up" else "up"
+        if feature_id(f"spec|flush|{other}|{who}|{stop}") not in counts:
+            wants.append(functools.partial(_pool_shape, grow=other))
+        if stop in ("frontier met", "pinned page") and feature_id(f"spec|flush|{grow}|{who}|move limit") not in counts:
+            wants.append(functools.partial(_pool_shape, grow=grow, moves=(0, 2)))
+        if stop == "move limit" and feature_id(f"spec|flush|{grow}|{who}|pinned page") not in counts:
+            wants.append(functools.partial(_pool_shape, grow=grow, moves=(9, 1 << 30)))
+    return wants
+
+
+def _paged(c) -> bool:
+    return c.page_size > 1
+
+
+def _pool_shape(c, grow: str, moves: tuple = (0, 1 << 30)) -> bool:
+    """A lazy pool growing ``grow`` whose walk's move limit is within ``moves``."""
+    return c.lazy and c.grow == grow and moves[0] <= c.max_moves <= moves[1]
+
+
+def retune(stream: list, seed: int, want, rng: random.Random) -> list | None:
+    """``stream`` with one of its pool config's draws changed so that ``want(config)`` holds and as
+    few of its fields as may be differ (the grow direction alone, the page size alone): the entry's
+    pool but for what its missing siblings need. None: no one draw does it."""
+    def config(s):
+        return random_config(ChoiceRandom(s, f"kvfuzz-retune:{seed}"))
+
+    base = config(stream)
+    fields = [f.name for f in dataclasses.fields(base)]
+    best = []
+    draws = ChoiceRandom((), "kvfuzz-count")
+    random_config(draws)
+    for i in range(len(draws.log)):  # the config's draws: a stream's first
+        for x in (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95):
+            cand = [*stream[:i], x, *stream[i + 1:]]
+            c = config(cand)
+            if want(c):
+                best.append((sum(getattr(c, f) != getattr(base, f) for f in fields), i, x, cand))
+    if not best:
+        return None
+    least = min(b[0] for b in best)
+    return rng.choice([b[3] for b in best if b[0] == least])
