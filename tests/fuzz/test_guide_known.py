@@ -105,7 +105,7 @@ def test_a_guided_run_with_known_reads_is_the_run_without_them(tmp_path, monkeyp
         if not on:
             monkeypatch.setattr(guide, "program_order_mode", lambda: "shuffled")  # known reads off
         track, hits, ops = guide.GuidedTrack(tmp_path / str(on)), 0, []
-        for seed in range(12):
+        for seed in range(24):  # enough mutated plans to replay a read, whatever configs the corpus keeps
             track.plan(tier, seed)
             seq = track.run_sequence(tier, seed, 40)
             hits += seq.run.known_hits
