@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import kvref
 
-from .ops import Alloc, Flush, Ints, OpError, PoolOp, _halves
+from .ops import Alloc, Flush, Ints, OpError, PoolOp, _TokenOp
 
 __all__ = ["CHAIN_KINDS", "ChainOp", "check_chain_ops"]
 
@@ -80,12 +80,8 @@ class _ChainTokens(ChainOp):
     def args(self, t=None):
         return (list(self.tokens),) if t is None else (t.tokens("tokens", self.tokens),)
 
-    def token_ids(self):
-        return iter(self.tokens)
-
-    def shrink(self):
-        for keep in _halves(self.tokens):
-            yield dataclasses.replace(self, tokens=keep)
+    token_ids = _TokenOp.token_ids  # a pool op's tokens, kept and halved as the single pool's are
+    shrink = _TokenOp.shrink
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..cli_args import _shard  # the same I/N as kvfuzz run --shard, with its messages
+
 SCHEMA = "kvfuzz-host/1"
 SIMULATE_ENV = "KVFUZZ_SIMULATE_GPUS"
 LAYOUTS = ("shards", "workers")
@@ -320,16 +322,6 @@ def text_report(record: dict) -> str:
     return "\n".join(lines)
 
 
-def _shard_arg(text: str) -> tuple[int, int]:
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard takes I/N (e.g. 0/4), got {text!r}") from None
-    if n < 1 or not 0 <= i < n:
-        raise argparse.ArgumentTypeError(f"--shard {text}: need 0 <= I < N")
-    return i, n
-
-
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"need a whole number, 1 or more, got {text!r}")
@@ -346,7 +338,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--workers-per-gpu", type=_positive, default=None,
                     help="default 4 on GPUs; on a host without one (or simulated), the cores over the campaigns")
     ap.add_argument("--gpus", type=_positive, default=None, help="use the first N GPUs (default all)")
-    ap.add_argument("--shard", type=_shard_arg, default=(0, 1), metavar="I/M", help="this host's share of the seeds")
+    ap.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/M", help="this host's share of the seeds")
     ap.add_argument("--max-sequences", type=_positive, default=None, help="the host's sequences, all GPUs together")
     ap.add_argument("--max-ops", type=_positive, default=None, help="the host's ops, all GPUs together")
     ap.add_argument("--corpus", default=None, help="the guided corpus: each GPU grows a copy, merged back at the end")

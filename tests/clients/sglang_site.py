@@ -56,3 +56,13 @@ def sglang_site(tmp_path_factory) -> str:
 
 def pythonpath(site: str) -> str:
     return os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
+
+
+def skip_if_sglang_importable() -> None:
+    """The setup-error tests need a Python where no SGLang is found (its kernels and its
+    allocator both look it up on sys.path)."""
+    r = subprocess.run([sys.executable, "-c", "import importlib.machinery as m; "
+                        "print(m.PathFinder.find_spec('sglang') is not None)"],
+                       capture_output=True, text=True, timeout=60)
+    if r.stdout.strip() == "True":
+        pytest.skip("sglang is importable in this environment")

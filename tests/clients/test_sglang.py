@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.sglang_site import INSTALL_HINT
+from tests.clients.sglang_site import INSTALL_HINT, skip_if_sglang_importable
 from tests.clients.sglang_site import pythonpath as _pythonpath
 from tests.fuzz.test_engine import REPO, kvfuzz, show
 
@@ -94,10 +94,6 @@ def test_adapter_loads_by_file_and_the_token_stream_overflow_is_real(sglang_site
 
 
 def test_without_sglang_the_kernel_set_is_a_setup_error_naming_the_install(tmp_path):
-    r = subprocess.run([sys.executable, "-c", "import importlib.machinery as m; "
-                        "print(m.PathFinder.find_spec('sglang') is not None)"],
-                       capture_output=True, text=True, timeout=60)
-    if r.stdout.strip() == "True":
-        pytest.skip("sglang is importable in this environment")
+    skip_if_sglang_importable()
     r = kvfuzz("run", "--backend", "interpret", "--kernels", "kvfuzz-sglang", "--budget-s", 5, "--out", tmp_path)
     assert r.returncode == 2 and INSTALL_HINT in r.stderr and "Traceback" not in r.stderr, show(r)

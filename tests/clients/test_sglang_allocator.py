@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import importlib
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import pytest
 import kvref
 from fuzz.engine.dispatch import replay
 from fuzz.engine.tiers import TierSpec
-from tests.clients.sglang_site import INSTALL_HINT, pythonpath
+from tests.clients.sglang_site import INSTALL_HINT, pythonpath, skip_if_sglang_importable
 from tests.fuzz.test_engine import REPO, kvfuzz, show
 
 CASES = REPO / "tests/clients/sglang-allocator-cases"
@@ -147,11 +146,7 @@ def test_a_found_case_names_sglangs_file_and_version_and_replays(sglang_site, tm
 
 
 def test_without_sglang_the_allocator_is_a_setup_error_naming_the_install(tmp_path):
-    r = subprocess.run([sys.executable, "-c", "import importlib.machinery as m; "
-                        "print(m.PathFinder.find_spec('sglang') is not None)"],
-                       capture_output=True, text=True, timeout=60)
-    if r.stdout.strip() == "True":
-        pytest.skip("sglang is importable in this environment")
+    skip_if_sglang_importable()
     # with our kernels, so that what is missing is the allocator itself (test_sglang.py: its kernels)
     r = kvfuzz("run", "--allocator", "kvfuzz-sglang", "--kernels", "kvkernels.torch_path", "--backend", "torch",
                "--max-sequences", 1, "--out", tmp_path)
