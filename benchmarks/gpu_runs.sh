@@ -32,6 +32,7 @@ PARTS=(  # NAME|what it runs
   "pinning|(2+ GPUs) workers pinned one GPU each: what each process sees"
   "sglang|SGLang's kernels through the adapter, small and production scale (EXTRA_PYTHONPATH)"
   "foreign-guidance|value features on a kernel set kvfuzz did not write (team_tables*.py): collection cost, third-trip and kv_start kills, guided against blind"
+  "replay-matrix|fault fixtures of process history and chance (exit, kill, hang on the Nth call, flaky), RM_CAMPAIGNS campaigns each, RM_JOBS at once: rates, 1-minimal, replays"
   "sglang-allocator|SGLang's MultiEndedAllocator on CUDA with real events: a clean campaign beside its kill table (EXTRA_PYTHONPATH)"
 )
 list_parts() { for p in "${PARTS[@]}"; do printf '%-17s %s\n' "${p%%|*}" "${p#*|}"; done; }
@@ -184,6 +185,13 @@ run_part() {
     timeout 200 $PY -m benchmarks.guided_vs_blind --backend cuda --parts kill-ops --seeds 3 --max-ops 1500 \
       --fixtures kernels=$FOREIGN/team_tables_third_trip.py,kernels=$FOREIGN/team_tables_kv_start.py \
       --note "one GPU, nothing else running" --out "$OUT/kill-ops-cuda-team.json" 2>&1 | grep -E "median|Error" | cut -c1-300 ;;
+  replay-matrix)  # RM_ONLY (default all four), seeds RM_FIRST.., each campaign a process of its own, RM_JOBS at once;
+    # --op-timeout 1.5 as on the interpreter: a fresh child loads every kernel in its smoke test before op 1, so an op
+    # of these sizes takes milliseconds, and every candidate that still hangs costs one op-timeout
+    timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --campaigns "${RM_CAMPAIGNS:-10}" \
+      --first-seed "${RM_FIRST:-0}" --only "${RM_ONLY:-exit_nth,kill_nth,hang_nth,flaky}" --jobs "${RM_JOBS:-12}" \
+      --op-timeout "${RM_OP_TIMEOUT:-1.5}" --deadline-s "${RM_DEADLINE:-300}" --out "$OUT/replay-matrix" > "$OUT/replay-matrix-runs.log" 2>&1
+    echo "exit $?"; grep -E "seed" "$OUT/replay-matrix-runs.log" | head -60 ;;
   sglang-allocator)  # SGLANG_BUDGET s of the shipped file on SGLANG_WORKERS workers, the planted bugs meanwhile
     # in three groups, each mutant --max-sequences SGLANG_KILL_SEQ --stop-on-first, its case replayed on the
     # mutant and on the shipped file; about 8 minutes. SGLang's files are loaded by path from

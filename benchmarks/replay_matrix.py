@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -132,6 +133,45 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(out: Path, rows: list[dict]) -> None:
+    rows.sort(key=lambda r: (list(FIXTURES).index(r["fixture"]), r["seed"]))
+    (out / "replay_matrix.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "replay_matrix.md").write_text(table(rows))
+
+
+def in_parallel(args, names: list[str], start: float) -> int:
+    """Each campaign run by this script in a process of its own (``--campaigns 1``), ``--jobs`` at
+    once: the table is the same as one process's, each row written as its campaign ends."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    longest_first = sorted(names, key=lambda n: ("hang_nth", "flaky").index(n) if n in ("hang_nth", "flaky") else 2)
+    todo = [(n, s) for n in longest_first for s in range(args.first_seed, args.first_seed + args.campaigns)]
+    rows: list[dict] = []
+    lock = threading.Lock()
+
+    def one(name: str, seed: int) -> None:
+        if args.deadline_s is not None and time.monotonic() - start > args.deadline_s:
+            return
+        part = args.out / "parts" / f"{name}-{seed}"
+        subprocess.run([sys.executable, __file__, "--backend", args.backend, "--only", name, "--first-seed", str(seed),
+                        "--campaigns", "1", "--op-timeout", str(args.op_timeout), "--out", str(part)],
+                       cwd=ROOT, capture_output=True, text=True)
+        got = json.loads((part / "replay_matrix.json").read_text()) if (part / "replay_matrix.json").exists() else [
+            {"fixture": name, "seed": seed, "rc": None, "run_s": None, "cases": [], "ok": False,
+             "log_tail": "the campaign's process wrote no row"}]
+        with lock:
+            rows.extend(got)
+            for r in got:
+                print(f"{name} seed {seed}: exit {r['rc']}, {len(r['cases'])} case(s), {r['run_s']} s, "
+                      f"{'right' if r['ok'] else 'WRONG'}", flush=True)
+            write(args.out, rows)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(lambda job: one(*job), todo))
+    print(table(rows))
+    return 0 if rows and all(r["ok"] for r in rows) else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="interpret")
@@ -145,16 +185,19 @@ def main(argv=None) -> int:
                     help="the campaigns' --op-timeout (a GPU's first launches in a fresh process load kernels)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no campaign after this many seconds (the rows so far are written)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="campaigns at once, each in a process of its own (a GPU host's cores; the hang and flaky "
+                         "campaigns, the longest, start first)")
     args = ap.parse_args(argv)
     names = [n for n in FIXTURES if not args.only or n in args.only.split(",")]
     rows, start = [], time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.merge is not None:
-        rows = sorted((r for f in args.merge for r in json.loads(f.read_text())),
-                      key=lambda r: (list(FIXTURES).index(r["fixture"]), r["seed"]))
-        (args.out / "replay_matrix.json").write_text(json.dumps(rows, indent=1) + "\n")
-        (args.out / "replay_matrix.md").write_text(table(rows))
+        rows = [r for f in args.merge for r in json.loads(f.read_text())]
+        write(args.out, rows)
         return 0 if all(r["ok"] for r in rows) else 1
+    if args.jobs > 1:
+        return in_parallel(args, names, start)
     for seed in range(args.first_seed, args.first_seed + args.campaigns):  # seed by seed, so rows cut short by --deadline-s cover every fixture
         for name in names:
             if args.deadline_s is not None and time.monotonic() - start > args.deadline_s:
@@ -163,8 +206,7 @@ def main(argv=None) -> int:
             r = rows[-1]
             print(f"{name} seed {seed}: exit {r['rc']}, {len(r['cases'])} case(s), {r['run_s']} s, "
                   f"{'right' if r['ok'] else 'WRONG'}", flush=True)
-            (args.out / "replay_matrix.json").write_text(json.dumps(rows, indent=1) + "\n")
-            (args.out / "replay_matrix.md").write_text(table(rows))
+            write(args.out, rows)
     print(table(rows))
     return 0 if all(r["ok"] for r in rows) else 1
 
