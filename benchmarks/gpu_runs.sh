@@ -190,8 +190,9 @@ run_part() {
     # of these sizes takes milliseconds, and every candidate that still hangs costs one op-timeout
     timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --campaigns "${RM_CAMPAIGNS:-10}" \
       --first-seed "${RM_FIRST:-0}" --only "${RM_ONLY:-exit_nth,kill_nth,hang_nth,flaky}" --jobs "${RM_JOBS:-12}" \
-      --op-timeout "${RM_OP_TIMEOUT:-1.5}" --deadline-s "${RM_DEADLINE:-300}" --out "$OUT/replay-matrix" > "$OUT/replay-matrix-runs.log" 2>&1
-    echo "exit $?"; grep -E "seed" "$OUT/replay-matrix-runs.log" | head -60 ;;
+      --op-timeout "${RM_OP_TIMEOUT:-1.5}" --deadline-s "${RM_DEADLINE:-300}" --out /tmp/gpu-runs-rm > "$OUT/replay-matrix-runs.log" 2>&1
+    echo "exit $?"; cp /tmp/gpu-runs-rm/replay_matrix.json /tmp/gpu-runs-rm/replay_matrix.md "$OUT/" 2>/dev/null
+    grep -E "seed" "$OUT/replay-matrix-runs.log" | head -60 ;;
   sglang-allocator)  # SGLANG_BUDGET s of the shipped file on SGLANG_WORKERS workers, the planted bugs meanwhile
     # in three groups, each mutant --max-sequences SGLANG_KILL_SEQ --stop-on-first, its case replayed on the
     # mutant and on the shipped file; about 8 minutes. SGLang's files are loaded by path from
