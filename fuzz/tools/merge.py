@@ -158,7 +158,9 @@ def _reproduced(value) -> dict | None:
     if isinstance(value, dict) and all(isinstance(value.get(x), int) and not isinstance(value.get(x), bool)
                                        for x in ("k", "n")) and 0 <= value["k"] <= value["n"]:
         unknown = value.get("unknown")  # replays that could not run (counted neither way)
+        fresh = value.get("fresh")  # replays that ran each in a fresh process
         return {"k": value["k"], "n": value["n"],
+                **({"fresh": fresh} if _count(fresh, -1) >= 0 else {}),
                 **({"unknown": unknown} if isinstance(unknown, int) and not isinstance(unknown, bool) and unknown > 0
                    else {})}
     return None
@@ -313,8 +315,12 @@ def collect(inputs) -> _Collection:
 
 
 def _summed(rates: list[dict]) -> dict:
-    """Rates of several shards as one: k, n and (when any shard had some) unknown, summed."""
+    """Rates of several shards as one: k, n and (when any shard had some) unknown, summed; fresh
+    summed only when every shard says how many of its replays ran fresh (a rate whose replays
+    may have run in reused processes must not read as all fresh)."""
     out = {"k": sum(r["k"] for r in rates), "n": sum(r["n"] for r in rates)}
+    if all("fresh" in r for r in rates):
+        out["fresh"] = sum(r["fresh"] for r in rates)
     unknown = sum(r.get("unknown", 0) for r in rates)
     return {**out, "unknown": unknown} if unknown else out
 

@@ -95,6 +95,17 @@ def test_two_shards_merge_into_one_case_per_signature(two_shards, tmp_path):
     assert "NEW    read_table/result/out  47x in 2 shard(s), 5 ops, reproduced 4/6 (flaky)" in r.text
 
 
+def test_a_merged_rate_says_how_many_replays_ran_fresh_only_when_every_shard_did(tmp_path):
+    a = a_shard(tmp_path, "a", [a_case(READ, 9, reproduced={"k": 3, "n": 3, "fresh": 3})], shard="0/3")
+    b = a_shard(tmp_path, "b", [a_case(READ, 5, seed=1, reproduced={"k": 2, "n": 5, "fresh": 5})], shard="1/3")
+    c = a_shard(tmp_path, "c", [a_case(READ, 7, seed=2, reproduced={"k": 1, "n": 3})], shard="2/3")
+    both = merge([a, b], tmp_path / "ab")
+    assert failure(both.summary, READ)["reproduced"] == {"k": 5, "n": 8, "fresh": 8}
+    assert load_case(tmp_path / "ab" / failure(both.summary, READ)["case"]).reproduced == {"k": 5, "n": 8, "fresh": 8}
+    # a shard whose case does not say its replays ran fresh (an older kvfuzz): the sum claims nothing
+    assert failure(merge([a, b, c], tmp_path / "abc").summary, READ)["reproduced"] == {"k": 6, "n": 11}
+
+
 def test_without_a_summary_each_case_file_is_one_occurrence(tmp_path):
     a = a_shard(tmp_path, "a", [a_case(READ, 3)], summary=False)
     b = a_shard(tmp_path, "b", [a_case(READ, 3, kernels="other.py")], summary=False)
