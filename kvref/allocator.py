@@ -85,6 +85,11 @@ RULES = {
                                   "batch or has holes left to walk after absorbing; an eager flush does nothing",
     "move_cap_floor_1": "a non-urgent flush moves at least one page: max_moves 0 acts as 1",
     "eager_free_ids_sorted": "an eager pool of page size 1 appends the pages it frees to free_virtual ascending",
+    "ladder_flushes_when_short": "in a chain, an alloc that falls short runs the relief ladder whatever the "
+                                 "shortfall and before the free list is checked, and what the ladder did stays "
+                                 "when the alloc still fails",
+    "float_ladder_low_only": "in a chain, a float short on its own alloc flushes its low neighbour only (its "
+                             "schedulable capacity credits both)",
 }
 
 
@@ -100,8 +105,17 @@ class Allocator:
         self.frontier_room = None  # () -> pages the chain's bytes leave this frontier (None: index room only)
         self.gate_open = None  # () -> whether pages may move (None: always)
         self.pool = 0  # this pool's index in its chain
+        if config.is_float and type(self) is Allocator:
+            raise ContractViolation("a float pool is a chain's middle member, built by its chain (docs/spec.md §6)")
         self.clear()
         self.chain = Chain(self) if config.chain is not None else None
+
+    def peer(self, config: PoolConfig) -> Allocator:
+        """Another member of this pool's chain, under the same rules: a float for a float
+        config, else a pool of this one's type."""
+        from .float_pool import FloatPool  # its module builds on this one
+
+        return FloatPool(config, self.rules) if config.is_float else type(self)(config, self.rules)
 
     # ---- geometry -------------------------------------------------------------
     @property
@@ -173,15 +187,20 @@ class Allocator:
         return [t // ps for t in tokens[::ps]]
 
     # ---- alloc ----------------------------------------------------------------
-    def alloc(self, n_tokens: int) -> list[int] | None:
+    def _pages_asked(self, n_tokens: int) -> int:
+        """alloc step 1: the pages ``n_tokens`` asks for (0: the empty result), or a refusal."""
         c = self.config
         if not isinstance(n_tokens, int) or isinstance(n_tokens, bool):
             raise ContractViolation(f"alloc: n_tokens must be an int, got {n_tokens!r}")
         if n_tokens % c.page_size:
             raise ContractViolation(f"alloc: n_tokens={n_tokens} is not a multiple of page_size={c.page_size}")
-        if n_tokens <= 0:
+        return max(0, n_tokens) // c.page_size
+
+    def alloc(self, n_tokens: int) -> list[int] | None:
+        c = self.config
+        k = self._pages_asked(n_tokens)
+        if k == 0:
             return []
-        k = n_tokens // c.page_size
         if k > self.room() + len(self.holes) or k > len(self.free_virtual):
             return None
         vp = self.free_virtual[:k]
@@ -211,17 +230,26 @@ class Allocator:
         return [v * c.page_size + o for v in vp for o in range(c.page_size)]
 
     # ---- free -----------------------------------------------------------------
-    def free(self, tokens) -> None:
-        tokens = _as_int_list(tokens, "free tokens")
-        if not tokens:
-            return
-        pages = self.pages_of_run(tokens)
+    def _pages_freed(self, tokens) -> list[int]:
+        """free steps 1-2: the pages of a free run, each unique and live, or a refusal."""
+        pages = self.pages_of_run(_as_int_list(tokens, "free tokens"))
         seen: set[int] = set()
         for p in pages:
             if p in seen:
                 raise ContractViolation(f"free: page {p} appears twice")
             seen.add(p)
             self._live_page(p, "free (double free or never allocated)")
+        return pages
+
+    def _forget(self, pages: list[int]) -> None:
+        """Written stamps of freed pages no longer count (invariant 7)."""
+        gone, ps = set(pages), self.config.page_size
+        self.written = {t: s for t, s in self.written.items() if t // ps not in gone}
+
+    def free(self, tokens) -> None:
+        pages = self._pages_freed(tokens)
+        if not pages:
+            return
         if self.config.lazy and self.reader_in_flight():
             for p in pages:
                 if p in self.in_flight.pages:
@@ -232,8 +260,7 @@ class Allocator:
         sort_ids = "eager_free_ids_sorted" in self.rules and not self.config.lazy and self.config.page_size == 1
         self.free_virtual.extend(sorted(pages) if sort_ids else pages)
         self.live_pages -= len(pages)
-        ps = self.config.page_size
-        self.written = {t: s for t, s in self.written.items() if t // ps not in seen}
+        self._forget(pages)
         if self.config.lazy:
             self.holes.extend(phys)
         else:

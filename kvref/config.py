@@ -39,10 +39,12 @@ class PoolConfig:
             raise ContractViolation(f"multiplier must be >= 1, got {self.multiplier}")
         if self.max_moves < 0:
             raise ContractViolation(f"max_moves must be >= 0, got {self.max_moves}")
-        if self.grow not in ("up", "down"):
-            raise ContractViolation(f"grow must be 'up' or 'down', got {self.grow!r}")
+        if self.grow not in ("up", "down", "float"):
+            raise ContractViolation(f"grow must be 'up', 'down' or 'float', got {self.grow!r}")
         if not isinstance(self.lazy, bool):
             raise ContractViolation(f"lazy must be a bool, got {self.lazy!r}")
+        if self.grow == "float" and self.lazy:
+            raise ContractViolation("a float pool frees holes-first, never lazily: lazy must be False (docs/spec.md §6)")
         if self.chain is not None:
             if not isinstance(self.chain, ChainConfig):
                 raise ContractViolation(f"PoolConfig.chain must be a ChainConfig or None, got {self.chain!r}")
@@ -56,6 +58,11 @@ class PoolConfig:
     @property
     def capacity_pages(self) -> int:
         return self.num_pages - self.min_page
+
+    @property
+    def is_float(self) -> bool:
+        """A chain's middle member (docs/spec.md §6): a span between two END pools, not a band."""
+        return self.grow == "float"
 
     @property
     def members(self) -> tuple[PoolConfig, ...]:
@@ -83,19 +90,26 @@ class PoolConfig:
 
 @dataclass(frozen=True)
 class ChainConfig:
-    """A chain of END pools over one byte buffer of ``total_bytes`` (docs/spec.md §6).
+    """A chain of pools over one byte buffer of ``total_bytes`` (docs/spec.md §6).
 
     Member 0 is the ``PoolConfig`` holding this chain; ``peers`` are members 1.. (each
-    without a chain of its own). ``bytes_per_page[i]`` is member i's bytes per page; as in
-    SGLang 0.5.23 each member's page ids span the whole buffer in its own units, so
-    ``num_pages == total_bytes // bytes_per_page``. Two members: member 0 grows up from
-    byte 0 and member 1 grows down from the top. (No float pool is modelled.)"""
+    without a chain of its own), in byte order. ``bytes_per_page[i]`` is member i's bytes per
+    page; as in SGLang 0.5.23 each member's page ids span the whole buffer in its own units,
+    so ``num_pages == total_bytes // bytes_per_page``. The layouts (``LAYOUTS``): two END
+    pools, member 0 growing up from byte 0 and member 1 down from the top; or those two ends
+    with a float pool between them (members up, float, down).
+
+    Every member's page 0 is the padding sink at bytes ``[0, epp)``, so the sink takes the
+    largest member's page 0 (``sink_bytes``), and no member may hand out a page below it:
+    ``min_page * epp >= sink_bytes`` for each (SGLang's ``_reserved_floor_bytes``). A smaller
+    ``min_page`` would let one member's padding writes land on another's live page."""
 
     total_bytes: int
     bytes_per_page: tuple[int, ...]
     peers: tuple[PoolConfig, ...] = ()
 
-    MAX_MEMBERS = 2
+    LAYOUTS = {1: ("up",), 2: ("up", "down"), 3: ("up", "float", "down")}  # grow of each member, in byte order
+    MAX_MEMBERS = 3
 
     def __post_init__(self) -> None:
         if not _is_int(self.total_bytes) or self.total_bytes < 1:
@@ -106,8 +120,8 @@ class ChainConfig:
         if not isinstance(self.peers, tuple) or not all(isinstance(p, PoolConfig) for p in self.peers):
             raise ContractViolation(f"ChainConfig.peers must be a tuple of PoolConfig, got {self.peers!r}")
         if len(self.peers) + 1 > self.MAX_MEMBERS:
-            raise ContractViolation(f"a chain has at most {self.MAX_MEMBERS} members (two END pools), got "
-                                    f"{len(self.peers) + 1}")
+            raise ContractViolation(f"a chain has at most {self.MAX_MEMBERS} members (two END pools and a float "
+                                    f"between them), got {len(self.peers) + 1}")
         if len(self.bytes_per_page) != len(self.peers) + 1:
             raise ContractViolation(f"ChainConfig.bytes_per_page has {len(self.bytes_per_page)} entries for "
                                     f"{len(self.peers) + 1} members")
@@ -116,15 +130,32 @@ class ChainConfig:
                 raise ContractViolation(f"chain member {i} has a chain of its own")
             self.check_member(i, peer)
 
+    @property
+    def sink_bytes(self) -> int:
+        """The bytes every member's page 0 may cover: the largest page of the chain."""
+        return max(self.bytes_per_page)
+
+    def min_page_for(self, i: int) -> int:
+        """The least ``min_page`` member i may have: its first page at or above the sink."""
+        epp = self.bytes_per_page[i]
+        return -(-self.sink_bytes // epp)
+
     def check_member(self, i: int, cfg: PoolConfig) -> None:
         epp = self.bytes_per_page[i]
         if cfg.num_pages != self.total_bytes // epp:
             raise ContractViolation(f"chain member {i}: num_pages={cfg.num_pages}, but a member's pages span the "
                                     f"buffer: total_bytes // bytes_per_page = {self.total_bytes} // {epp} = "
                                     f"{self.total_bytes // epp}")
-        if self.peers and cfg.grow != ("up", "down")[i]:
-            raise ContractViolation(f"chain member {i} must grow {('up', 'down')[i]} (member 0 from byte 0, "
-                                    f"member 1 from the top), got {cfg.grow!r}")
+        layout = self.LAYOUTS[len(self.peers) + 1]
+        if cfg.grow != layout[i] and (self.peers or cfg.is_float):  # one member alone is a plain pool, either way
+            where = {1: "a member alone is an END pool", 2: "member 0 from byte 0, member 1 from the top",
+                     3: "member 0 from byte 0, member 1 floating between, member 2 from the top"}[len(layout)]
+            raise ContractViolation(f"chain member {i} must grow {layout[i]} ({where}), got {cfg.grow!r}")
+        if cfg.min_page < self.min_page_for(i):
+            raise ContractViolation(f"chain member {i}: min_page={cfg.min_page} puts its page {cfg.min_page} at byte "
+                                    f"{cfg.min_page * epp}, inside the padding sink [0, {self.sink_bytes}) that "
+                                    f"every member's page 0 shares; min_page must be at least "
+                                    f"{self.min_page_for(i)}")
 
     def to_json(self) -> dict:
         return {"total_bytes": self.total_bytes, "bytes_per_page": list(self.bytes_per_page),

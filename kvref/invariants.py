@@ -15,7 +15,9 @@ from .config import PoolConfig
 from .errors import InvariantViolation
 
 
-def _span(cfg: PoolConfig, wm: int) -> range:
+def _span(cfg: PoolConfig, wm) -> range:
+    if cfg.is_float:  # a float's watermark is the pair [low, high] (docs/spec.md §6)
+        return range(wm[0], wm[1])
     return range(cfg.min_page, wm) if cfg.grow == "up" else range(wm + 1, cfg.num_pages)
 
 
@@ -77,7 +79,13 @@ def check_partition(cfg: PoolConfig, snap: Mapping, written=None) -> None:
     span = _span(cfg, snap["watermark"])
     bound = sorted(_bound(cfg, snap).values())
     pending = [p for _, pages in snap["pending"] for p in pages]
-    if not cfg.lazy and (snap["holes"] or pending):
+    if cfg.is_float:
+        if pending:
+            raise InvariantViolation("partition", f"a float has pending pages {pending}: it never moves lazily")
+        if not bound and (snap["holes"] or list(span)):
+            raise InvariantViolation("partition", f"a float with no live page is parked empty, but its span is "
+                                                  f"{span} with holes {snap['holes']}")
+    elif not cfg.lazy and (snap["holes"] or pending):
         raise InvariantViolation("partition", f"eager pool has holes {snap['holes']} / pending {pending}")
     everything = bound + list(snap["holes"]) + pending
     dups = _twice(everything)
@@ -104,6 +112,13 @@ def check_free_virtual(cfg: PoolConfig, snap: Mapping, written=None) -> None:
 
 def check_watermark(cfg: PoolConfig, snap: Mapping, written=None) -> None:
     wm = snap["watermark"]
+    if cfg.is_float:
+        low, high = wm
+        parked = low == high == cfg.num_pages
+        if not parked and not cfg.min_page <= low < high <= cfg.num_pages:
+            raise InvariantViolation("watermark", f"float span [{low}, {high}) is neither parked at {cfg.num_pages} "
+                                                  f"nor inside [{cfg.min_page}, {cfg.num_pages})")
+        return
     lo, hi = (cfg.min_page, cfg.num_pages) if cfg.grow == "up" else (cfg.min_page - 1, cfg.num_pages - 1)
     if not lo <= wm <= hi:
         raise InvariantViolation("watermark", f"watermark {wm} outside [{lo}, {hi}] (grow {cfg.grow})")
@@ -169,23 +184,26 @@ CHAIN_INVARIANTS = ("chain_frontiers", "chain_memo")  # docs/spec.md §6, beside
 
 def check_chain(chain) -> None:
     """Invariant 10, of a chain (docs/spec.md §6): every member's §4 invariants; the byte frontiers
-    ordered and inside the buffer (``0 <= low <= high <= total`` per member, and member 0's
-    high frontier at or below member 1's low); every memoised capacity equal to a fresh
-    recompute at the state it was memoised for."""
+    inside the buffer (``0 <= low <= high <= total`` per member that is not an empty float) and
+    in chain order (each such member's low frontier at or above the high frontier of the one
+    below it); every memoised capacity equal to a fresh recompute at the state it was memoised
+    for."""
     spans = []
     for i, m in enumerate(chain.members):
         check_all(m.config, m.snapshot(), m.written)
+        if chain.transparent(i):
+            continue  # an empty float holds no bytes
         low, high = chain.frontiers(i)
         if not 0 <= low <= high <= chain.total_bytes:
             raise InvariantViolation("chain_frontiers", f"pool {i}'s bytes [{low}, {high}) leave the buffer "
                                                         f"[0, {chain.total_bytes})")
-        spans.append((low, high))
-    for i in range(1, len(spans)):
-        if spans[i][0] < spans[i - 1][1]:
-            raise InvariantViolation("chain_frontiers", f"pool {i}'s low frontier {spans[i][0]} lies below pool "
-                                                        f"{i - 1}'s high frontier {spans[i - 1][1]}: their bytes overlap")
+        spans.append((i, low, high))
+    for (a, _, high), (b, low, _) in zip(spans, spans[1:]):
+        if low < high:
+            raise InvariantViolation("chain_frontiers", f"pool {b}'s low frontier {low} lies below pool "
+                                                        f"{a}'s high frontier {high}: their bytes overlap")
     key = chain.state_key()
-    for (pool, state, gate), value in chain.memo().items():
-        if state == key and chain.memo_key(pool)[2] == gate and tuple(value) != chain.fresh(pool):
+    for (pool, state, gates), value in chain.memo().items():
+        if state == key and chain.memo_key(pool)[2] == gates and tuple(value) != chain.fresh(pool):
             raise InvariantViolation("chain_memo", f"pool {pool}: memoised capacity {list(value)}, "
                                                    f"recomputed {list(chain.fresh(pool))}")

@@ -18,7 +18,9 @@ from kvref.config import ChainConfig
 from kvref.invariants import check_chain
 
 
-def chain_config(total=48, epp=(2, 3), ps=(1, 1), lazy=(True, True), min_page=(1, 1)) -> PoolConfig:
+def chain_config(total=48, epp=(2, 3), ps=(1, 1), lazy=(True, True), min_page=None) -> PoolConfig:
+    """Two END pools; each member's reserved floor the sink's unless ``min_page`` says."""
+    min_page = min_page or tuple(-(-max(epp) // e) for e in epp)
     peer = PoolConfig(num_pages=total // epp[1], min_page=min_page[1], page_size=ps[1], grow="down", lazy=lazy[1])
     return PoolConfig(num_pages=total // epp[0], min_page=min_page[0], page_size=ps[0], lazy=lazy[0],
                       chain=ChainConfig(total, epp, (peer,)))
@@ -35,18 +37,33 @@ def test_a_chain_config_round_trips_and_a_plain_one_keeps_its_old_json():
     assert c.members[1].grow == "down" and plain.members == (plain,)
 
 
+_FLOAT = PoolConfig(num_pages=16, grow="float", lazy=False)
+
+
 @pytest.mark.parametrize("bad, why", [
     (dict(peers=(PoolConfig(num_pages=15, grow="down"),)), "num_pages=15"),
     (dict(peers=(PoolConfig(num_pages=16, grow="up"),)), "must grow down"),
     (dict(bytes_per_page=(2,)), "1 entries for 2 members"),
-    (dict(peers=(PoolConfig(num_pages=16, grow="down"),) * 2, bytes_per_page=(2, 3, 3)), "at most 2 members"),
+    (dict(peers=(_FLOAT,) * 2 + (PoolConfig(num_pages=16, grow="down"),), bytes_per_page=(2, 3, 3, 3)),
+     "at most 3 members"),
+    (dict(peers=(PoolConfig(num_pages=16, grow="down"), _FLOAT), bytes_per_page=(2, 3, 3)), "must grow float"),
+    (dict(peers=(_FLOAT,)), "must grow down"),
+    (dict(bytes_per_page=(2, 6), peers=(PoolConfig(num_pages=8, grow="down"),)), "padding sink"),
     (dict(total_bytes=0), "positive int"),
 ])
 def test_a_chain_that_cannot_be_is_refused_naming_why(bad, why):
     fields = dict(total_bytes=48, bytes_per_page=(2, 3), peers=(PoolConfig(num_pages=16, grow="down"),))
     fields.update(bad)
     with pytest.raises(ContractViolation, match=why):
-        PoolConfig(num_pages=fields["total_bytes"] // 2 if fields["total_bytes"] else 4, chain=ChainConfig(**fields))
+        PoolConfig(num_pages=fields["total_bytes"] // 2 if fields["total_bytes"] else 4, min_page=2,
+                   chain=ChainConfig(**fields))
+
+
+def test_a_float_frees_eagerly_and_never_stands_alone():
+    with pytest.raises(ContractViolation, match="never lazily"):
+        PoolConfig(num_pages=8, grow="float", lazy=True)
+    with pytest.raises(ContractViolation, match="middle member"):
+        kvref.Allocator(PoolConfig(num_pages=8, grow="float", lazy=False))
 
 
 # ---- frontiers, capacity, ladder, gates, memo --------------------------------------------
@@ -57,8 +74,8 @@ def test_frontiers_meet_exactly_where_the_bytes_run_out():
     ch = a.chain
     assert ch.alloc(1, 10) is not None  # pool 1: pages 6..15, bytes [18, 48)
     assert ch.frontiers(1) == (18, 48)
-    room = ch.fresh(0)[0]  # pool 0: bytes [2, 18) free: 8 pages of 2 bytes
-    assert room == 8 and a.index_room() > room
+    room = ch.fresh(0)[0]  # pool 0 (pages from 2, past the 3-byte sink): bytes [4, 18) free, 7 pages of 2
+    assert room == 7 and a.index_room() > room
     assert ch.alloc(0, room + 1) is None
     assert ch.alloc(0, room) is not None
     assert ch.frontiers(0)[1] == ch.frontiers(1)[0] and ch.gap(0) == 0
@@ -68,7 +85,7 @@ def test_frontiers_meet_exactly_where_the_bytes_run_out():
 def test_the_ladder_flushes_the_neighbour_never_the_short_pool():
     a = kvref.Allocator(chain_config())
     ch = a.chain
-    up = ch.alloc(0, 10)  # pages 1..10: bytes [2, 22)
+    up = ch.alloc(0, 9)  # pages 2..10: bytes [4, 22)
     down = ch.alloc(1, 8)  # pages 8..15: bytes [24, 48)
     assert up and down and ch.fresh(0)[0] == 1  # a gap of 2 bytes: one page of pool 0
     ch.free(1, down[-4:])  # pool 1's top pages become holes; an urgent flush moves its frontier pages there
@@ -102,7 +119,7 @@ def test_joint_capacity_counts_the_shared_band_once():
     ch = kvref.Allocator(chain_config(total=48, epp=(2, 3))).chain
     ch.alloc(0, 4)
     ch.alloc(1, 4)
-    assert ch.gap(0) == ch.gap(1) == 48 - 12 - 10
+    assert ch.gap(0) == ch.gap(1) == 48 - 12 - 12  # pool 0 up to byte 12, pool 1 from byte 36
     assert ch.joint() == ch.gap(0)
 
 
@@ -197,3 +214,4 @@ def test_chains_hold_every_invariant_through_thousands_of_sequences():
 def test_chain_seeds_are_a_fifth_of_the_seeds():
     share = sum(is_chain_seed(s) for s in range(5000)) / 5000
     assert 0.17 < share < 0.23
+
