@@ -25,7 +25,8 @@ Why it is shaped this way:
 - A config with a ``chain`` makes this pool member 0 of a ``chain_class`` (default
   ``kvkernels.chain.DeviceChain``, docs/spec.md §6) built with it as ``self.chain``; the
   chain bounds the frontier (``frontier_room``) and opens and closes the move gate
-  (``gate_open``). A class attribute, so a planted bug in the chain swaps it (mutants).
+  (``gate_open``). A class attribute, so a planted bug in the chain swaps it (mutants). A
+  chain's float member is a ``kvkernels.float_pool.DeviceFloat``.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def plain_buffers(device):
 
 class DeviceAllocator:
     chain_class = None  # None: kvkernels.chain.DeviceChain
-    KVFUZZ_CHAINS = True  # kvfuzz's allocator protocol: a config with a chain builds one (docs/allocators.md)
+    KVFUZZ_CHAINS = True  # kvfuzz's allocator protocol: it builds every chain layout (docs/allocators.md)
 
     def __init__(self, config, kernels: ModuleType | None = None, device="cpu", checked: bool = False,
                  buffers=None):
@@ -119,15 +120,24 @@ class DeviceAllocator:
         self._events = 0
 
     # ---- alloc ----------------------------------------------------------------
-    def alloc(self, n_tokens: int) -> torch.Tensor | None:
+    def _pages_asked(self, n_tokens: int) -> int:
+        """The pages ``n_tokens`` asks for (0: the empty result), or a refusal."""
         c = self.config
         if not isinstance(n_tokens, int) or isinstance(n_tokens, bool):
             raise ContractViolation(f"alloc: n_tokens must be an int, got {n_tokens!r}")
         if n_tokens % c.page_size:
             raise ContractViolation(f"alloc: n_tokens={n_tokens} is not a multiple of page_size={c.page_size}")
-        if n_tokens <= 0:
+        return max(0, n_tokens) // c.page_size
+
+    def _tokens_of(self, vp: torch.Tensor) -> torch.Tensor:
+        ps = self.config.page_size
+        return (vp[:, None] * ps + torch.arange(ps, dtype=torch.int64, device=self.device)).reshape(-1)
+
+    def alloc(self, n_tokens: int) -> torch.Tensor | None:
+        c = self.config
+        k = self._pages_asked(n_tokens)
+        if k == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
-        k = n_tokens // c.page_size
         n_holes = self.holes.numel()
         room = c.capacity_pages - len(self._span())
         if self.frontier_room is not None:
@@ -148,8 +158,7 @@ class DeviceAllocator:
             self.holes = self.holes[d:]
             self.kernels.bind_inplace(vp, phys, self.v2p, self.p2v)
         self.live_pages += k
-        offsets = torch.arange(c.page_size, dtype=torch.int64, device=self.device)
-        return (vp[:, None] * c.page_size + offsets).reshape(-1)
+        return self._tokens_of(vp)
 
     # ---- free -----------------------------------------------------------------
     def _pages_of_run(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ SRC = Path(kvkernels.__file__).resolve().parent
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    file: str  # "triton_kernels.py", "allocator.py" or "chain.py" (docs/spec.md §6's chain of pools)
+    file: str  # "triton_kernels.py", "allocator.py", or "chain.py" / "float_pool.py" (docs/spec.md §6's chains)
     subs: tuple  # ((old, new), ...)
     why: str
 
@@ -85,10 +85,10 @@ MUTANTS = (
            (("start = self.watermark if self.up else self.watermark - new + 1",
              "start = self.watermark if self.up else self.watermark - new"),),
            "grow-down allocation starts one page below the frontier"),
-    # A chain of pools over one byte buffer (kvkernels/chain.py; reached by chain seeds only)
+    # A chain of pools over one byte buffer (kvkernels/chain.py, float_pool.py; reached by chain seeds only)
     Mutant("chain-memo-ignores-gate", "chain.py",
-           (("        return i, self.state_key(), None if j is None else self.gates[j]\n",
-             "        return i, self.state_key(), None\n"),),
+           (("        return i, self.state_key(), tuple(None if j is None else self.gates[j] for j in credited)\n",
+             "        return i, self.state_key(), ()\n"),),
            "the capacity memo is keyed on the pools' state alone: a neighbour's gate that opens or closes "
            "with no alloc or free in between leaves schedulable capacity stale"),
     Mutant("chain-flush-ignores-closed-gate", "allocator.py",
@@ -103,9 +103,19 @@ MUTANTS = (
              "        return (self.gap(i) + extra) // self.bytes_per_page[i] + 1\n"),),
            "a pool's room counts one page more than the bytes up to its neighbour's frontier hold"),
     Mutant("chain-joint-counted-twice", "chain.py",
-           (("            bands[tuple(sorted((i, j if j is not None else -1 - i)))] = self.gap(i)\n",
-             "            bands[i] = self.gap(i)\n"),),
+           (("            bands = sum(max(0, self.frontiers(b)[0] - self.frontiers(a)[1]) for a, b in zip(shown, shown[1:]))\n",
+             "            bands = sum(self.gap(i) for i in shown)\n"),),
            "joint capacity sums each pool's gap, counting the band the two pools share twice"),
+    Mutant("float-holes-from-one-end", "float_pool.py",
+           (('        self.next_end = "high" if self.next_end == "low" else "low"\n', ""),),
+           "a float takes holes from the low end of its list every time, not from its two ends in turn"),
+    Mutant("float-make-room-ignores-gate", "float_pool.py",
+           (("        if self._blocked() or gap >= min_bytes or live == 0", "        if gap >= min_bytes or live == 0"),),
+           "a float's make_room moves pages while its move gate is closed"),
+    Mutant("chain-walk-stops-at-empty-float", "chain.py",
+           (("        while 0 <= j < len(self.members) and self.transparent(j):\n            j += step\n", ""),),
+           "the walk along the chain stops at an empty float instead of seeing through it, so an end "
+           "pool cannot grow past the float's parked span"),
 )
 
 
@@ -132,20 +142,25 @@ FIXTURES = (
 )
 
 
-ALLOCATOR_FILES = ("allocator.py", "chain.py")  # host-side mutants: every tier runs them
+ALLOCATOR_FILES = ("allocator.py", "chain.py", "float_pool.py")  # host-side mutants: every tier runs them
 
 
-def _chain_mutant(chain_module):
+def _chain_mutant(chain_module=None, float_module=None):
     """The mutated chain as an allocator module: our ``DeviceAllocator`` with its
-    ``chain_class`` swapped for the mutant's ``DeviceChain``."""
+    ``chain_class`` swapped for the mutant's ``DeviceChain`` (or for ours building the
+    mutant's ``DeviceFloat``)."""
     import types
 
     from kvkernels.allocator import DeviceAllocator
+    from kvkernels.chain import DeviceChain
 
-    module = types.ModuleType(chain_module.__name__ + "_allocator")
-    module.__file__ = chain_module.__file__
-    module.DeviceAllocator = type("DeviceAllocator", (DeviceAllocator,), {"chain_class": chain_module.DeviceChain})
-    module.DeviceChain = chain_module.DeviceChain
+    chain = chain_module.DeviceChain if chain_module is not None else \
+        type("DeviceChain", (DeviceChain,), {"float_class": float_module.DeviceFloat})
+    source = chain_module or float_module
+    module = types.ModuleType(source.__name__ + "_allocator")
+    module.__file__ = source.__file__
+    module.DeviceAllocator = type("DeviceAllocator", (DeviceAllocator,), {"chain_class": chain})
+    module.DeviceChain = chain
     return module
 
 
@@ -198,6 +213,8 @@ def mutant_module(m: Mutant):
         return _load(m, "alloc")
     if m.file == "chain.py":
         return _chain_mutant(_load(m, "chain"))
+    if m.file == "float_pool.py":
+        return _chain_mutant(float_module=_load(m, "float"))
     launchers_path = SRC / "launchers.py"
     spec = importlib.util.spec_from_file_location(f"kvkernels._mutant_launchers_{m.name.replace('-', '_')}",
                                                   launchers_path)
