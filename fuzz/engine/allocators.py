@@ -43,6 +43,7 @@ from pathlib import Path
 import kvref
 from kvref import ContractViolation
 
+from .chain_ops import LAYOUTS, layouts_of
 from .verdict import SetupError
 
 DEFAULT = "kvkernels.allocator:DeviceAllocator"
@@ -140,7 +141,7 @@ class Protocol:
     views: dict
     contract_errors: tuple
     rules: frozenset = frozenset()  # kvref.RULES it declares (KVFUZZ_SPEC_RULES)
-    chains: bool = False  # KVFUZZ_CHAINS: it builds a chain for a config with one (docs/allocators.md)
+    chains: tuple = ()  # KVFUZZ_CHAINS: the chain layouts it builds for a config with one (docs/allocators.md)
 
     @classmethod
     def of(cls, factory, name: str | None = None) -> Protocol:
@@ -168,8 +169,11 @@ class Protocol:
         rules = getattr(factory, "KVFUZZ_SPEC_RULES", ()) or ()
         if isinstance(rules, str) or set(rules) - set(kvref.RULES):
             raise SetupError(f"--allocator {name}: KVFUZZ_SPEC_RULES {rules!r}: a set of {', '.join(sorted(kvref.RULES))}")
-        proto = cls(name, factory, frozenset(lacks), views, errors, frozenset(rules),
-                    bool(getattr(factory, "KVFUZZ_CHAINS", False)))
+        chains = getattr(factory, "KVFUZZ_CHAINS", False)
+        if not isinstance(chains, bool) and (isinstance(chains, str) or not set(chains) <= set(LAYOUTS)):
+            raise SetupError(f"--allocator {name}: KVFUZZ_CHAINS {chains!r}: True, False or a set of "
+                             f"{', '.join(LAYOUTS)}")
+        proto = cls(name, factory, frozenset(lacks), views, errors, frozenset(rules), layouts_of(chains))
         proto._check_signature()
         return proto
 
@@ -244,11 +248,14 @@ def protocol_of(tier) -> Protocol:
     return _LOADED[key]
 
 
-def has_chains(tier) -> bool:
-    """Whether the allocator ``tier`` drives runs chains of pools (its ``KVFUZZ_CHAINS``) and its
-    kernel set does not opt out (a module ``KVFUZZ_CHAINS = False``): a chain seed gives the
-    others the single pool it always had (``generate.sequence_params``)."""
-    return protocol_of(tier).chains and getattr(tier.kernels, "KVFUZZ_CHAINS", True) is not False
+def has_chains(tier) -> list[str]:
+    """The chain layouts the allocator ``tier`` drives builds (its ``KVFUZZ_CHAINS``), none where
+    its kernel set opts out (a module ``KVFUZZ_CHAINS = False``): a chain seed then gives the
+    single pool it always had (``generate.sequence_params``). A list: it travels in a worker's
+    info as JSON."""
+    if getattr(tier.kernels, "KVFUZZ_CHAINS", True) is False:
+        return []
+    return list(protocol_of(tier).chains)
 
 
 def drive(tier, config: kvref.PoolConfig, *, checked: bool, buffers) -> Driven:

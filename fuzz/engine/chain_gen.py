@@ -1,4 +1,4 @@
-"""The chain generator: configs of two pools over one byte buffer, and chain op sequences.
+"""The chain generator: configs of pools over one byte buffer, and chain op sequences.
 
 Every fifth seed is a chain seed (``is_chain_seed``), interleaved with the others so a short
 campaign meets both. Its chain config and scenario come from an RNG of their own
@@ -6,9 +6,14 @@ campaign meets both. Its chain config and scenario come from an RNG of their own
 an allocator without chains runs the seed's single pool instead, exactly as before
 (``generate.sequence_params``). A chain sequence aims at what only a chain has (docs/spec.md
 §6): allocs sized at the pool's available and schedulable capacity and one page past them,
-so the two frontiers meet and the relief ladder runs; move gates toggled between allocs and
-flushes; holes made on one side while the other is short. Like ``generate.OpGenerator`` it
+so the frontiers meet and the relief ladder runs; move gates toggled between allocs and
+flushes; holes made on one side while the other is short; with a float between the ends,
+its holes, its moves on demand and the ladder's second rung. Like ``generate.OpGenerator`` it
 reads only the spec (``spec.chain``).
+
+The configs are ones a server builds (SGLang's ``UnifiedKVPool``): every member's reserved
+floor is the shared padding sink (``ChainConfig.min_page_for``), and the KV members share one
+page size while a state member (a Mamba-like pool) may have pages of one slot.
 """
 
 from __future__ import annotations
@@ -20,57 +25,82 @@ from kvref.config import ChainConfig
 
 from . import shapes
 from .chain_ops import (
+    LAYOUTS,
     ChainAlloc,
     ChainCapacity,
+    ChainCompact,
     ChainFire,
     ChainFlush,
     ChainForward,
     ChainFree,
     ChainGate,
+    ChainMakeRoom,
     ChainOp,
     ChainRead,
     ChainRelieve,
     ChainWrite,
+    layouts_of,
 )
 
 CHAIN_EVERY = 5  # every fifth seed is a chain seed
 CHAIN_SCENARIOS = {
-    #                alloc free flush fwd fire gate relieve capacity write read
-    "chain-meet":   (40, 15, 6, 4, 4, 6, 5, 10, 6, 4),
-    "chain-gates":  (25, 18, 10, 5, 5, 18, 6, 8, 3, 2),
-    "chain-holes":  (30, 28, 8, 4, 4, 8, 8, 6, 2, 2),
+    #                alloc free flush fwd fire gate relieve capacity write read room (a float's moves)
+    "chain-meet":   (40, 15, 6, 4, 4, 6, 5, 10, 6, 4, 4),
+    "chain-gates":  (25, 18, 10, 5, 5, 18, 6, 8, 3, 2, 6),
+    "chain-holes":  (30, 28, 8, 4, 4, 8, 8, 6, 2, 2, 8),
 }
-KINDS = ("alloc", "free", "flush", "forward", "fire", "gate", "relieve", "capacity", "write", "read")
+KINDS = ("alloc", "free", "flush", "forward", "fire", "gate", "relieve", "capacity", "write", "read", "room")
 # What the guided track learns of a chain (kvref.chain.Chain.feature_log), as ``chain|...``
 # features; ``kvfuzz coverage`` names those of this list a corpus never reached.
 CHAIN_FEATURES = tuple(
     ["alloc|direct", "alloc|relieved", "alloc|short", "ladder|neighbour|gate=open", "ladder|neighbour|gate=closed"]
     + [f"flush|{u}|gate={g}|{h}" for u in ("lazy", "urgent") for g in ("open", "closed") for h in ("holes", "none")]
     + [f"frontier|{b}" for b in ("0", "1", "2-4", "5+")])
+# What only a chain with a float reaches (kvref.float_pool, kvref.chain): listed apart, so a
+# corpus kept against an allocator without floats is not told it never reached them.
+FLOAT_FEATURES = (
+    "ladder|float|gate=open", "ladder|make_room", "float|alloc|midpoint", "float|alloc|extend high",
+    "float|alloc|extend low", "float|alloc|extend high+holes", "float|alloc|extend low+holes", "float|alloc|holes",
+    "float|park", "float|absorb", "make_room|moved", "make_room|moved+fresh", "make_room|leapfrog",
+    "make_room|open already", "make_room|impossible", "make_room|no far room", "make_room|gated", "compact|moved",
+    "compact|gated")
 
 
 def is_chain_seed(seed: int) -> bool:
     return seed % CHAIN_EVERY == CHAIN_EVERY - 1
 
 
-def chain_params(seed: int) -> tuple[kvref.PoolConfig, str]:
+def chain_params(seed: int, layouts=LAYOUTS) -> tuple[kvref.PoolConfig, str]:
     """A chain seed's config and scenario, from an RNG of the seed's own (not its op stream's)."""
     rng = random.Random(seed * 7_919 + 0xC4A1)
-    return random_chain_config(rng), rng.choice(sorted(CHAIN_SCENARIOS))
+    return random_chain_config(rng, layouts), rng.choice(sorted(CHAIN_SCENARIOS))
 
 
-def random_chain_config(rng: random.Random) -> kvref.PoolConfig:
-    """Two END pools over one buffer, with their own bytes per page, page sizes and modes."""
-    epp = rng.choice(((1, 1), (2, 3), (3, 2), (2, 2), (4, 3), (2, 5)))
+def random_chain_config(rng: random.Random, layouts=LAYOUTS) -> kvref.PoolConfig:
+    """Two END pools over one buffer (and, where the allocator builds one, a float between
+    them), each with its own bytes per page and mode, and page sizes as a server has them:
+    the KV members' one page size, a state member's of one slot."""
+    layouts = layouts_of(layouts) or ("two",)
+    layout = layouts[0] if len(layouts) == 1 else rng.choice(layouts)
+    if layout == "float":
+        epp = rng.choice(((2, 3, 2), (3, 2, 4), (2, 2, 2), (4, 3, 2), (2, 4, 3), (1, 2, 1)))
+    else:
+        epp = rng.choice(((1, 1), (2, 3), (3, 2), (2, 2), (4, 3), (2, 5)))
     total = rng.choice((24, 36, 48, 60)) * max(epp) // 2
+    kv_page = rng.choice((1, 1, 2, 4))
+    grows = ChainConfig.LAYOUTS[len(epp)]
+    sink = max(epp)
 
     def member(i: int) -> kvref.PoolConfig:
-        return kvref.PoolConfig(num_pages=total // epp[i], min_page=rng.choice((1, 1, 2)),
-                                page_size=rng.choice((1, 1, 2, 4)), grow=("up", "down")[i], lazy=rng.random() < 0.85,
-                                multiplier=rng.choice((1, 2)), max_moves=rng.choice((0, 1, 2, 4, 64)))
+        is_float = grows[i] == "float"
+        state = not is_float and rng.random() < 0.2  # pages of one slot, beside KV pages of kv_page
+        return kvref.PoolConfig(num_pages=total // epp[i], min_page=-(-sink // epp[i]),
+                                page_size=1 if state else kv_page, grow=grows[i],
+                                lazy=not is_float and rng.random() < 0.85, multiplier=rng.choice((1, 2)),
+                                max_moves=rng.choice((0, 1, 2, 4, 64)))
 
-    first, peer = member(0), member(1)
-    chain = ChainConfig(total, epp, (peer,))
+    first, *peers = [member(i) for i in range(len(epp))]
+    chain = ChainConfig(total, epp, tuple(peers))
     return kvref.PoolConfig(**{**first.to_json(), "chain": chain})
 
 
@@ -113,7 +143,10 @@ class ChainGenerator:
             if op is not None:
                 return op
         pool = ch.integer(0, len(self.members) - 1)
-        return getattr(self, f"_gen_{ch.weighted(KINDS, self.weights)}")(chain, pool)
+        kinds, weights = KINDS, self.weights
+        if not any(m.is_float for m in self.members):
+            kinds, weights = KINDS[:-1], weights[:-1]  # no float: nothing moves on demand
+        return getattr(self, f"_gen_{ch.weighted(kinds, weights)}")(chain, pool)
 
     def _violation(self, chain):
         """A double free of a run whose pages are all unbound, or a pool the chain lacks."""
@@ -172,6 +205,18 @@ class ChainGenerator:
 
     def _gen_capacity(self, chain, pool):
         return ChainCapacity(pool)
+
+    def _gen_room(self, chain, pool):
+        """A float's moves on demand: ``make_room`` for its side's gap and a page or more past
+        it (or past what the region can give), or ``compact_holes``."""
+        f = next(i for i, m in enumerate(self.members) if m.is_float)
+        side = self.ch.pick(("low", "high"))
+        if self.ch.chance(0.25):
+            return ChainCompact(f, side)
+        epp = chain.bytes_per_page[f]
+        gap = chain.members[f].gaps()[("low", "high").index(side)] * epp
+        extra = self.ch.pick((0, 1, 1, 2, 3, 8))
+        return ChainMakeRoom(f, side, max(1, gap + extra * epp - self.ch.integer(0, epp - 1)))
 
     def _gen_write(self, chain, pool):
         op = shapes.write_op(self.ch, self._tokens(pool), self.stamp)

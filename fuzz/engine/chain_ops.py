@@ -18,7 +18,19 @@ import kvref
 
 from .ops import Alloc, Flush, Ints, OpError, PoolOp, _TokenOp
 
-__all__ = ["CHAIN_KINDS", "ChainOp", "check_chain_ops"]
+__all__ = ["CHAIN_KINDS", "LAYOUTS", "ChainOp", "check_chain_ops", "layouts_of"]
+
+LAYOUTS = ("two", "float")  # two END pools; the two ends with a float pool between them (ChainConfig.LAYOUTS)
+
+
+def layouts_of(chains) -> tuple[str, ...]:
+    """The chain layouts an allocator builds, from its ``KVFUZZ_CHAINS`` (True: every one;
+    False or None: none; else the layouts it names)."""
+    if chains is True:
+        return LAYOUTS
+    if not chains:
+        return ()
+    return tuple(x for x in LAYOUTS if x in set(chains))
 
 
 def _chain(side, kind: str):
@@ -170,6 +182,41 @@ class ChainRelieve(ChainOp):
     kind = "chain_relieve"
     call = "relieve"
     pool: int
+
+
+@dataclass(frozen=True)
+class ChainMakeRoom(ChainOp):
+    """A float's ``make_room``: open at least ``bytes`` between its ``side`` edge and its
+    neighbour (SGLang's composites call it; the ladder's second rung does too); the result is
+    the bytes open there afterwards. On an END pool it is refused (a ContractViolation)."""
+
+    kind = "chain_make_room"
+    call = "make_room"
+    pool: int
+    side: str
+    min_bytes: int
+
+    def args(self, t=None):
+        return self.side, self.min_bytes
+
+    def shrink(self):
+        yield from super().shrink()
+        if self.min_bytes > 1:
+            yield dataclasses.replace(self, min_bytes=self.min_bytes // 2)
+
+
+@dataclass(frozen=True)
+class ChainCompact(ChainOp):
+    """A float's ``compact_holes``: close every hole, packing its live pages away from
+    ``side``; the result is the pages moved."""
+
+    kind = "chain_compact"
+    call = "compact"
+    pool: int
+    side: str
+
+    def args(self, t=None):
+        return (self.side,)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import random
 import kvref
 
 from . import shapes
-from .chain_gen import ChainGenerator, chain_params, is_chain_seed
+from .chain_gen import ChainGenerator, chain_params, is_chain_seed, layouts_of
 from .ops import R2T_DTYPES, Alloc, Clear, Fire, Free, KernelOp, Op
 from .spec_side import Capabilities, SpecSide, unsupported
 
@@ -177,15 +177,16 @@ def warmup_seed(i: int) -> int:
     return WARMUP_BASE + i
 
 
-def sequence_params(seed: int, chains: bool = True) -> tuple[kvref.PoolConfig, str, random.Random]:
+def sequence_params(seed: int, chains=True) -> tuple[kvref.PoolConfig, str, random.Random]:
     """Everything a seed decides: the pool config, the scenario, the op stream's RNG. A chain
     seed (``chain_gen``) has a chain config and scenario when the allocator has chains
-    (``chains``, ``allocators.Protocol.chains``), else the single pool it always had."""
+    (``chains``: the layouts it builds, ``allocators.Protocol.chains``; True for all), else the
+    single pool it always had."""
     rng = random.Random(seed)
     config = random_config(rng)
     scenario = rng.choice(sorted(SCENARIOS))
-    if chains and seed < WARMUP_BASE and is_chain_seed(seed):
-        config, scenario = chain_params(seed)
+    if layouts_of(chains) and seed < WARMUP_BASE and is_chain_seed(seed):
+        config, scenario = chain_params(seed, layouts_of(chains))
     if seed >= WARMUP_BASE:
         i = seed - WARMUP_BASE
         config = kvref.PoolConfig(num_pages=48 + 16 * (i % 3), min_page=1 + i % 2, page_size=(1, 2, 4, 16)[i % 4],
@@ -215,7 +216,7 @@ def make_generator(rng: random.Random, config: kvref.PoolConfig, scenario: str, 
 
 
 def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec", skips=(), params=None,
-               r2t_dtype: str | None = None, on_op=None, rules=(), chains: bool = True
+               r2t_dtype: str | None = None, on_op=None, rules=(), chains=True
                ) -> tuple[kvref.PoolConfig, str, list[Op]]:
     """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
 

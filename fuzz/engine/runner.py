@@ -328,7 +328,7 @@ class PoolRun:
     def check_state(self, i: int, op: Op | None, before=None) -> None:
         """The state, field by field, then the invariants; ``before`` (the red zones' verdict)
         is judged once the snapshots are read, ahead of any of their differences."""
-        spec_snap, tgt_snap = self.spec.snapshot(), self.target.snapshot()
+        spec_snap, tgt_snap = self.spec.snapshot(), self._target_state(i, op, self.target.snapshot)
         if before is not None:
             before()
         for name in self.target.fields:  # STATE_FIELDS, less what the allocator lacks
@@ -347,7 +347,7 @@ class PoolRun:
     def _check_chain(self, i: int, op: Op | None) -> None:
         """The other members of a chain, field by field, its gates, then the chain's invariants
         (docs/spec.md §6); pool 0 is the pool ``check_state`` has just compared."""
-        spec_snap, tgt_snap = self.spec.chain.snapshot(), self.target.chain_snapshot()
+        spec_snap, tgt_snap = self.spec.chain.snapshot(), self._target_state(i, op, self.target.chain_snapshot)
         for pool, (spec_pool, tgt_pool) in enumerate(zip(spec_snap["pools"], tgt_snap["pools"])):
             if pool == 0:
                 continue
@@ -362,6 +362,17 @@ class PoolRun:
             kvref.invariants.check_chain(self.spec.chain)
         except InvariantViolation as exc:
             raise Divergence(i, op, "invariant", exc.name, None, None, str(exc)) from None
+
+    @staticmethod
+    def _target_state(i: int, op: Op | None, read):
+        """The target's state; an exception of the target while it gives it (its own consistency
+        check, say) is its crash at this op."""
+        out = _attempt(read)
+        if out.error is not None or out.crash is not None:
+            exc = out.error or out.crash
+            raise Divergence(i, op, "crash", crash_field(exc), None, repr(exc),
+                             f"the target raised {type(exc).__name__} while its state was read: {exc}")
+        return out.result
 
     @classmethod
     def _memory(cls, i: int, op: Op, t: TargetSide, tables: str = "") -> None:

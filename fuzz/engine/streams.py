@@ -30,7 +30,7 @@ import dataclasses
 import functools
 import random
 
-from .chain_gen import CHAIN_SCENARIOS, random_chain_config
+from .chain_gen import CHAIN_SCENARIOS, layouts_of, random_chain_config
 from .features import config_features, feature_id
 from .generate import SCENARIOS, random_config
 from .knobs import knob_module
@@ -106,18 +106,19 @@ class ChoiceRandom(random.Random):
         return sum(self.getrandbits(min(53, k - i)) << i for i in range(0, k, 53))
 
 
-def params_of(stream, fresh_seed: int, marks=None, chains: bool = True):
+def params_of(stream, fresh_seed: int, marks=None, chains=True):
     """(config, scenario, rng) of a stream cut at ``marks`` (None: ops all fresh), as
     ``generate.sequence_params`` draws them from a seed; the caller's ``on_op`` calls
     ``rng.begin_op()``. A chain scenario draws its chain config next, from the same stream;
-    for an allocator without chains (``chains`` False) it stands for a single pool's scenario."""
+    for an allocator without chains (``chains``: the layouts it builds, as ``chain_gen.layouts_of``
+    reads them; none) it stands for a single pool's scenario."""
     rng = ChoiceRandom(stream, fresh_seed, marks)
     config = random_config(rng)
     names = scenario_names()
     scenario = rng.choice(names)
     if scenario in CHAIN_SCENARIOS:
-        if chains:
-            config = random_chain_config(rng)
+        if layouts_of(chains):
+            config = random_chain_config(rng, layouts_of(chains))
         else:
             scenario = sorted(SCENARIOS)[names.index(scenario) % len(SCENARIOS)]
     return config, scenario, rng

@@ -6,8 +6,8 @@ which of them no entry has ("read_table_kernel: no program ever ran 3+ trips wit
 partial last block"); per function of the files under test (kvref's allocator, ours,
 the launchers, on the interpreter the ``@triton.jit`` bodies), the lines no sequence ran;
 for chains of pools (docs/spec.md §6), which of ``chain_gen.CHAIN_FEATURES`` (the relief
-ladder's rungs and the gate they met, the gate at each flush, frontier distances) were
-reached and which never.
+ladder's rungs and the gate they met, the gate at each flush, frontier distances; and
+``FLOAT_FEATURES``, what a float did, where the corpus met one) were reached and which never.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from ..engine.chain_gen import CHAIN_FEATURES
+from ..engine.chain_gen import CHAIN_FEATURES, FLOAT_FEATURES
 from ..engine.features import MASKS, TRIP_BUCKETS  # MASKS[:2] expected: launchers skip empty launches
 from ..engine.guide import Corpus
 
@@ -117,7 +117,9 @@ def report(dirs) -> dict:
                 per[fn]["never"].append(line)
         code[short] = dict(per)
     chain_seen = {n.split("|", 1)[1] for n in names if n.startswith("chain|")}
-    chain = {"reached": sorted(chain_seen), "never": [f for f in CHAIN_FEATURES if f not in chain_seen]}
+    # a float's features are named only where the corpus met a float (its allocator builds them)
+    wanted = CHAIN_FEATURES + (FLOAT_FEATURES if any(f in chain_seen for f in FLOAT_FEATURES) else ())
+    chain = {"reached": sorted(chain_seen), "never": [f for f in wanted if f not in chain_seen]}
     return {"entries": entries, "features": dict(by_domain), "kernels": dict(kernels), "code": code, "chain": chain}
 
 

@@ -29,7 +29,7 @@ from kvref.config import ChainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "fixtures" / "chain_mutants"
-CHAIN_MUTANTS = [m for m in MUTANTS if m.name.startswith("chain-")]
+CHAIN_MUTANTS = [m for m in MUTANTS if m.name.startswith(("chain-", "float-"))]
 INTERPRET = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                reason="Triton's interpreter is off (a GPU is present)")
 TIERS = ["torch", pytest.param("interpret", marks=INTERPRET)]
@@ -37,13 +37,14 @@ TIERS = ["torch", pytest.param("interpret", marks=INTERPRET)]
 
 def chain_config() -> kvref.PoolConfig:
     peer = kvref.PoolConfig(num_pages=16, page_size=2, grow="down")
-    return kvref.PoolConfig(num_pages=24, chain=ChainConfig(48, (2, 3), (peer,)))
+    return kvref.PoolConfig(num_pages=24, min_page=2, chain=ChainConfig(48, (2, 3), (peer,)))
 
 
 def test_chain_ops_are_typed_records_with_their_json_form():
     for kind in CHAIN_KINDS:
         cls = Op.registry[kind]
-        fields = {"pool": 1, "n": 2, "tokens": [2, 3], "stamps": [7, 8], "urgent": True, "open": False}
+        fields = {"pool": 1, "n": 2, "tokens": [2, 3], "stamps": [7, 8], "urgent": True, "open": False, "side": "low",
+                  "min_bytes": 3}
         op = Op.from_json({"op": kind, **{f: fields[f] for f in cls.field_names()}})
         assert Op.from_json(op.to_json()) == op
     with pytest.raises(OpError, match="pool"):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import kvref
 from fuzz.engine import shapes, strategies
+from fuzz.engine.allocators import has_chains
 from fuzz.engine.case import Case, Signature
 from fuzz.engine.chain_ops import CHAIN_KINDS
 from fuzz.engine.dispatch import replay
@@ -134,7 +135,7 @@ def _seeded_kinds(n_seeds: int = 24) -> tuple[set[str], set[str]]:
     op_kinds, violation_kinds = set(), set()
     tier = make_tier("torch")
     for seed in range(n_seeds):
-        config, scenario, rng = sequence_params(seed)
+        config, scenario, rng = sequence_params(seed, has_chains(tier))
         gen = make_generator(rng, config, scenario, contract_rate=0.25)
         run = PoolRun(config, tier)
         for _ in range(120):

@@ -16,19 +16,25 @@ import pytest
 import kvref
 from fuzz.engine.kinds import parse_ops
 from fuzz.engine.spec_side import SpecSide
+from kvref.invariants import check_chain
 
 CASES = Path(__file__).resolve().parents[1] / "clients/sglang-allocator-cases"
 ALL = frozenset(kvref.RULES)
 
 
-def _states(path: Path, rules) -> list[dict]:
+def _states(path: Path, rules) -> list:
+    """Each op's result and the state after it (every member's, for a chain), every invariant
+    checked."""
     data = json.loads(path.read_text())
     side = SpecSide(kvref.PoolConfig.from_json(data["config"]), rules)
     out = []
     for op in parse_ops(data["ops"]):
-        side.apply(op)
+        result = side.apply(op).result
+        chain = side.spec.chain
+        if chain is not None:
+            check_chain(chain)
         kvref.check_all(side.spec.config, side.spec.snapshot(), side.spec.written)
-        out.append(side.spec.snapshot())
+        out.append((result, side.spec.snapshot() if chain is None else chain.snapshot()))
     return out
 
 
