@@ -19,6 +19,8 @@ inside a function at call time, is not intercepted.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import contextlib
 import importlib.abc
 import importlib.machinery
@@ -106,3 +108,58 @@ def load_file(private_name: str, path: Path, package: str, hint: str) -> ModuleT
         del sys.modules[private_name]
         raise SetupError(f"loading {path} failed: {type(exc).__name__}: {exc}") from exc
     return module
+
+
+# ---- executing a server's file with its imports answered ------------------------------------------
+
+
+def stand_in_module(name: str, **members) -> ModuleType:
+    """A module of the given members, answering one import of a server's file."""
+    m = ModuleType(name)
+    m.__dict__.update(members)
+    return m
+
+
+def _importer(answers: dict, package: str, note: str):
+    real = builtins.__import__
+
+    def imp(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and name in answers:
+            return answers[name]
+        if level == 0 and (name == package or name.startswith(package + ".")):
+            raise ImportError(f"{name}: the adapter answers this file's imports itself and has no stand-in for "
+                              f"this one ({note})", name=name)
+        return real(name, globals, locals, fromlist, level)
+
+    return imp
+
+
+def execute(private: str, source, path: str, answers: dict, package: str, note: str) -> ModuleType:
+    """Execute ``source`` (a file's text, or an ``ast.Module`` of some of its statements,
+    compiled with the file's own line numbers) as module ``private``, each ``import`` of a
+    name in ``answers`` answered by it and any other import of ``package`` refused;
+    SetupError when it cannot be executed."""
+    module = ModuleType(private)
+    module.__file__ = path
+    module.__dict__["__builtins__"] = dict(builtins.__dict__, __import__=_importer(answers, package, note))
+    sys.modules[private] = module  # dataclasses and typing look a module up by name
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the server's own file
+    except Exception as exc:
+        del sys.modules[private]
+        raise SetupError(f"executing {path} failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def definitions(path: Path, names: tuple[str, ...]) -> ast.Module:
+    """The statements of the file at ``path`` that a module of only ``names`` needs: its
+    imports, its module-level assignments and the definitions of ``names`` (a class of the
+    file that derives from a runtime it cannot load is left out, with what uses it)."""
+    tree = ast.parse(path.read_text(), str(path))
+    keep = [node for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign))
+            or isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names]
+    missing = set(names) - {n.name for n in keep if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    if missing:
+        raise SetupError(f"{path} defines no {', '.join(sorted(missing))}")
+    return ast.Module(body=keep, type_ignores=[])

@@ -69,9 +69,6 @@ from ..engine.tiers import SetupError
 from . import loader
 
 PINNED = "0.5.23"
-# Chain seeds run single pools under these kernels: SGLang's chain is its UnifiedKVPool's to be
-# driven (docs/chains.md), and the baseline (sglang-baseline.json) was found on single pools.
-KVFUZZ_CHAINS = False
 INSTALL = f"pip install sglang=={PINNED} --no-deps"
 _VIRTUAL_SLOT = "sglang/kernels/ops/memory/virtual_slot.py"
 _READ_TABLE = "sglang/kernels/ops/kvcache/kv_read_table.py"

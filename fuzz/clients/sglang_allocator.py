@@ -1,11 +1,14 @@
-"""SGLang's own ``MultiEndedAllocator`` under the fuzz: ``--allocator kvfuzz-sglang``.
+"""SGLang's own allocator under the fuzz: ``--allocator kvfuzz-sglang``.
 
 The state machine kvfuzz drives is SGLang's, executed from the installed distribution's
 ``sglang/srt/mem_cache/allocator/unified_sub_pool.py`` (its base class from
 ``allocator/base.py``), never imported as ``sglang``: each file is compiled from its own
 text under a private module name, and the imports it makes are answered by this module
-(``_importer``) instead of by SGLang's package, whose ``__init__`` reaches the server
-runtime. What answers each import, and why (docs/sglang.md lists the same):
+(``loader.execute``) instead of by SGLang's package, whose ``__init__`` reaches the server
+runtime. A single pool is one ``MultiEndedAllocator``; a chain config (docs/spec.md §6) is
+one allocator per member (``FloatMultiEndedAllocator`` for a float) over SGLang's own
+``UnifiedKVPool`` (``sglang_pool``), wired as SGLang wires them (``sglang_chain``). What
+answers each import of the allocator file, and why (docs/sglang.md lists the same):
 
 - ``sglang.kernels.ops.memory.virtual_slot`` (bind, alloc+bind, free+unbind, translate):
   the tier's kernel set, which with ``--allocator kvfuzz-sglang`` is SGLang's own
@@ -13,12 +16,13 @@ runtime. What answers each import, and why (docs/sglang.md lists the same):
   its ``@triton.jit`` kernels under the interpreter).
 - ``sglang.srt.mem_cache.allocator``: ``BaseTokenToKVPoolAllocator`` from SGLang's own
   ``base.py`` (it imports only ``abc``, ``typing`` and torch).
-- ``sglang.srt.mem_cache.unified_memory_pool`` (``UnifiedKVPool`` and the MHA/MLA
-  kvcache classes): stand-ins built by ``build_pool``. SGLang's module imports its whole
-  memory-pool stack (attention layers, quantization, platforms), none of which a CPU CI
-  machine has; the allocator calls six members of it (``spec``, ``max_slots``,
-  ``min_slot_index``, ``total_bytes``, ``move_physical_pages``, ``zero_physical_pages``),
-  which the stand-ins provide over kvfuzz's red-zoned ``kv`` buffer.
+- ``sglang.srt.mem_cache.unified_memory_pool``: the names it imports (``UnifiedKVPool``, the
+  MHA/MLA kvcache classes) are stand-ins, used only for a type hint and an ``isinstance``. A
+  chain's buffer is SGLang's own ``UnifiedKVPool`` (``sglang_pool``); a single pool's is
+  ``UnifiedKVPool`` here, one sub-pool with its own reserved floor, which SGLang's class
+  (two END sub-pools at least, each floor derived from the sink) cannot be. The kvcache is
+  ``sglang_chain.PageCopies``: pages move through SGLang's ``copy_pages`` over kvfuzz's
+  red-zoned ``kv`` buffer.
 - ``sglang.srt.environ.envs``: the three settings the allocator reads, SGLang's defaults,
   except ``SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL``, which is the pool's ``max_moves``.
 - ``paged``'s extend/decode kernels, ``get_num_new_pages``, ``next_power_of_2``: used
@@ -43,15 +47,16 @@ SGLang's code, not on a model of it.
 
 from __future__ import annotations
 
-import builtins
 import hashlib
-import sys
 import types
 
 import torch
 
-from ..engine.tiers import SetupError
+from kvref import ContractViolation
+
 from . import loader
+from .loader import stand_in_module
+from .sglang_chain import HostStream, Member, PageCopies
 from .sglang_files import BASE, INSTALL, PINNED, SUB_POOL
 
 _where = loader.locate("sglang", "sglang", (SUB_POOL, BASE), INSTALL)
@@ -82,6 +87,7 @@ class _Envs:
         self.SGLANG_LOG_LAZY_COMPACTION_STATS_INTERVAL_SEC = _Env(30)
         self.SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL = _Env(4096)
         self.SGLANG_COMPACTION_MAX_PAGES_PER_MOVE = _Env(4096)
+        self.SGLANG_DEBUG_POISON_POOL = _Env(False)  # read by the UnifiedKVPool of a chain
 
 
 def _not_driven(name: str):
@@ -105,9 +111,9 @@ class _Spec:
 
 
 class UnifiedKVPool:
-    """The members of SGLang's ``UnifiedKVPool`` the allocator reads, for sub-pools laid
-    out as SGLang lays them: each its own spec, slot count and reserved floor, the byte
-    budget their sum."""
+    """A single pool's stand-in for SGLang's ``UnifiedKVPool``, whose own class needs two END
+    sub-pools and derives each one's reserved floor (a chain runs the real one,
+    ``sglang_pool``): the members the allocator reads, for one sub-pool with its own floor."""
 
     def __init__(self, subs: dict):
         self._subs = subs  # name -> (grow, max_slots, min_slot_index)
@@ -124,51 +130,11 @@ class UnifiedKVPool:
 
 
 class UnifiedMHATokenToKVPool:
-    """The kvcache: whole-page copies and zeroing over kvfuzz's ``kv`` buffer (one int64
-    per token row, ``page_size`` rows a page)."""
-
-    def __init__(self, kv: torch.Tensor, page_size: int):
-        self.kv, self.page_size = kv, page_size
-
-    def _rows(self, pages: torch.Tensor) -> torch.Tensor:
-        ps = self.page_size
-        return (pages.to(torch.int64)[:, None] * ps + torch.arange(ps, device=pages.device)).reshape(-1)
-
-    def move_physical_pages(self, tgt_pages, src_pages, page_size):
-        assert page_size == self.page_size, f"pages of {page_size} slots passed to a pool of {self.page_size}"
-        self.kv[self._rows(tgt_pages)] = self.kv[self._rows(src_pages)]
-
-    def zero_physical_pages(self, phys_pages):
-        self.kv[self._rows(phys_pages)] = 0
+    """Named by the allocator file for its zero-on-hand-out check; kvfuzz's kvcache is not one."""
 
 
 class UnifiedMLATokenToKVPool(UnifiedMHATokenToKVPool):
     pass
-
-
-class _KeepsData:
-    """The kvcache kvfuzz hands the allocator: not one of the MHA/MLA classes, so
-    ``_maybe_zero_pages`` leaves a page's data in place on hand-out, as SPEC §3 (kvref)
-    does; the zeroing is the kvcache's, outside the allocator's state machine."""
-
-    def __init__(self, kv, page_size):
-        self._pool = UnifiedMHATokenToKVPool(kv, page_size)
-        self.move_physical_pages = self._pool.move_physical_pages
-        self.zero_physical_pages = self._pool.zero_physical_pages
-
-
-class _HostStream:
-    """``torch.cuda.current_stream()`` on a CPU: work is never queued behind a forward,
-    so waiting for an event means the forward completes now."""
-
-    def wait_event(self, event):
-        event.wait(self)
-
-    def wait_stream(self, _stream):
-        return None
-
-    def synchronize(self):
-        return None
 
 
 class _TorchOnHost(types.ModuleType):
@@ -177,17 +143,11 @@ class _TorchOnHost(types.ModuleType):
 
     def __init__(self):
         super().__init__("torch")
-        self.cuda = types.SimpleNamespace(current_stream=lambda device=None: _HostStream(),
+        self.cuda = types.SimpleNamespace(current_stream=lambda device=None: HostStream(),
                                           Event=torch.cuda.Event, Stream=torch.cuda.Stream)
 
     def __getattr__(self, name):
         return getattr(torch, name)
-
-
-def _module(name: str, **members) -> types.ModuleType:
-    m = types.ModuleType(name)
-    m.__dict__.update(members)
-    return m
 
 
 def _kernel_module(kernels) -> types.ModuleType:
@@ -197,43 +157,20 @@ def _kernel_module(kernels) -> types.ModuleType:
         assert dcp_size == 1 and out_width is None, "decode context parallelism is off here"
         return kernels.translate_tokens(loc=loc, v2p=v2p, page_size=page_size, out=out)
 
-    return _module("virtual_slot", alloc_bind_inplace=kernels.alloc_bind_inplace, bind_inplace=kernels.bind_inplace,
-                   free_unbind_inplace=kernels.free_unbind_inplace, translate_token_ids=translate_token_ids)
-
-
-def _importer(answers: dict, on_host: bool):
-    real = builtins.__import__
-
-    def imp(name, globals=None, locals=None, fromlist=(), level=0):
-        if level == 0 and name in answers:
-            return answers[name]
-        if level == 0 and name == "torch" and on_host:
-            return _TORCH_ON_HOST
-        if level == 0 and (name == "sglang" or name.startswith("sglang.")):
-            raise ImportError(f"{name}: the kvfuzz-sglang adapter answers the allocator's imports itself and has "
-                              f"no stand-in for this one (SGLang {SGLANG_VERSION}; written against {PINNED})")
-        return real(name, globals, locals, fromlist, level)
-
-    return imp
+    return stand_in_module("virtual_slot", alloc_bind_inplace=kernels.alloc_bind_inplace,
+                           bind_inplace=kernels.bind_inplace, free_unbind_inplace=kernels.free_unbind_inplace,
+                           translate_token_ids=translate_token_ids)
 
 
 _TORCH_ON_HOST = _TorchOnHost()
+_NOTE = f"SGLang {SGLANG_VERSION}; written against {PINNED}"
+_LOADED: dict = {}
+ENVS = _Envs()
 
 
 def _execute(private: str, text: str, path: str, answers: dict, on_host: bool) -> types.ModuleType:
-    module = types.ModuleType(private)
-    module.__file__ = path
-    module.__dict__["__builtins__"] = dict(builtins.__dict__, __import__=_importer(answers, on_host))
-    sys.modules[private] = module  # dataclasses and typing look a module up by name
-    try:
-        exec(compile(text, path, "exec"), module.__dict__)  # noqa: S102 - SGLang's file, as shipped or mutated
-    except Exception as exc:
-        del sys.modules[private]
-        raise SetupError(f"executing {path} failed: {type(exc).__name__}: {exc}") from exc
-    return module
-
-
-_LOADED: dict = {}
+    return loader.execute(private, text, path, {**answers, **({"torch": _TORCH_ON_HOST} if on_host else {})},
+                          "sglang", _NOTE)
 
 
 def load(kernels, on_host: bool, mutant: str | None = None) -> types.ModuleType:
@@ -243,65 +180,33 @@ def load(kernels, on_host: bool, mutant: str | None = None) -> types.ModuleType:
     if key in _LOADED:
         return _LOADED[key]
     tag = f"{len(_LOADED)}"
-    envs = _Envs()
     base = _execute(f"_kvfuzz_sglang_alloc_base_{tag}", _where.file(BASE).read_text(), SGLANG_FILES["base"], {},
                     on_host)
     answers = {
         "sglang.kernels.ops.memory.virtual_slot": _kernel_module(kernels),
-        "sglang.srt.environ": _module("environ", envs=envs),
-        "sglang.srt.mem_cache.allocator": _module("allocator", BaseTokenToKVPoolAllocator=base.BaseTokenToKVPoolAllocator),
-        "sglang.srt.mem_cache.allocator.paged": _module("paged", alloc_decode_kernel=None, alloc_extend_kernel=None),
-        "sglang.srt.mem_cache.unified_memory_pool": _module(
+        "sglang.srt.environ": stand_in_module("environ", envs=ENVS),
+        "sglang.srt.mem_cache.allocator": stand_in_module(
+            "allocator", BaseTokenToKVPoolAllocator=base.BaseTokenToKVPoolAllocator),
+        "sglang.srt.mem_cache.allocator.paged": stand_in_module("paged", alloc_decode_kernel=None,
+                                                                alloc_extend_kernel=None),
+        "sglang.srt.mem_cache.unified_memory_pool": stand_in_module(
             "unified_memory_pool", UnifiedKVPool=UnifiedKVPool, UnifiedMHATokenToKVPool=UnifiedMHATokenToKVPool,
             UnifiedMLATokenToKVPool=UnifiedMLATokenToKVPool),
-        "sglang.srt.runtime_context": _module(
+        "sglang.srt.runtime_context": stand_in_module(
             "runtime_context", get_parallel=lambda: types.SimpleNamespace(attn_dcp_size=1, attn_dcp_rank=0)),
-        "sglang.srt.utils.common": _module("common", get_num_new_pages=_not_driven("get_num_new_pages"),
-                                           next_power_of_2=_not_driven("next_power_of_2")),
+        "sglang.srt.utils.common": stand_in_module("common", get_num_new_pages=_not_driven("get_num_new_pages"),
+                                                   next_power_of_2=_not_driven("next_power_of_2")),
     }
     from .sglang_mutants import apply
 
     text = apply(_SOURCE, mutant)
     module = _execute(f"_kvfuzz_sglang_unified_sub_pool_{tag}", text, SGLANG_FILES["unified_sub_pool"], answers,
                       on_host)
-    module._kvfuzz_envs = envs
     _LOADED[key] = module
     return module
 
 
-# ---- the pool and its forwards -------------------------------------------------------------------
-
-
-def build_pool(config, device, buffers):
-    """The unified pool one ``MultiEndedAllocator`` runs over, sized to ``config``: one
-    sub-pool ``NAME`` of ``num_pages`` pages, ``min_page`` of them the reserved floor, and
-    its kvcache over kvfuzz's ``kv`` buffer. (Chains of sub-pools sharing one buffer would
-    be built here too: one ``UnifiedKVPool`` entry per member.)"""
-    ps = config.page_size
-    pool = UnifiedKVPool({NAME: (config.grow, config.num_pages * ps, config.min_page * ps)})
-    kv = buffers("kv", config.num_pages, 0, ps)
-    return pool, _KeepsData(kv, ps), kv
-
-
-class ForwardEvent:
-    """A forward's done event as SGLang's allocator uses one (``query``, and ``wait`` from a
-    stream's ``wait_event``); fired when kvfuzz says so. On CUDA it wraps a real event."""
-
-    def __init__(self, id: int, pages: list, real=None):
-        self.id, self.pages, self.real, self.fired = id, pages, real, False
-
-    def query(self) -> bool:
-        return self.fired
-
-    def wait(self, stream=None) -> None:
-        if self.real is not None and stream is not None and not isinstance(stream, _HostStream):
-            self.real.wait(stream)
-        self.fired = True  # what the stream runs next is ordered after the forward: settled
-
-    def synchronize(self) -> None:
-        if self.real is not None:
-            self.real.synchronize()
-        self.fired = True
+# ---- the allocator ----------------------------------------------------------------------------------
 
 
 def _plain_buffers(device):
@@ -311,9 +216,18 @@ def _plain_buffers(device):
     return make
 
 
+def _prefixed(buffers, prefix: str):
+    def make(name, rows, fill, row_len=1):
+        return buffers(prefix + name, rows, fill, row_len)
+
+    return make
+
+
 class SGLangAllocator:
-    """One ``MultiEndedAllocator`` (an id owner over its own sub-pool) behind kvfuzz's
-    allocator protocol (docs/allocators.md). It translates calls, never behaviour."""
+    """SGLang's allocator behind kvfuzz's allocator protocol (docs/allocators.md): one
+    ``MultiEndedAllocator`` (an id owner over its own sub-pool), or for a config with a chain
+    one allocator per member over SGLang's ``UnifiedKVPool``, this object being member 0 and
+    ``.chain`` the chain (``sglang_chain``). It translates calls, never behaviour."""
 
     # SGLang has no checked mode: its callers promise valid input (no double-free or
     # duplicate checks), so kvfuzz sends only what the spec accepts.
@@ -322,96 +236,89 @@ class SGLangAllocator:
     # `setdefault`); the next flush sorts what drains, so only the pages matter.
     KVFUZZ_SNAPSHOT = {"pending": "unordered"}
     KVFUZZ_SPEC_RULES = frozenset({"take_nearest_end", "down_extend_descending", "walk_release_appended",
-                                   "urgent_settles_when_moving", "move_cap_floor_1", "eager_free_ids_sorted"})
+                                   "urgent_settles_when_moving", "move_cap_floor_1", "eager_free_ids_sorted",
+                                   "ladder_flushes_when_short", "float_ladder_low_only"})
+    KVFUZZ_CHAINS = True  # two END pools, and the two with a float between them
     MUTANT: str | None = None
 
     def __init__(self, config, kernels, device, *, buffers=None):
         self.config = config
         self.device = torch.device(device)
         on_host = self.device.type != "cuda"
-        sgl = load(kernels, on_host, self.MUTANT)
-        sgl._kvfuzz_envs.SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL.value = config.max_moves
+        self.sgl_module = sgl = load(kernels, on_host, self.MUTANT)
         buffers = buffers or _plain_buffers(self.device)
-        self.pool, kvcache, self.kv = build_pool(config, self.device, buffers)
         self.forward_stream = None if on_host else torch.cuda.Stream(device=self.device)
-        self.sgl = sgl.MultiEndedAllocator(
-            kvcache=kvcache, unified_buffer=self.pool, sub_pool_name=NAME, device=str(self.device), is_id_owner=True,
-            page_size=config.page_size, forward_stream=self.forward_stream, lazy_compaction=config.lazy)
-        # kvfuzz's red-zoned tables in place of the ones it made, before any op (clear() rewrites them)
-        self.sgl.virtual_to_physical = buffers("v2p", config.table_rows, -1)
-        self.sgl.physical_to_virtual = buffers("p2v", config.table_rows, -1)
+        if config.chain is None:
+            ps = config.page_size
+            pool = UnifiedKVPool({NAME: (config.grow, config.num_pages * ps, config.min_page * ps)})
+            members = [self._member(sgl, config, pool, NAME, buffers)]
+            self.chain = None
+        else:
+            from . import sglang_pool
+            from .sglang_chain import SGLangChain
+
+            pool_module, _, _ = sglang_pool.load(_where, ENVS, _NOTE)
+            pool, lay = sglang_pool.build(pool_module, config, self.device)
+            members = [self._member(sgl, cfg, pool, lay.names[i], _prefixed(buffers, f"pool{i}.") if i else buffers)
+                       for i, cfg in enumerate(config.members)]
+            self.chain = SGLangChain(sgl, members, lay.scale)
+        self.member = members[0]
         self.clear()
 
-    v2p = property(lambda self: self.sgl.virtual_to_physical)
-    p2v = property(lambda self: self.sgl.physical_to_virtual)
+    def _member(self, sgl, config, pool, name: str, buffers) -> Member:
+        from . import sglang_pool
+
+        ENVS.SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL.value = config.max_moves  # read by the constructor
+        _, copy_pages, zero_pages = sglang_pool.load(_where, ENVS, _NOTE)
+        ps = config.page_size
+        kv = buffers("kv", config.num_pages, 0, ps)
+        cls = sgl.FloatMultiEndedAllocator if config.is_float else sgl.MultiEndedAllocator
+        a = cls(kvcache=PageCopies(kv, ps, copy_pages, zero_pages), unified_buffer=pool, sub_pool_name=name,
+                device=str(self.device), is_id_owner=True, page_size=ps, forward_stream=self.forward_stream,
+                lazy_compaction=config.lazy)
+        if (a.num_pages, a.min_page_index) != (config.num_pages, config.min_page):
+            raise ContractViolation(f"SGLang's pool gives sub-pool {name} pages [{a.min_page_index}, {a.num_pages}), "
+                                    f"the config [{config.min_page}, {config.num_pages})")
+        # kvfuzz's red-zoned tables in place of the ones it made, before any op (clear() rewrites them)
+        a.virtual_to_physical = buffers("v2p", config.table_rows, -1)
+        a.physical_to_virtual = buffers("p2v", config.table_rows, -1)
+        return Member(a, kv, self.device, self.forward_stream)
+
+    sgl = property(lambda self: self.member.sgl)
+    kv = property(lambda self: self.member.kv)
+    v2p = property(lambda self: self.member.sgl.virtual_to_physical)
+    p2v = property(lambda self: self.member.sgl.physical_to_virtual)
 
     def clear(self) -> None:
-        self.sgl.clear()
-        self.kv.zero_()  # the stand-in kvcache's reset: SGLang's allocator leaves KV bytes to its pool
-        self._events = 0
-        self._latest: ForwardEvent | None = None
+        for m in self.chain.members if self.chain is not None else [self.member]:
+            m.clear()
 
     def alloc(self, n_tokens: int):
-        return self.sgl.alloc(n_tokens)
+        return self.member.alloc(n_tokens)
 
     def free(self, tokens) -> None:
-        # SPEC's free takes a req_to_token-shaped run and derives its pages by stride, in
-        # run order: SGLang's free_segment (page-aligned, start 0); at page size 1 it is free().
-        self.sgl.free_segment(tokens, start_pos=0)
+        self.member.free(tokens)
 
     def flush(self, urgent: bool) -> None:
-        if urgent:
-            self.sgl.flush_for_allocation()
-        else:
-            self.sgl.flush_opportunistic()
+        self.member.flush(urgent)
 
     def forward(self, tokens) -> None:
-        self.fire()  # one forward in flight: the next step implies the previous one finished
-        pages = sorted({int(t) // self.config.page_size for t in tokens.tolist()})
-        real = None
-        if self.forward_stream is not None:
-            # a forward on its own stream, ordered after what the scheduling stream queued (as
-            # SGLang's overlap scheduling orders it): it reads its rows' KV through SGLang's
-            # translate, then records its done event. It only reads, so whatever the harness
-            # queues meanwhile on the scheduling stream cannot be clobbered by it.
-            real = torch.cuda.Event()
-            self.forward_stream.wait_stream(torch.cuda.current_stream(self.device))
-            tokens.record_stream(self.forward_stream)
-            with torch.cuda.stream(self.forward_stream):
-                self._forward_sum = self.kv[self.sgl.translate_kv_loc(tokens)].sum()
-                real.record(self.forward_stream)
-        event = ForwardEvent(self._events, pages, real)
-        self._events += 1
-        self._latest = event
-        self.sgl.set_latest_forward_done_event(event)
-        self.sgl.set_inflight_forward(event, tokens)
+        self.member.forward(tokens)
 
     def fire(self) -> None:
-        if self._latest is not None:
-            self._latest.synchronize()
+        self.member.fire()
 
     def write(self, tokens, stamps) -> None:
-        if tokens.numel():
-            self.kv[self.sgl.translate_kv_loc(tokens)] = stamps.to(torch.int64)
+        self.member.write(tokens, stamps)
 
     def read(self, tokens):
-        if tokens.numel() == 0:
-            return torch.empty(0, dtype=torch.int64, device=self.device)
-        return self.kv[self.sgl.translate_kv_loc(tokens)]
+        return self.member.read(tokens)
 
     def translate(self, loc):
-        return self.sgl.translate_kv_loc(loc)
+        return self.member.translate(loc)
 
     def snapshot(self) -> dict:
-        s, e = self.sgl, self._latest
-        pending = [[0 if ev is None else ev.id, pages] for ev, (pages, _) in s._pending_reuse.items()]
-        return {
-            "v2p": s.virtual_to_physical, "p2v": s.physical_to_virtual, "free_virtual": s.free_virtual_ids,
-            "holes": s._free_phys_pages, "pending": pending, "watermark": s.watermark_physical,
-            "live_pages": s.allocated_count() // s.page_size,
-            "in_flight": None if e is None else {"id": e.id, "fired": e.query(), "pages": e.pages},
-            "kv": self.kv,
-        }
+        return self.member.snapshot()
 
 
 def _mutant_factory(name: str):

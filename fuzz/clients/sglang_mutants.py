@@ -80,6 +80,26 @@ MUTANTS = {
         "_commit_move_batch: the moved-out source keeps its p2v entry",
         "            self.physical_to_virtual.index_fill_(0, src_pages_t, -1)\n",
         "            pass\n"),
+    # The chain (docs/spec.md §6): the kinds of bug SGLang fixed in its chain code in 2026.
+    "flush_ignores_gate": (
+        "_flush (chain): compaction moves pages while the pool's move gate is closed",
+        "        if self.moves_blocked():\n            # Holes stay in the free list; the next flush picks them up.",
+        "        if False:\n            # Holes stay in the free list; the next flush picks them up."),
+    "schedulable_memo_ignores_gate": (
+        "schedulable_available_size (chain): the memo is keyed on the chain's epoch alone, so a "
+        "neighbour's gate that flips with no alloc or free in between leaves it stale",
+        "        return epoch, _drains_on_urgent_flush(neighbor)\n",
+        "        return epoch, None\n"),
+    "float_make_room_ignores_gate": (
+        "make_room (float): relocates live pages while the float's move gate is closed",
+        "        gap_side_bytes = (gap_low if side == \"low\" else gap_high) * epp\n        if self.moves_blocked():\n",
+        "        gap_side_bytes = (gap_low if side == \"low\" else gap_high) * epp\n        if False:\n"),
+    "walk_stops_at_empty_float": (
+        "_chain_low_frontier_above_bytes (chain): the walk stops at an empty float, so the up end "
+        "cannot grow past its parked span",
+        "        p = self.high_peer\n        while p is not None and p._is_frontier_transparent():\n"
+        "            p = p.high_peer\n        if p is None:\n            return self.unified_buffer.total_bytes",
+        "        p = self.high_peer\n        if p is None:\n            return self.unified_buffer.total_bytes"),
 }
 
 

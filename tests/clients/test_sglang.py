@@ -43,9 +43,9 @@ def test_valid_input_is_clean(sglang_site, tmp_path):
 
 
 def test_spec_hostile_classes_find_exactly_the_baseline(sglang_site, tmp_path):
-    # Seed 1 reaches both free classes and probes read_table_seq_lens within its first 6 sequences
-    # (408 ops; seed 0 needed 16); minimizing is not what this test is about.
-    r, summary = _campaign(sglang_site, tmp_path, "spec", 6, "--no-minimize", seed=1)
+    # Seed 2 reaches both free classes and probes read_table_seq_lens within its first 6 sequences
+    # (seeds 3 and 6 do too, with chain seeds among them); minimizing is not what this test is about.
+    r, summary = _campaign(sglang_site, tmp_path, "spec", 6, "--no-minimize", seed=2)
     known = json.loads(BASELINE.read_text())
     assert known["schema"] == "kvfuzz-baseline/1"
     found = {f["signature"] for f in summary["failures"]}

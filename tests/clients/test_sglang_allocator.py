@@ -32,6 +32,8 @@ from tests.fuzz.test_engine import REPO, kvfuzz, show
 
 CASES = REPO / "tests/clients/sglang-allocator-cases"
 RULE_CASES = sorted(CASES.glob("rule_*.json"))
+# kvref's own bugs that SGLang's allocator showed: each case once diverged from the shipped file
+REGRESSION_CASES = sorted(CASES.glob("regression_*.json"))
 MUTANT_CASES = sorted(CASES.glob("mutant_*.json"))
 SUB_POOL = "sglang/srt/mem_cache/allocator/unified_sub_pool.py"
 
@@ -90,6 +92,14 @@ def test_each_declared_rule_is_needed(on_path, case, backend):
     withdrawn = json.loads(case.read_text())["allocator"].split(":")[1]
     d, _ = replay(config, ops, _tier(backend, f"tests/fixtures/allocators/sglang_without_rule.py:{withdrawn}"))
     assert d is not None and str(d.signature) == signature, d
+
+
+@pytest.mark.parametrize("backend", ["torch", "interpret"])
+@pytest.mark.parametrize("case", REGRESSION_CASES, ids=[c.stem for c in REGRESSION_CASES])
+def test_each_spec_bug_sglang_showed_stays_fixed(on_path, case, backend):
+    config, ops, _ = _case(case)
+    d, _ = replay(config, ops, _tier(backend))
+    assert d is None, d
 
 
 @pytest.mark.parametrize("case", MUTANT_CASES, ids=[c.stem for c in MUTANT_CASES])
@@ -217,3 +227,55 @@ def test_an_urgent_flush_waits_for_the_forward_through_the_stand_in_stream(on_pa
     assert a.snapshot()["in_flight"]["fired"] is True and a.sgl._inflight_forward is None
     assert a.sgl.virtual_to_physical[4].item() == 2 and a.sgl.watermark_physical == 4
     assert torch.equal(a.sgl.physical_to_virtual[1:4], torch.tensor([1, 4, 3]))
+
+
+# ---- SGLang's chain: its UnifiedKVPool, its allocators wired as SGLang wires them ------------------
+
+
+def _float_chain(ps=2):
+    from kvref.config import ChainConfig
+
+    flt = kvref.PoolConfig(num_pages=16, min_page=1, page_size=ps, grow="float", lazy=False)
+    down = kvref.PoolConfig(num_pages=24, min_page=2, page_size=1, grow="down", lazy=False)
+    return kvref.PoolConfig(num_pages=24, min_page=2, page_size=ps, lazy=True,
+                            chain=ChainConfig(48, (2, 3, 2), (flt, down)))
+
+
+def test_a_chain_runs_sglangs_own_pool_and_allocators_wired_as_sglang_wires_them(on_path):
+    from fuzz.clients import sglang as kernels
+    from fuzz.clients import sglang_pool
+    from fuzz.clients.sglang_allocator import SGLangAllocator
+
+    a = SGLangAllocator(_float_chain(), kernels, "cpu")
+    up, flt, down = (m.sgl for m in a.chain.members)
+    pool = up.unified_buffer
+    assert type(pool).__init__.__code__.co_filename.endswith(sglang_pool.POOL_FILE)
+    assert type(flt).__name__ == "FloatMultiEndedAllocator" and flt.unified_buffer is pool is down.unified_buffer
+    # a member of one-slot pages beside pages of two is SGLang's state pool, its floor derived by SGLang
+    assert type(pool.spec("pool2")).__name__ == "MambaSubPoolSpec" and down.min_page_index == 2
+    assert (up.high_peer, flt.low_peer, flt.high_peer, down.low_peer) == (flt, up, down, flt)
+    assert up.disagg_move_gate is not None and flt.disagg_move_gate is not None
+    assert down.disagg_move_gate is None  # eager: SGLang asserts its compaction runs ungated
+    a.chain.set_gate(1, False)
+    assert flt.moves_blocked() and not up.moves_blocked()
+    assert "sglang" not in sys.modules
+
+
+@pytest.mark.parametrize("backend,n", [("torch", 10), ("interpret", 2)])
+def test_chain_seeds_run_clean_on_sglangs_chain(on_path, backend, n):
+    """Chain seeds of both layouts on SGLang's chain: no divergence from kvref (under the
+    declared rules) and none from SGLang's own chain accounting, every chain op run."""
+    from fuzz.engine.chain_gen import is_chain_seed
+    from fuzz.engine.chain_ops import CHAIN_KINDS
+    from fuzz.engine.tracks.small import SmallTrack
+
+    track, tier = SmallTrack(), _tier(backend)
+    kinds, layouts = set(), set()
+    for seed in [s for s in range(400) if is_chain_seed(s)][:n]:
+        seq = track.run_sequence(tier, seed, 200 if backend == "torch" else 60, hostile="off")
+        assert seq.divergence is None, (seed, seq.divergence)
+        kinds |= set(seq.run.stats.by_kind)
+        layouts.add(len(seq.config.members))
+    assert layouts == {2, 3}, layouts
+    if backend == "torch":
+        assert set(CHAIN_KINDS) <= kinds, set(CHAIN_KINDS) - kinds
