@@ -215,3 +215,20 @@ def test_chain_seeds_are_a_fifth_of_the_seeds():
     share = sum(is_chain_seed(s) for s in range(5000)) / 5000
     assert 0.17 < share < 0.23
 
+
+
+def test_behind_a_closed_gate_an_urgent_flush_waits_for_nothing_under_every_rule():
+    """SGLang's urgent flush settles the forward only when it moves (rule
+    ``urgent_settles_when_moving``); behind a closed gate it moves nothing, so an unfired
+    pending batch stays pending (SGLang drains only fired ones there). kvref once settled it."""
+    for rules in (frozenset(), frozenset({"urgent_settles_when_moving"})):
+        ch = kvref.Allocator(chain_config(epp=(2, 2)), rules).chain
+        down = ch.members[1]
+        ch.alloc(1, 4)
+        ch.forward(1, [])  # a reader in flight that writes nothing
+        ch.free(1, [4])  # page 23, furthest from the frontier (20): the walk moves page 20 into it
+        ch.flush(1, False)
+        assert [pages for _, pages in down.pending] == [[20]], rules
+        ch.set_gate(1, False)
+        ch.flush(1, True)
+        assert [pages for _, pages in down.pending] == [[20]] and not down.in_flight.event.fired, rules
