@@ -302,7 +302,7 @@ class Allocator:
             return
         still = []
         for event, pages in self.pending:
-            if urgent and settles_late:
+            if urgent and settles_late and not gated:  # behind a closed gate nothing waits (§6)
                 event.fired = True
             if event.fired:
                 self.holes.extend(pages)
