@@ -34,6 +34,7 @@ PARTS=(  # NAME|what it runs
   "foreign-guidance|value features on a kernel set kvfuzz did not write (team_tables*.py): collection cost, third-trip and kv_start kills, guided against blind"
   "replay-matrix|fault fixtures of process history and chance (exit, kill, hang on the Nth call, flaky), RM_CAMPAIGNS campaigns each, RM_JOBS at once: rates, 1-minimal, replays"
   "sglang-allocator|SGLang's MultiEndedAllocator on CUDA with real events: a clean campaign beside its kill table (EXTRA_PYTHONPATH)"
+  "chains|our chains of pools on CUDA: every planted chain and float bug killed (kvfuzz mutants)"
 )
 list_parts() { for p in "${PARTS[@]}"; do printf '%-17s %s\n' "${p%%|*}" "${p#*|}"; done; }
 is_part() { for p in "${PARTS[@]}"; do [ "${p%%|*}" = "$1" ] && return 0; done; return 1; }
@@ -157,6 +158,9 @@ run_part() {
     $PY -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get('sanitizer'), indent=1))" "$c" ;;
   mutants)
     timeout 560 $PY -m fuzz mutants --backend cuda --budget-s 20 2>&1 | tail -25 ;;
+  chains)  # the chain and float mutants (docs/chains.md), 60 s each at most
+    timeout 400 $PY -m fuzz mutants --backend cuda --budget-s 60 \
+      --only $($PY -c "from fuzz.tools.mutants import MUTANTS as M; print(*(m.name for m in M if m.name.startswith(('chain-', 'float-'))))") 2>&1 | tail -12 ;;
   bench)
     timeout 400 $PY -m fuzz bench --seconds 30 --out "$OUT/bench-gpu.json" --plot "$OUT/bench-gpu.svg" 2>&1 | tail -20 ;;
   read-table)
