@@ -71,6 +71,7 @@ _HITS = [0, 0]  # disk-cache hits and misses Triton's compilation listener repor
 _LIGHT = [False]  # every observer takes a launch light (``_run_light``): no Launch built for it
 _RECORD_ONLY: list = []  # callbacks of record_only(): while any, launches are recorded and not run
 _GATES: list = []  # callbacks of gate(): each handed an outermost launch before it runs (and may wait)
+_CLOCKS: list = []  # (enter, leave) of clock(): around each outermost compiled launch
 
 
 @dataclass
@@ -126,10 +127,29 @@ def untraced_launches():
         _UNTRACED[0] -= 1
 
 
+def clock(enter, leave) -> None:
+    """Call ``enter()`` as each outermost compiled launch begins and ``leave(enter's value)``
+    once it returns (its head-start wait, any compile or load, the launch): a worker's heartbeat
+    leaves that time out of its op's clock (``supervise.Beat.launching``). Not for interpreted
+    launches, which run the kernel itself, where a hang must stay a hang."""
+    install()
+    _CLOCKS[:] = [(enter, leave)]
+
+
 def _wrap(original):
     def run(self, *args, **kwargs):
         if kwargs.get("warmup", False):
             return original(self, *args, **kwargs)
+        if not _CLOCKS or getattr(_LOCAL, "depth", 0) or _RECORD_ONLY or type(self).__name__ == "InterpretedFunction":
+            return _run(self, args, kwargs)
+        enter, leave = _CLOCKS[0]
+        token = enter()
+        try:
+            return _run(self, args, kwargs)
+        finally:
+            leave(token)
+
+    def _run(self, args, kwargs):
         _COUNT[0] += 1
         recorders = getattr(_LOCAL, "recorders", ())
         nested = getattr(_LOCAL, "depth", 0) > 0

@@ -35,10 +35,12 @@ __all__ = ["EXIT_DEVICE", "Beat", "Cancelled", "Child", "Executor", "Fault", "Fi
 
 CTX = zygote.SPAWN  # the shared objects (heartbeat, pipes, queues); either kind of child takes them
 
-# Heartbeat slots.
-SEQ, SEED, OP, OPS, SEQS, CONTRACT, PHASE = range(7)
+# Heartbeat slots. LAUNCH_MS: milliseconds spent inside compiled Triton launches (a compile, a
+# load from the disk cache, a wait for the head start's compile), which an op's clock leaves out.
+SEQ, SEED, OP, OPS, SEQS, CONTRACT, PHASE, LAUNCH_MS = range(8)
 SLOTS = 8
-SETUP, RUNNING, IDLE = 0, 1, 2  # PHASE: importing / running ops / between jobs
+# PHASE: importing / running ops / between jobs / running ops, inside a compiled launch
+SETUP, RUNNING, IDLE, LAUNCHING = 0, 1, 2, 3
 
 EXIT_RESTART = 75  # a child that found its CUDA context poisoned and asks to be replaced
 EXIT_HARNESS = 3  # an exception of the harness itself (not of the code under test)
@@ -61,6 +63,18 @@ class Beat:
 
     def phase(self, phase: int) -> None:
         self.slots[PHASE] = phase
+
+    def launching(self) -> float:
+        """A compiled launch begins: while it runs (it may compile for seconds) the op's clock
+        waits (``Child.stalled``). Returns its start, for ``launched``."""
+        if self.slots[PHASE] == RUNNING:
+            self.slots[PHASE] = LAUNCHING
+        return time.perf_counter()
+
+    def launched(self, t0: float) -> None:
+        self.slots[LAUNCH_MS] += int((time.perf_counter() - t0) * 1000)
+        if self.slots[PHASE] == LAUNCHING:
+            self.slots[PHASE] = RUNNING
 
 
 def tail(path: Path, lines: int = 40) -> list[str]:
@@ -89,13 +103,17 @@ class Child:
         self._seen = None
         self._waited = 0.0  # seconds the child sat runnable without a core, as last read (_clock)
         self._since = self._clock()
+        self._launched = 0  # LAUNCH_MS when the current op was first seen
         self.longest = 0.0  # the longest an op ran (between two heartbeats while running ops)
 
     def alive(self) -> bool:
         return self.proc.is_alive()
 
     def progress(self) -> tuple:
-        return tuple(self.slots[i] for i in (SEQ, OP, OPS, PHASE))
+        """What changes when the child gets on: its sequence, op, op count and phase (a launch
+        within an op is not progress)."""
+        phase = self.slots[PHASE]
+        return tuple(self.slots[i] for i in (SEQ, OP, OPS)) + (RUNNING if phase == LAUNCHING else phase,)
 
     def _clock(self) -> float:
         """Seconds of wall time the child could have used: a machine so loaded that the child
@@ -103,25 +121,34 @@ class Child:
         self._waited = max(self._waited, waited_for_cpu(self.proc.pid))  # a child gone: the last read stands
         return time.monotonic() - self._waited
 
+    def _op_seconds(self, now: float) -> float:
+        """Seconds since the current op was first seen, less those it spent inside compiled
+        launches (a compile is not the op's work: an op-timeout of a second must not call a
+        cold compile a hang)."""
+        return now - self._since - (self.slots[LAUNCH_MS] - self._launched) / 1000
+
     def stalled(self, timeout: float) -> bool:
         """No op started or finished for ``timeout`` seconds while running ops (setting up:
-        importing the kernel set and its smoke test, which may compile: 4x as long). The
+        importing the kernel set and its smoke test, which may compile: 4x as long; inside a
+        compiled launch, which may compile or wait for one: as long as setting up). The
         seconds are the child's own clock (``_clock``): a child that sleeps or blocks (a
         hang) is timed as before; one starved of CPU by other processes is not charged for
-        the time it waited."""
+        the time it waited, nor an op for its launches' compiles."""
         now, seen = self._clock(), self.progress()
         if seen != self._seen:
             if self._seen is not None and self._seen[3] == RUNNING:
-                self.longest = max(self.longest, now - self._since)
-            self._seen, self._since = seen, now
+                self.longest = max(self.longest, self._op_seconds(now))
+            self._seen, self._since, self._launched = seen, now, self.slots[LAUNCH_MS]
             return False
         phase = self.slots[PHASE]
-        limit = timeout if phase == RUNNING else max(4 * timeout, 120.0) if phase == SETUP else None
-        return limit is not None and now - self._since > limit
+        if phase == RUNNING:
+            return self._op_seconds(now) > timeout
+        return phase in (SETUP, LAUNCHING) and now - self._since > max(4 * timeout, 120.0)
 
     def running_for(self) -> float:
         """Seconds the current op has run (0 when the child is not running ops), on its own clock."""
-        return self._clock() - self._since if self.slots[PHASE] == RUNNING and self.alive() else 0.0
+        running = self.slots[PHASE] in (RUNNING, LAUNCHING) and self.alive()
+        return self._op_seconds(self._clock()) if running else 0.0
 
     def kill(self) -> None:
         if self.proc.is_alive():

@@ -55,6 +55,13 @@ def _tier(spec, report) -> object | None:
     return None
 
 
+def _clocked(beat: Beat) -> None:
+    """Compiled launches off the op's clock: a compile is not a hang (``launches.clock``)."""
+    from .launches import clock
+
+    clock(beat.launching, beat.launched)
+
+
 def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float, queue, warm: bool = True,
               ops_before: int = 0) -> None:
     """Fuzz sequences ``start_k, start_k + 1, ...`` of this worker until the deadline or its
@@ -73,6 +80,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
     if tier is None:
         return
+    _clocked(beat)
     made = time.monotonic()  # the kernel set imported, the device up, the smoke test run
     from .generate import WARMUP_BASE, warmup_seed
     from .health import charged, fault_of
@@ -202,6 +210,7 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
     tier = _tier(tier_spec, lambda text: conn.send(("setup", text)))
     if tier is None:
         return
+    _clocked(beat)
     from .production import far
     from .tiers import SetupError
     from .verdict import is_cuda_error

@@ -413,6 +413,74 @@ def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, m
         ex.close()
 
 
+def test_seconds_inside_compiled_launches_are_not_the_ops_own(tmp_path, monkeypatch):
+    """A compile inside an op (or its wait for the head start's) is not the op's work: with an
+    op-timeout of seconds, a cold compile on a GPU made a false hang (a replay matrix campaign on
+    an H100 with twelve campaigns compiling at once). A child blocked outside any launch is still
+    a hang, and one stuck inside a launch past the setting-up limit too."""
+    from fuzz.engine.tiers import TierSpec
+
+    ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
+    ex.prestart()
+    child = ex.child
+    try:
+        deadline = time.monotonic() + 120
+        while child.slots[supervise.PHASE] != supervise.IDLE:
+            assert time.monotonic() < deadline and child.alive(), "the executor did not set up"
+            time.sleep(0.05)
+        wall = [1000.0]
+        monkeypatch.setattr(supervise, "time", type("Clock", (), {"monotonic": staticmethod(lambda: wall[0])}))
+        monkeypatch.setattr(supervise, "waited_for_cpu", lambda pid: 0.0)
+        child.slots[supervise.PHASE] = supervise.RUNNING
+        assert not child.stalled(5.0)  # the op starts
+        wall[0] += 1.0
+        child.slots[supervise.PHASE] = supervise.LAUNCHING  # a launch that compiles for 30 s
+        wall[0] += 30.0
+        assert not child.stalled(5.0)
+        child.slots[supervise.LAUNCH_MS] += 30_000
+        child.slots[supervise.PHASE] = supervise.RUNNING  # it returned: 31 s of wall, 1 s of the op's own
+        assert not child.stalled(5.0) and child.running_for() == pytest.approx(1.0)
+        wall[0] += 3.0
+        assert not child.stalled(5.0)
+        wall[0] += 2.0  # 6 s of its own, blocked outside any launch: a hang
+        assert child.stalled(5.0)
+        child.slots[supervise.OP] += 1  # the next op, stuck inside one launch
+        assert not child.stalled(5.0)
+        child.slots[supervise.PHASE] = supervise.LAUNCHING
+        wall[0] += 119.0
+        assert not child.stalled(5.0)
+        wall[0] += 2.0
+        assert child.stalled(5.0)
+    finally:
+        monkeypatch.setattr(supervise, "time", time)
+        child.slots[supervise.PHASE] = supervise.IDLE
+        ex.close()
+
+
+def test_a_compiled_launch_is_clocked_and_an_interpreted_one_is_not():
+    import triton
+    import triton.language as tl
+
+    from fuzz.engine import launches
+
+    @triton.jit
+    def _one(x_ptr):
+        tl.store(x_ptr, 1)
+
+    seen = []
+    launches.clock(lambda: seen.append("enter"), lambda token: seen.append("leave"))
+    try:
+        import torch
+
+        x = torch.zeros(1, dtype=torch.int32)
+        _one[(1,)](x)
+        assert x.item() == 1
+        interpreted = type(_one).__name__ == "InterpretedFunction"
+        assert seen == ([] if interpreted else ["enter", "leave"])
+    finally:
+        launches._CLOCKS.clear()
+
+
 def test_past_the_budget_the_campaign_says_once_which_op_it_still_waits_for(monkeypatch):
     """A run that waits past its budget for an op in progress (a late hang is a case, so it is
     waited for up to the op timeout) says so once, in the progress stream and the summary; and
