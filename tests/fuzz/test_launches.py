@@ -340,16 +340,16 @@ def test_a_launch_that_adds_a_kernel_variant_counts_as_one_compile_however_fast(
 
 
 def test_a_launch_whose_caches_cannot_be_read_is_judged_by_how_long_it_held_the_host():
-    from fuzz.engine import launches
+    from fuzz.engine import compile_tally, launches
 
     class Opaque:  # another Triton's JITFunction: no device_caches
         pass
 
     fn = Opaque()
     n0 = launches.compiles()
-    launches._note_compile(fn, launches.COMPILE_MIN_S / 10, launches._variants(fn))
+    compile_tally._note_compile(fn, compile_tally.COMPILE_MIN_S / 10, compile_tally._variants(fn))
     assert launches.compiles() == n0
-    launches._note_compile(fn, launches.COMPILE_MIN_S * 2, launches._variants(fn))
+    compile_tally._note_compile(fn, compile_tally.COMPILE_MIN_S * 2, compile_tally._variants(fn))
     assert launches.compiles() == n0 + 1
 
 
