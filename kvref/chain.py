@@ -302,8 +302,11 @@ class Chain:
     def flush(self, pool: int, urgent: bool = False) -> None:
         m = self.member(pool)
         moved = len(m.holes) + sum(len(p) for _, p in m.pending)
-        self.note(f"flush|{'urgent' if urgent else 'lazy'}|gate={'open' if self.gates[pool] else 'closed'}"
-                  f"|{'holes' if moved else 'none'}" + ("|float" if self.is_float(pool) else ""))
+        if self.is_float(pool):  # absorbs its edges, urgent or not, whatever its gate
+            self.note(f"float|flush|{'holes' if moved else 'none'}")
+        else:
+            self.note(f"flush|{'urgent' if urgent else 'lazy'}|gate={'open' if self.gates[pool] else 'closed'}"
+                      f"|{'holes' if moved else 'none'}")
         m.flush(urgent)
         self._note_frontier(pool)
 

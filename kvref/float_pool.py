@@ -124,7 +124,7 @@ class FloatPool(Allocator):
                     return None
                 start = lo + (hi - lo - need) // 2
                 self.low, self.high = start, start + need
-                self.chain.note(f"float|alloc|{'midpoint' if n_drain == 0 else 'midpoint+holes'}")
+                self.chain.note("float|alloc|midpoint")  # an empty float has no holes
             else:
                 gap_low, gap_high = self.low - lo, hi - self.high
                 for side in (("high", "low") if gap_high >= gap_low else ("low", "high")):

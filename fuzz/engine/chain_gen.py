@@ -59,11 +59,12 @@ CHAIN_FEATURES = tuple(
 # What only a chain with a float reaches (kvref.float_pool, kvref.chain): listed apart, so a
 # corpus kept against an allocator without floats is not told it never reached them.
 FLOAT_FEATURES = (
-    "ladder|float|gate=open", "ladder|make_room", "float|alloc|midpoint", "float|alloc|extend high",
-    "float|alloc|extend low", "float|alloc|extend high+holes", "float|alloc|extend low+holes", "float|alloc|holes",
-    "float|park", "float|absorb", "make_room|moved", "make_room|moved+fresh", "make_room|leapfrog",
-    "make_room|open already", "make_room|impossible", "make_room|no far room", "make_room|gated", "compact|moved",
-    "compact|gated")
+    "ladder|float|gate=open", "ladder|float|gate=closed", "ladder|make_room", "float|alloc|midpoint",
+    "float|alloc|extend high", "float|alloc|extend low",
+    "float|alloc|extend high+holes", "float|alloc|extend low+holes", "float|alloc|holes", "float|park",
+    "float|flush|holes", "float|flush|none", "float|absorb", "make_room|moved", "make_room|moved+fresh",
+    "make_room|leapfrog", "make_room|open already", "make_room|impossible", "make_room|no far room",
+    "make_room|gated", "compact|moved", "compact|gated", "compact|no holes")
 
 
 def is_chain_seed(seed: int) -> bool:

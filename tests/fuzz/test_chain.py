@@ -13,7 +13,7 @@ import pytest
 import kvref
 from fuzz.engine import guide
 from fuzz.engine.case import CaseError, load_case
-from fuzz.engine.chain_gen import CHAIN_FEATURES, is_chain_seed
+from fuzz.engine.chain_gen import CHAIN_FEATURES, FLOAT_FEATURES, is_chain_seed
 from fuzz.engine.chain_ops import CHAIN_KINDS, ChainAlloc, ChainGate
 from fuzz.engine.dispatch import replay
 from fuzz.engine.features import Collector
@@ -116,19 +116,23 @@ def test_each_planted_chain_bug_has_a_case_that_replays(m, backend):
     assert divergence is None, divergence
 
 
-def test_a_chain_run_yields_chain_features_and_the_report_names_the_rest(tmp_path):
-    seed = next(s for s in range(60) if is_chain_seed(s))
-    seq = SmallTrack().run_sequence(make_tier("torch"), seed, 150)
+@pytest.mark.parametrize("layout", [2, 3])
+def test_a_chain_run_yields_chain_features_and_the_report_names_the_rest(tmp_path, layout):
+    track, tier = SmallTrack(), make_tier("torch")
+    seq = next(seq for s in range(200) if is_chain_seed(s)
+               if len((seq := track.run_sequence(tier, s, 150)).config.members) == layout)
     col = Collector()
     col.add_run(seq.run)
     chain = {n for n in col.names if n.startswith("chain|")}
-    assert chain and {n.split("|", 1)[1] for n in chain} <= set(CHAIN_FEATURES)
+    listed = set(CHAIN_FEATURES) | (set(FLOAT_FEATURES) if layout == 3 else set())
+    assert chain and {n.split("|", 1)[1] for n in chain} <= listed
+    assert (layout == 3) == any(n.split("|", 1)[1] in FLOAT_FEATURES for n in chain)
     c = guide.Corpus(tmp_path)
     c.add({"stream": [0.5], "marks": [], "knobs": None, "r2t": "int64", "features": sorted(chain), "ops": 3,
            "cost_s": 0.1})
     rep = coverage_report.report([tmp_path])
     assert set(rep["chain"]["reached"]) == {n.split("|", 1)[1] for n in chain}
-    assert set(rep["chain"]["never"]) == set(CHAIN_FEATURES) - set(rep["chain"]["reached"])
+    assert set(rep["chain"]["never"]) == listed - set(rep["chain"]["reached"])
     text = coverage_report.text(rep)
     assert f"chain: reached {len(rep['chain']['reached'])}" in text
     assert all(f"never: chain: {f}" in text for f in rep["chain"]["never"])
