@@ -245,11 +245,14 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
     timeouts a loaded machine trips): the sequences a one-worker campaign of seed ``s`` runs
     (sequence seeds ``s * 1_000_003 + k``, 200 ops each, guided's as its plans cut them), blind and guided (a
     fresh corpus each), until the first divergence or ``max_ops``; ops and CPU seconds."""
+    from fuzz.engine import spec_features
+
     rows = []
     for name in names:
         tier = target_tier(name, backend)
         for seed in seeds:
             for mode in modes:
+                spec_features.forget()  # each run learns its set's grids and blocks afresh, as a new worker does
                 with tempfile.TemporaryDirectory() as root:
                     track = _track(mode, root)
                     ops, k, seq, t0, known = 0, 0, None, time.process_time(), 0
@@ -266,7 +269,7 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
                         ops, k, known = ops + len(seq.ops), k + 1, known + getattr(seq.run, "known_hits", 0)
                         found = None if seq.divergence is None else str(seq.divergence.signature)
                 rows.append({"mutant": name, "seed": seed, "mode": mode, "killed": found is not None, "ops": ops,
-                             "known": known, "sequences": k, "seconds": round(time.process_time() - t0, 1),
+                             "known": known, "sequences": k, "seconds": round(time.process_time() - t0, 3),
                              "signature": found})
                 print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -292,7 +295,7 @@ def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
     than the stone's (its goal: the row's pages plus the pages short of one more trip)."""
     import random
 
-    from fuzz.engine import guide, streams
+    from fuzz.engine import conjunctions, guide, streams
     from fuzz.engine.shapes import TABLE_OPS
     from fuzz.tools.mutants import mutant_tier_named
 
@@ -315,7 +318,7 @@ def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
             hits, how = 0, {}
             for i in range(n_plans):
                 stream, marks, _, done = streams.mutate(entry, entry, random.Random(i), tier.kernels, focus=focus,
-                                                        shadow=shadow, goal=guide.aim(guide.frontier(entry, why, random.Random(-i)), why,
+                                                        shadow=shadow, goal=conjunctions.aim(conjunctions.frontier(entry, why, random.Random(-i)), why,
                                                                                       track.corpus.counts, random.Random(-i)))
                 ops, config, _ = shadow(stream, marks)
                 longest = max((-(-len(r) // config.page_size) for op in ops[: focus + 1 + guide.TAIL]

@@ -9,6 +9,8 @@ machine draws from too.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
 
 import kvref
@@ -16,7 +18,7 @@ import kvref
 from . import shapes
 from .chain_gen import ChainGenerator, chain_params, is_chain_seed
 from .ops import R2T_DTYPES, Alloc, Clear, Fire, Free, KernelOp, Op
-from .spec_side import Capabilities, SpecSide, unsupported
+from .spec_side import Capabilities, Outcome, SpecSide, unsupported
 
 SCENARIOS = {
     #               alloc free flush fwd fire write read table packed xlate clear raw
@@ -38,6 +40,31 @@ def contract_rate(hostile: str) -> float:
 
 KINDS = ("alloc", "free", "flush", "forward", "fire", "write", "read", "read_table", "read_table_packed",
          "translate", "clear", "raw")
+NO_CONTRACT = 0.5  # an op's first draw, where it breaks no contract (``contract_rate`` is far below)
+
+
+def op_draws(scenario: str, kind: str, urgent: bool | None = None) -> list[float] | None:
+    """The first draws of an op of ``kind`` as ``OpGenerator`` draws one in ``scenario``: no contract
+    broken, the kind (``choices`` over the scenario's weights: the middle of its share) and, for a
+    flush, whether it is urgent (``shapes.flush_op``'s chance); None where the scenario never
+    draws the kind (or is a chain's, whose generator draws otherwise)."""
+    weights = SCENARIOS.get(scenario)
+    if weights is None or not weights[KINDS.index(kind)]:
+        return None
+    i = KINDS.index(kind)
+    draws = [NO_CONTRACT, (sum(weights[:i]) + weights[i] / 2) / sum(weights)]
+    if urgent is not None:
+        draws.append(shapes.URGENT / 2 if urgent else (1 + shapes.URGENT) / 2)
+    return draws
+
+
+def drawn_kind(scenario: str, draws) -> str | None:
+    """The kind of op whose first ``draws`` these are in ``scenario`` (None: a contract broken on
+    purpose, or a chain's scenario)."""
+    weights = SCENARIOS.get(scenario)
+    if weights is None or len(draws) < 2 or draws[0] < contract_rate("spec"):
+        return None
+    return KINDS[bisect.bisect(list(itertools.accumulate(weights)), draws[1] * sum(weights))]
 ALLOC_MODE = {"long": "long", "short": "short", "full": "full"}
 
 
@@ -214,9 +241,16 @@ def make_generator(rng: random.Random, config: kvref.PoolConfig, scenario: str, 
     return OpGenerator(rng, config, scenario, contract_rate=contract_rate, r2t_dtype=r2t_dtype)
 
 
+def _unread(gen) -> Outcome:
+    """What a pure op not run on the spec (``regenerate(reads=False)``) is taken to have done: refused
+    where the generator broke a contract on purpose, else nothing."""
+    why = getattr(gen, "last_violation", None)
+    return Outcome() if why is None else Outcome(error=kvref.ContractViolation(f"{why}: drawn to break a contract"))
+
+
 def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec", skips=(), params=None,
-               r2t_dtype: str | None = None, on_op=None, rules=(), chains: bool = True
-               ) -> tuple[kvref.PoolConfig, str, list[Op]]:
+               r2t_dtype: str | None = None, on_op=None, rules=(), chains: bool = True, on_spec=None,
+               reads: bool = True) -> tuple[kvref.PoolConfig, str, list[Op]]:
     """The first ``n_ops`` ops a worker ran for ``seed``, rebuilt from the spec alone.
 
     The stream depends on nothing the target does: the generator reads the spec, and an
@@ -226,7 +260,10 @@ def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec", skips=()
     ``hostile`` must be the campaign's (it sets the contract rate); ``chains`` whether the
     allocator has chains (the worker's ``info``). ``params`` and ``r2t_dtype``:
     what the seed would decide, given instead (a guided sequence's, ``guide``); ``on_op()``: called
-    before each op is drawn, as in the small track's run (a mutation's shadow run, ``streams``)."""
+    before each op is drawn, as in the small track's run (a mutation's shadow run, ``streams``);
+    ``on_spec(op, spec, outcome)``: after the spec ran each op (a plan screened on the spec, ``screen``);
+    ``reads`` off: a pure op is not run on the spec (a generator learns nothing from a read: the
+    same ops, for a shadow run that needs only the state, without the spec's read tables)."""
     config, scenario, rng = params or sequence_params(seed, chains)
     gen = make_generator(rng, config, scenario, contract_rate=contract_rate(hostile),
                          r2t_dtype=r2t_dtype or sequence_r2t_dtype(seed))
@@ -237,5 +274,11 @@ def regenerate(seed: int, n_ops: int, *, has=(), hostile: str = "spec", skips=()
             on_op()
         op = gen.next_op(side.spec)
         ops.append(op)
-        gen.observe(op, side.apply(op) if op.supported_by(tier) and op.kind not in skips else unsupported(op))
+        if not op.supported_by(tier) or op.kind in skips:
+            out = unsupported(op)
+        else:
+            out = side.apply(op) if reads or not op.pure else _unread(gen)
+        if on_spec is not None:
+            on_spec(op, side.spec, out)
+        gen.observe(op, out)
     return config, scenario, ops

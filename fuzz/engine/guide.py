@@ -27,7 +27,6 @@ replayed prefix, a repeated read table) is not run again, its features replayed 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -37,6 +36,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from .conjunctions import (
+    aim,
+    aimed_edit,
+    flush_siblings,
+    frontier,
+    missing,
+    rare_config,
+    reader_edit,
+    reconfig_wants,
+    retune,
+)
 from .features import (
     DOMAINS,
     CodeCoverage,
@@ -45,23 +55,14 @@ from .features import (
     feature_id,
     files_under_test,
     knobs_feature,
-    trip_bucket,
 )
 from .generate import regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
+from .known import KnownReads
 from .launches import program_order_mode
-from .streams import (
-    ChoiceRandom,
-    data_flow,
-    mutate,
-    params_of,
-    rare_config,
-    reconfig_wants,
-    retune,
-    row_target,
-    scenario_names,
-    smallest,
-)
+from .screen import Screen, aims, resample, shadow_of
+from .spec_features import one_trip
+from .streams import ChoiceRandom, data_flow, mutate, params_of, scenario_names
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "merge", "mutate", "params_of", "track_for"]
@@ -74,6 +75,7 @@ RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other wo
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
 FRONTIER = 0.7  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
 TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
+RESAMPLE = 0.5  # share of frontier plans on a read table that draw it again from its state (``screen.resample``)
 AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_edit``: resize, or shrink the knobs)
 AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
 FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
@@ -81,7 +83,6 @@ FRESH_PROGRAMS = 400  # ... or less: it ends before its launches would run more 
 RECONFIG = 0.9  # share of plans ``reconfig_wants`` names a pool shape for that run in one (``plan``)
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0, "spec": 4.0, "start": 4.0}  # ``Corpus.pick``: the rare conjunctions
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
-KNOWN_MAX = 1 << 12  # ``KnownReads``: reads kept (then it starts again; each holds its launches' features, a few KB)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -191,7 +192,11 @@ class Corpus:
         entry still lacks: the packed table counts tokens and makes eight trips where the
         paged one makes one (benchmarks/results/guided-vs-blind/README.md), and a
         frontier over both stayed on it. Packed rows with an unaligned ``kv_start`` are a frontier
-        of their own (``KERNEL kv_start``): the table's trips, reached by aligned rows, hide them."""
+        of their own (``KERNEL kv_start``): the table's trips, reached by aligned rows, hide them.
+        A kernel whose grid always covered its rows in one stride (``spec_features.one_trip``: the
+        legacy grid) is no frontier: no row makes it take a second trip. Among the entries of one,
+        those reaching it nearer their start are drawn more (``1 / (op + 1)``): a plan replays its
+        entry up to that op, on the interpreter most of its cost."""
         best: dict[str, tuple[tuple, list]] = {}  # kernel -> ((most trips, -stride), [(entry, feature)])
         for e in self.entries:
             for name, goal in (e.get("goals") or {}).items():
@@ -201,13 +206,25 @@ class Corpus:
                     key = (goal[3], -goal[4] if len(goal) > 4 else 0)  # most trips, then the shortest stride
                     if key >= top:
                         best[kernel] = (key, ([] if key > top else held) + [(e, name)])
+        open_ = [k for k, (_, held) in sorted(best.items()) if not one_trip(k.split(" ")[0])
+                 and any(missing(self.counts, name, goal) for e, name in held for goal in [e["goals"][name]])]
+        if flushes := self.flush_frontier():  # a flush whose siblings one edit reaches: a frontier of its own
+            open_.append("flush")
+            best["flush"] = ((0, 0), flushes)
         if not best:
             return None
-        open_ = [k for k, (_, held) in sorted(best.items())
-                 if any(missing(self.counts, name, goal) for e, name in held for goal in [e["goals"][name]])]
-        entry, name = rng.choice(best[rng.choice(open_ or sorted(best))][1])
+        held = best[rng.choice(open_ or sorted(best))][1]  # the nearest the start first: a plan replays up to it
+        entry, name = rng.choices(held, [1.0 / (1 + (e.get("where") or {}).get(n, e.get("ops", 0))) for e, n in held])[0]
         entry["picks"] = entry.get("picks", 0) + 1
         return entry, name
+
+    def flush_frontier(self) -> list[tuple[dict, str]]:
+        """(entry, flush feature) for each flush feature with a sibling no entry holds that one
+        edit reaches (``conjunctions.flush_siblings``), among the entries holding it."""
+        named = {fid: name for e in self.entries for name in e["features"]
+                 if name.startswith("spec|flush|") for fid in [feature_id(name)]}
+        return [(e, name) for fid, name in sorted(named.items()) if flush_siblings(name, self.counts)
+                for e in self.entries if fid in e["ids"]]
 
     def median_yield(self) -> float:
         ys = sorted(_yield(e) for e in self.entries)
@@ -217,8 +234,10 @@ class Corpus:
         """AFL++'s "rare" schedule: the sum of 1/count over the entry's value features (an entry
         holding several rare ones is worth more tries), times its **yield** against the corpus's
         median, bounded to [1/4, 2] (at least 1 until it is first picked): the new features it and
-        the mutants kept from it found per CPU second spent on it (its own run and one per pick,
-        each costed as its own run). So an entry that keeps paying is
+        the mutants kept from it found per unit of work spent on it (its own run and one per pick,
+        each costed as its own run; work is ops run plus programs launched, what a run costs on the
+        interpreter and the same in every run of one seed, where CPU seconds made a seed's picks
+        differ run to run). So an entry that keeps paying is
         tried more, and one picked often for nothing fades, whatever its cost; a cost factor
         alone (1/cost) drifted the corpus to cheap sequences, large blocks and one trip, which
         starved the rows that reach three trips (benchmarks/results/guided-vs-blind/energy-by-payoff.md)."""
@@ -231,64 +250,10 @@ class Corpus:
 
 
 def _yield(entry: dict) -> float:
-    """New features found (its own and its kept mutants') per CPU second spent on it."""
-    spent = max(entry.get("cost_s", 0.0), 1e-3) * (1 + entry.get("picks", 0))
+    """New features found (its own and its kept mutants') per unit of work spent on it (``work``;
+    an entry without one, by its CPU milliseconds)."""
+    spent = max(entry.get("work") or 1000 * entry.get("cost_s", 0.0), 1.0) * (1 + entry.get("picks", 0))
     return entry.get("yielded", 0) / spent
-
-
-class KnownReads:
-    """The pure ops (``Op.pure``: reads, read tables) that ran on the target and passed every
-    check, by the history of state-changing ops before them (a hash chain from the run's
-    config, knobs and hostile mode) and the op, with what their launches reached: a mutated
-    plan replays its entry's ops up to its first edit, and a repeated read table leaves the
-    state where it was, so the same read from the same state comes again and again (a quarter
-    of a guided run's CPU seconds, guided-vs-blind/known-reads.md). The target is a function
-    of its history (a case replays from its ops alone), so ``runner.PoolRun`` does not run such
-    a read again, and the features its launches reached are replayed into ``collector`` as at
-    that op (``Collector.take``): a run's features, and so the corpus and every later plan, are
-    those of running it. Only for one tier at a time, every op checked, the interpreter's
-    program order and kvfuzz's own allocator. A run whose code is traced runs every read (its
-    arcs come from its own calls: running only a read's host code, its launches recorded, left
-    the line tracer's arcs around the launch other than a launch that ran leaves them) and
-    records them for the next (``replaying`` off: ``GuidedTrack.run_sequence``)."""
-
-    def __init__(self):
-        self.memo: dict[tuple, tuple] = {}
-        self.tier = None
-        self.collector: Collector | None = None
-        self.replaying = True
-
-    def begin(self, tier, start: str) -> bytes:
-        """The history of a run's first op (``start``: what it runs under)."""
-        if tier is not self.tier or len(self.memo) >= KNOWN_MAX:
-            self.memo.clear()
-            self.tier = tier
-        return hashlib.sha1(start.encode()).digest()
-
-    @staticmethod
-    def after(history: bytes, op) -> bytes:
-        return hashlib.sha1(history + repr(op).encode()).digest()
-
-    def replay(self, key: tuple) -> bool:
-        """Whether ``key`` (history, op) is known; if so, its launches' features are taken again."""
-        launches = self.memo.get(key) if self.replaying else None
-        if launches is None:
-            return False
-        for programs, names, goals in launches:
-            self.collector.take(programs, names, goals)
-        return True
-
-    @contextlib.contextmanager
-    def recording(self, key: tuple):
-        """Around the op's run: its launches logged, and known once it passed (no Divergence)."""
-        col = self.collector
-        col.log = []
-        try:
-            yield
-            col.flush()  # a deferred collector's launches of this op: into the log
-            self.memo[key] = tuple(col.log)
-        finally:
-            col.log = None
 
 
 class GuidedTrack(SmallTrack):
@@ -296,13 +261,14 @@ class GuidedTrack(SmallTrack):
     (``track_for``): a worker keeps its corpus in memory and on disk; the parent only reads
     the ``.seq/`` streams back (``regenerate``)."""
 
-    def __init__(self, root: str | Path, known_reads: bool = True, launch_budget: bool = True):
+    def __init__(self, root: str | Path, known_reads: bool = True, launch_budget: bool = True, screening: bool = True):
         self.root = Path(root).resolve()
         self._corpus: Corpus | None = None
         self._plans: dict[int, dict] = {}
         self._code: CodeCoverage | None = None
         self.known = KnownReads() if known_reads else None  # off: every read runs (benchmarks/guided_vs_blind.py)
         self.launch_budget = launch_budget  # off: a fresh sequence's budget is checked between ops only, not per launch
+        self.screen = Screen() if screening else None  # off: every plan is the first drawn, unscreened
         self.sequences = 0
         self.kept = 0
         self._seq_seeds: list[int] = []  # the seeds whose streams are under .seq/, oldest first
@@ -321,34 +287,77 @@ class GuidedTrack(SmallTrack):
 
     def plan(self, tier, seed: int) -> dict:
         """What sequence ``seed`` runs: fresh (as blind, ``FRESH_OPS`` long) or a mutation of a
-        corpus entry (a frontier plan's aimed edit, or a pick by rarity), and how long it runs."""
+        corpus entry (a frontier plan's aimed edit, or a pick by rarity), and how long it runs;
+        of several drawn, the first whose shadow run reaches a feature no entry holds (``screen``)."""
         if seed in self._plans:
             return self._plans[seed]
         rng = random.Random(f"kvfuzz-guide:{seed}")
-        corpus = self.corpus
-        if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:  # fresh ops, the knobs least tried
-            knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
-            plan = {"stream": self._fresh_stream(seed, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
-                    "how": ["fresh"], "length": FRESH_OPS}
-        else:
-            front = rng.random() < FRONTIER and corpus.frontier(rng)
-            entry, why = front or corpus.pick(rng)
-            focus = (entry.get("where") or {}).get(why)
-            only = front and rng.random() < AIMED and aimed_edit(entry, why, tier.kernels)
-            stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
-                                               focus=focus, shadow=self._shadow(tier, seed, entry),
-                                               rare_knobs=self.rare_knobs(tier.kernels, rng),
-                                               goal=aim(frontier(entry, why, rng), why, corpus.counts, rng), only=only)
-            if (wants := reconfig_wants(why, corpus.counts)) and rng.random() < RECONFIG:  # its ops, another pool
-                stream, how = (tuned, [*how, "reconfig"]) if (tuned := retune(stream, seed, rng.choice(wants), rng)) else (stream, how)
-            tail = AIM_TAIL if only and how == [only] else TAIL
-            plan = {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
-                    "how": how, "parent": entry, "why": why,
-                    "length": (entry.get("ops") or 0) + TAIL if focus is None else focus + 1 + tail}
+        corpus, info = self.corpus, self._info(tier)
+        fresh = len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH
+
+        def draw(attempt: int) -> dict:
+            r = rng if attempt == 0 else random.Random(f"kvfuzz-guide:{seed}:{attempt}")
+            return self._fresh_plan(tier, seed, r, attempt) if fresh else self._mutant_plan(tier, seed, r, info)
+
+        plan = self.screen.pick(draw, info, corpus.counts) if self.screen is not None else draw(0)
         self._plans = {seed: plan}
         return plan
 
-    def _fresh_stream(self, seed: int, rng: random.Random) -> list[float]:
+    def _fresh_plan(self, tier, seed: int, rng: random.Random, attempt: int) -> dict:
+        """Fresh ops, the knobs least tried; attempt ``a`` > 0 draws its config and ops from ``seed:a``."""
+        key = seed if attempt == 0 else f"{seed}:{attempt}"
+        knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
+        return {"stream": self._fresh_stream(key, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
+                "how": ["fresh"], "length": FRESH_OPS, "fresh_seed": key}
+
+    def _mutant_plan(self, tier, seed: int, rng: random.Random, info: dict) -> dict:
+        """A mutation of an entry: a frontier plan's aimed edit, or a pick by rarity and drawn edits."""
+        corpus = self.corpus
+        front = rng.random() < FRONTIER and corpus.frontier(rng)
+        entry, why = front or corpus.pick(rng)
+        focus = (entry.get("where") or {}).get(why)
+        if front and (edits := flush_siblings(why, corpus.counts)) and (plan := self._sibling_plan(
+                entry, why, focus, rng.choice(edits), seed, rng)) is not None:
+            return plan
+        if front and rng.random() < RESAMPLE and (got := resample(info, seed, entry, focus, corpus.counts, rng)):
+            stream, marks, variants, names = got  # the stone's table drawn again from its state, screened
+            return {"stream": stream, "marks": marks, "knobs": entry.get("knobs"), "how": ["resample"],
+                    "r2t": entry.get("r2t") or sequence_r2t_dtype(seed), "parent": entry, "why": why, "fresh_seed": seed,
+                    "length": focus + 1 + variants + AIM_TAIL, "screened": sorted(names)}
+        only = front and rng.random() < AIMED and aimed_edit(entry, why, tier.kernels)
+        stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
+                                           focus=focus, shadow=shadow_of(info, seed, entry),
+                                           rare_knobs=self.rare_knobs(tier.kernels, rng),
+                                           goal=aim(frontier(entry, why, rng), why, corpus.counts, rng), only=only)
+        if (wants := reconfig_wants(why, corpus.counts)) and rng.random() < RECONFIG:  # its ops, another pool
+            stream, how = (tuned, [*how, "reconfig"]) if (tuned := retune(stream, seed, rng.choice(wants), rng)) else (stream, how)
+        tail = AIM_TAIL if only and how == [only] else TAIL
+        return {"stream": stream, "marks": marks, "knobs": knobs, "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
+                "how": how, "parent": entry, "why": why, "fresh_seed": seed,
+                "length": (entry.get("ops") or 0) + TAIL if focus is None else focus + 1 + tail}
+
+    def _sibling_plan(self, entry: dict, why: str, focus: int | None, edit, seed: int, rng: random.Random) -> dict | None:
+        """The entry with the one edit that reaches a sibling of its flush feature ``why``
+        (``conjunctions.flush_siblings``): its pool config retuned (its ops run whole), or a reader
+        in flight (or none) at the flush that reached it (its ops run ``TAIL`` past it)."""
+        kind, arg = edit
+        if kind == "config":
+            stream, marks, length = retune(entry["stream"], seed, arg, rng), entry["marks"], entry.get("ops") or 0
+        else:
+            stream, marks = reader_edit(entry, focus, arg) or (None, None)
+            length = (focus or 0) + 2 + TAIL
+        if stream is None:
+            return None
+        return {"stream": stream, "marks": marks, "knobs": entry.get("knobs"), "r2t": entry.get("r2t") or sequence_r2t_dtype(seed),
+                "how": [kind if kind == "reader" else "reconfig"], "parent": entry, "why": why, "fresh_seed": seed, "length": length}
+
+    def _info(self, tier) -> dict:
+        """What a shadow run needs of the tier: its optional functions, chains, the allocator's skips and rules."""
+        info = super().worker_info(tier)
+        return {"has": info["has"], "chains": info["chains"], "skips": sorted(getattr(tier, "allocator_skips", ())),
+                "rules": sorted(getattr(tier, "spec_rules", ()))}
+
+    def _fresh_stream(self, seed: int | str, rng: random.Random) -> list[float]:
         """A fresh sequence's stream: its pool config (its own RNG's) the least held of a few draws
         (``rare_config``: a corpus grown from its first entries stayed on one grow direction), then
         the scenario the corpus holds fewest entries of (long rows come from ``long``, chains from theirs)."""
@@ -371,21 +380,8 @@ class GuidedTrack(SmallTrack):
         return rng.choice([c for c, n in zip(combos, counts) if n == min(counts)]) if combos else None
 
     def _shadow(self, tier, seed: int, entry: dict):
-        """A mutation's shadow run: ``stream`` -> (ops, config, the stream as drawn, its ranges and
-        marks), the generator against the spec alone for the entry's length, as sequence ``seed``
-        will draw it (its fresh draws included), so a mutation can check what it made."""
-        info = super().worker_info(tier)
-        has, skips = info["has"], sorted(getattr(tier, "allocator_skips", ()))
-        rules = sorted(getattr(tier, "spec_rules", ()))
-
-        def run(stream, marks_in):
-            config, scenario, rng = params_of(stream, seed, marks_in, chains=info["chains"])
-            marks: list[int] = []
-            _, _, ops = regenerate(seed, entry.get("ops", 0), has=has, skips=skips, hostile=entry.get("hostile", "spec"),
-                                   params=(config, scenario, rng), r2t_dtype=entry.get("r2t"),
-                                   on_op=lambda: _begin(rng, marks), rules=rules)
-            return ops, config, {"stream": rng.log, "ranges": rng.ranges, "marks": marks}
-        return run
+        """A mutation's shadow run (``screen.shadow_of``)."""
+        return shadow_of(self._info(tier), seed, entry)
 
     def choose_knobs(self, tier, seed, worker_knobs):
         return worker_knobs if worker_knobs is not None else self.plan(tier, seed)["knobs"]
@@ -412,29 +408,34 @@ class GuidedTrack(SmallTrack):
             code = self._code
         self.sequences += 1
         t0 = time.process_time()  # CPU: the machine may be shared
-        col, fresh = Collector(code, deferred=tier.backend == "cuda"), plan["how"] == ["fresh"]
+        # a fresh plan's program budget, past the op at which its shadow reached a conjunction none holds
+        col, fresh, upto = Collector(code, deferred=tier.backend == "cuda"), plan["how"] == ["fresh"], aims(plan)
         known = None  # another allocator may keep hidden state; another program order, a race a read would meet
         if self.known is not None and tier.allocator_cls is None and program_order_mode() == "launch":
             known, self.known.collector, self.known.replaying = self.known, col, code is None
         with col:
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
                                        params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)),
-                                       stop=(lambda: col.programs >= FRESH_PROGRAMS) if fresh else None,
-                                       budget=(lambda n: col.programs + n > FRESH_PROGRAMS) if fresh and self.launch_budget else None,
+                                       stop=(lambda: col.programs >= FRESH_PROGRAMS and col.op + 1 >= upto) if fresh else None,
+                                       budget=(lambda n: col.programs + n > FRESH_PROGRAMS and col.op >= upto)
+                                       if fresh and self.launch_budget else None,
                                        known=known, **kw)
         col.add_run(seq.run)
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()
         cost = round(time.process_time() - t0, 4)
+        if self.screen is not None:
+            self.screen.ran(cost, len(seq.ops))
         if self.corpus.novel(col.names):  # kept: which allocs made the rows each table op read, for resize
             flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()),
                              getattr(tier, "spec_rules", ()))
             self.kept += self.corpus.add({
                 "stream": rng.log, "ranges": rng.ranges, "marks": marks, "knobs": seq.knobs, "r2t": plan["r2t"],
                 "features": sorted(col.names), "where": col.where, "goals": col.goals, "ops": len(seq.ops), "seed": seed, "how": plan["how"],
-                "hostile": kw.get("hostile", "spec"), "cost_s": cost, "found": time.time(), **flow}, parent=plan.get("parent"))
-        seq.extra = {**seq.extra, "guided": plan["how"]}
+                "hostile": kw.get("hostile", "spec"), "cost_s": cost, "work": len(seq.ops) + col.programs,
+                "found": time.time(), **flow}, parent=plan.get("parent"))
+        seq.extra = {**seq.extra, "guided": plan["how"] + (["screened"] if plan.get("screened") else [])}
         return seq
 
     def _kept_seeds_pop(self, seed: int) -> int:
@@ -451,52 +452,6 @@ class GuidedTrack(SmallTrack):
         params = params_of(saved["stream"], seed, saved.get("marks"), chains=info.get("chains", True))
         return regenerate(seed, n_ops, has=info.get("has", ()), hostile=hostile, skips=info.get("skips", ()),
                           params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op, rules=info.get("rules", ()))
-
-
-def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
-    """The goal a resize aims at (``streams.resize``) when ``entry`` was picked for trip feature
-    ``why``: half the time ``why``'s own row, half the time the row of the entry's most trips (one
-    more trip from there is what no entry has reached: a stone's own row may be a trip behind)."""
-    goals = entry.get("goals") or {}
-    if why not in goals:
-        return None
-    return goals[why] if rng.random() < 0.5 else max(goals.values(), key=lambda g: (g[3], -g[1]))
-
-
-def aimed_edit(entry: dict, why: str, kernels) -> str:
-    """A frontier plan's one edit: an aimed ``resize``, or where the stone's stride spans its
-    row (the grid covers any length of it: at the largest programs per row, one trip whatever
-    the row) and its knobs are not yet their smallest, ``shrink`` them (``streams.smallest``)."""
-    goal, mod = (entry.get("goals") or {}).get(why) or [], knob_module(kernels)
-    if len(goal) > 4 and goal[4] >= goal[0] and mod is not None and entry.get("knobs") != smallest(mod):
-        return "shrink"
-    return "resize"
-
-
-def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
-    """The trip features next to ``goal`` (``why``'s, a trip or progress feature) that no entry
-    holds, as (trips, last block): one more trip with a partial or a full last block, or the
-    same trips with the other edge. The kill of a third-trip bug is such a conjunction (3+ trips
-    AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips
-    partial, and one at 3 trips partial at 3 trips full. Never past 3+ (each interpreted trip is paid
-    for: aims at 8+ spent a campaign on long rows, benchmarks/results/guided-vs-blind-foreign/README.md)."""
-    kernel, have = why.split("|")[1], goal[3]
-    if why.startswith("start|"):  # a packed row's kv_start: the same start one trip further
-        want = f"start|{kernel}|{why.split('|')[2]}|trips {trip_bucket(have + 1)}"
-        return [(have + 1, None)] if have < 3 and feature_id(want) not in counts else []
-    more = [(have + 1, "partial"), (have + 1, "full")] if have < 3 else []  # past 3+: no bucket the report expects
-    wants = more + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]
-    return [w for w in wants if feature_id(f"trips|{kernel}|{trip_bucket(w[0])}|{w[1]}") not in counts]
-
-
-def aim(goal: list | None, why: str | None, counts, rng: random.Random) -> tuple[int, int] | None:
-    """(the row length ``goal`` starts from, the length aimed at): one of the trip features
-    ``missing`` next to it, drawn (none missing: one more trip, either edge), made a length by
-    ``streams.row_target``."""
-    if goal is None or why is None:
-        return None
-    trips, edge = rng.choice(missing(counts, why, goal) or [(goal[3] + 1, None)])
-    return goal[0], row_target(goal, rng, trips, edge)
 
 
 def code_schedule(i: int) -> tuple[bool, bool]:

@@ -175,8 +175,11 @@ def freeable(spec: kvref.Allocator, live: Sequence[Sequence[int]]) -> list:
     return [r for r in live if not any(t // ps in pinned for t in r)]
 
 
+URGENT = 0.3  # a flush's chance of being urgent (it fires the in-flight forward first)
+
+
 def flush_op(ch: Chooser) -> Flush:
-    return Flush(ch.chance(0.3))
+    return Flush(ch.chance(URGENT))
 
 
 def forward_op(ch: Chooser, tokens: Sequence[int]) -> Forward:

@@ -66,29 +66,45 @@ class Table(NamedTuple):
 
 
 _TABLE: list[Table | None] = [None]
+_KEY: list[tuple | None] = [None]  # the shape key (``shape_key``) of the read table running now
+GRIDS: dict[tuple, dict] = {}  # (kind, bs, page size) -> {cap: the launches (kernel, constexprs, dims) its tables made}
+GRIDS_MAX = 1 << 12  # caps kept per shape (then that shape starts again)
+
+
+def shape_key(op, page_size: int) -> tuple[tuple, int]:
+    """((kind, bs, page size), cap) of a read-table op: what a launcher sizes its grid from."""
+    packed = op.kind == "read_table_packed"
+    return (op.kind, len(op.seq_lens), page_size), (op.max_tokens if packed else op.max_pages)
+
+
+def table_of(op, page_size: int) -> Table:
+    """The ``Table`` a read-table op's launches cover."""
+    packed = op.kind == "read_table_packed"
+    starts = tuple(op.kv_start) if packed and op.kv_start is not None else None
+    return Table(tuple(table_lengths(op, page_size)), op.max_tokens if packed else op.max_pages, page_size, starts)
 
 
 def note_op(op, spec, error) -> None:
     """The runner, once the spec has run ``op`` (``error``: what it refused with, or None):
     note a read table for the launches that follow, and add a flush's features to the
-    collector running (none running: nothing, at the cost of one test)."""
+    collector running (none running: nothing, at the cost of one test). A table the spec
+    refused (a hostile probe: its results are not compared, seq_lens past the rows) is not
+    noted: the trips its lengths claim are no conjunction a result could show."""
     if not ACTIVE:
         return
     kind = op.kind
-    if kind in ("read_table", "read_table_packed"):
+    if kind in ("read_table", "read_table_packed") and error is None:
         ps = spec.config.page_size
-        packed = kind == "read_table_packed"
-        starts = tuple(op.kv_start) if packed and op.kv_start is not None else None
-        _TABLE[0] = Table(tuple(table_lengths(op, ps)), op.max_tokens if packed else op.max_pages, ps, starts)
+        _TABLE[0], _KEY[0] = table_of(op, ps), shape_key(op, ps)
     else:
-        _TABLE[0] = None
+        _TABLE[0] = _KEY[0] = None
         if kind == "flush" and error is None:
-            ACTIVE[-1].names.update(flush_features(spec))
+            ACTIVE[-1].take(0, set(flush_features(spec)), {})  # where: this op
 
 
 def end_op() -> None:
     """The next op begins: a launch from now on belongs to no read table noted so far."""
-    _TABLE[0] = None
+    _TABLE[0] = _KEY[0] = None
 
 
 def flush_features(spec) -> list[str]:
@@ -114,18 +130,64 @@ def flush_features(spec) -> list[str]:
     return [f"spec|flush|{c.grow}|{who}|{stop}", f"spec|flush|{c.grow}|{who}|pending {min(len(spec.pending), 3)}"]
 
 
-def block_of(constexprs: dict, page_size: int, per_row: int, cap: int) -> int | None:
-    """The launch's column block: among its int constexprs the powers of two from 2 (the page
-    size's value set aside where another is there), the largest under which the last program of
-    a row still starts inside the table (``(per_row - 1) * B < cap``: a grid is never sized past
-    its table). None: no candidate."""
-    cands = sorted({v for v in constexprs.values() if v >= 2 and not v & (v - 1)}, reverse=True)
+def _powers(constexprs: dict) -> list[int]:
+    return sorted({v for v in constexprs.values() if v >= 2 and not v & (v - 1)}, reverse=True)
+
+
+def block_of(constexprs: dict, page_size: int, per_row: int, cap: int, votes: dict | None = None) -> int | None:
+    """The launch's column block: among its int constexprs the powers of two from 2, the one its
+    kernel's launches revealed most (``votes``: a grid of ``cdiv(cap, B)`` programs per row names
+    its block, ``reveal``), else (the page size's value set aside where another is there) the
+    largest under which the last program of a row still starts inside the table (``(per_row - 1)
+    * B < cap``: a grid is never sized past its table). None: no candidate."""
+    cands = _powers(constexprs)
+    if votes:
+        name = max((n for n, v in constexprs.items() if v in cands), key=lambda n: (votes.get(n, 0), constexprs[n]),
+                   default=None)
+        if name is not None and votes.get(name, 0) and (per_row - 1) * constexprs[name] < cap:
+            return constexprs[name]
     if len(cands) > 1 and page_size in cands:
         cands.remove(page_size)
     for b in cands:
         if (per_row - 1) * b < cap:
             return b
     return None
+
+
+SPANS: dict[str, list] = {}  # kernel -> [launches whose stride fell short of their table, launches it spanned]
+SPANNED = 8  # launches all spanning their table before a kernel is ``one_trip``
+
+
+def forget() -> None:
+    """Forget what the launches taught (``GRIDS``, ``VOTES``, ``SPANS``): a process that fuzzes another
+    kernel set next (a benchmark's runs, a test) starts as a new worker does."""
+    GRIDS.clear()
+    VOTES.clear()
+    SPANS.clear()
+
+
+def one_trip(kernel: str) -> bool:
+    """Whether every launch of ``kernel`` seen (``SPANNED`` at least, of tables wider than its block)
+    strode its whole table in one trip: a grid of one block per program (the legacy table's), where
+    no row length makes a second trip."""
+    short, spanned = SPANS.get(kernel, (0, 0))
+    return not short and spanned >= SPANNED
+
+
+VOTES: dict[str, dict] = {}  # kernel -> {constexpr name: launches whose grid its value explains}
+
+
+def reveal(kernel: str, constexprs: dict, per_row: int, cap: int) -> None:
+    """A launch of ``per_row`` programs per row over ``cap`` columns votes for each power-of-two
+    constexpr B with ``cdiv(cap, B) == per_row``: a launcher that sizes its grid by its block says
+    which parameter that is, by name, whatever the page size (where the page size and the block
+    are equal, or a flag is a power of two too, the largest-candidate rule alone took the wrong
+    one). One program per row says nothing."""
+    if per_row >= 2:
+        got = VOTES.setdefault(kernel, {})
+        for name, b in constexprs.items():
+            if b >= 2 and not b & (b - 1) and -(-cap // b) == per_row:
+                got[name] = got.get(name, 0) + 1
 
 
 def derived_trips(kernel: str, constexprs: dict, dims: tuple, out: set, goals: dict) -> None:
@@ -135,14 +197,35 @@ def derived_trips(kernel: str, constexprs: dict, dims: tuple, out: set, goals: d
     t = _TABLE[0]
     if t is None or not t.lengths or not dims:
         return
-    bs, programs = len(t.lengths), math.prod(dims)
+    if (per_row := _per_row(len(t.lengths), dims)) is not None:
+        reveal(kernel, constexprs, per_row, t.cap)
+        block = block_of(constexprs, t.page_size, per_row, t.cap, VOTES.get(kernel))
+        if block is not None and t.cap > block:  # one program a row says nothing of the grid
+            SPANS.setdefault(kernel, [0, 0])[per_row * block >= t.cap] += 1
+    if _KEY[0] is not None:  # the launcher's grid for this shape, for ``predicted``
+        (shape, cap), launch = _KEY[0], (kernel, tuple(sorted(constexprs.items())), tuple(dims))
+        caps = GRIDS.setdefault(shape, {})
+        if len(caps) >= GRIDS_MAX:
+            caps.clear()
+        if launch not in caps.setdefault(cap, ()):
+            caps[cap] = (*caps[cap], launch)
+    derive(t, kernel, constexprs, dims, out, goals)
+
+
+def _per_row(bs: int, dims: tuple) -> int | None:
+    """A read table's programs per row in grid ``dims``: 2-D (``bs`` rows first) or one flat axis."""
+    programs = math.prod(dims)
     if len(dims) >= 2 and dims[0] == bs:
-        per_row = math.prod(dims[1:])
-    elif programs % bs == 0 and programs:
-        per_row = programs // bs
-    else:
+        return math.prod(dims[1:])
+    return programs // bs if programs and programs % bs == 0 else None
+
+
+def derive(t: Table, kernel: str, constexprs: dict, dims: tuple, out: set, goals: dict) -> None:
+    """``derived_trips`` for table ``t`` and one launch of it."""
+    per_row = _per_row(len(t.lengths), dims)
+    if per_row is None:
         return
-    block = block_of(constexprs, t.page_size, per_row, t.cap)
+    block = block_of(constexprs, t.page_size, per_row, t.cap, VOTES.get(kernel))
     if block is None:
         return
     stride = per_row * block
@@ -155,6 +238,58 @@ def derived_trips(kernel: str, constexprs: dict, dims: tuple, out: set, goals: d
                 break  # the programs past the row's end make no trip: the first of them says so
     if t.starts is not None:
         start_features(kernel, t, block, stride, out, goals)
+
+
+def predicted(op, page_size: int) -> set[str]:
+    """The trips, mask and start features a read-table op would reach, from the spec alone: its
+    ``Table`` under the launches a table of its shape (kind, bs, page size) made at its cap
+    (``GRIDS``: a launcher's grid is a function of its op's sizes), or at a cap not seen, the
+    grid ``grid_at`` fits to those made at others. Empty where none fits. A guess: what the
+    guided track screens its plans by (``screen``), never what it keeps."""
+    shape, cap = shape_key(op, page_size)
+    caps = GRIDS.get(shape)
+    t = table_of(op, page_size)
+    if not caps or not t.lengths:
+        return set()
+    launches = caps.get(cap)
+    if launches is None:
+        near = caps[min(caps, key=lambda c: (abs(c - cap), c))]
+        launches = [(kernel, got[0], got[1]) for kernel in dict.fromkeys(k for k, _, _ in near)
+                    if (got := grid_at(kernel, [(c, d, x) for c, ls in caps.items() for k, x, d in ls if k == kernel],
+                                       len(t.lengths), page_size, cap)) is not None]
+    out: set[str] = set()
+    for kernel, constexprs, dims in launches:
+        derive(t, kernel, dict(constexprs), dims, out, {})
+    return out
+
+
+def grid_at(kernel: str, seen: list, bs: int, page_size: int, cap: int) -> tuple[tuple, tuple] | None:
+    """(constexprs, dims) of a kernel's launch for a table of ``bs`` rows and cap ``cap``, from its
+    launches ``seen`` at other caps ((cap, dims, constexprs)) of the same shape: a launcher gives a
+    row the programs its block covers, ``cdiv(cap, B)``, up to a most (``min(P, cdiv(cap, B))``,
+    P the per-row count seen short of its blocks; none seen, no most). None where that does not
+    hold of every launch seen, or its grid is neither flat nor (rows, programs)."""
+    fits = []
+    for c, dims, constexprs in seen:
+        p = _per_row(bs, dims)
+        b = None if p is None else block_of(dict(constexprs), page_size, p, c, VOTES.get(kernel))
+        if b is None or len(dims) > 2:
+            return None
+        fits.append((c, p, b, dims, constexprs))
+    if len({b for _, _, b, _, _ in fits}) != 1:
+        return None
+    block = fits[0][2]
+    short = [p for c, p, _, _, _ in fits if p < -(-c // block)]
+    most = min(short) if short else None
+
+    def per_row(c: int) -> int:
+        return -(-c // block) if most is None else min(most, -(-c // block))
+
+    if any(per_row(c) != p for c, p, _, _, _ in fits):
+        return None
+    _, _, _, dims, constexprs = min(fits, key=lambda f: abs(f[0] - cap))
+    p = per_row(cap)
+    return constexprs, ((bs, p) if len(dims) == 2 else (bs * p,))
 
 
 def program_trips(kernel: str, n: int, start: int, block: int, step: int, out: set, goals: dict) -> None:

@@ -26,12 +26,9 @@ checked on a **shadow run** (the generator against the spec alone, no kernel: th
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import random
 
 from .chain_gen import CHAIN_SCENARIOS, random_chain_config
-from .features import config_features, feature_id
 from .generate import SCENARIOS, random_config
 from .knobs import knob_module
 from .ops import Alloc, ReadTable
@@ -45,7 +42,8 @@ MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "c
 WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1, 1.5)
 FED_RESIZE = 3  # resize's weight times this where the focus is a table op whose rows' allocs are known
 ROOM_DRAWS = ((1, 5), (2, 9))  # random_config's num_pages: a choice of five, plus randint(0, 8)
-RESIZE_TRIES = 8  # shadow runs per resize (~5 ms each): a branch taken, its range read back, the size set
+RESIZE_TRIES = 8  # shadow runs per aimed resize (~5 ms each): a branch taken, its range read back, the size set
+NEAR_TRIES = 3  # ... per resize to a block boundary near its size (no row length aimed at: any size near will do)
 
 
 class ChoiceRandom(random.Random):
@@ -78,13 +76,15 @@ class ChoiceRandom(random.Random):
         k = self.op
         self._at = self._cuts[k] if k < len(self._cuts) - 1 else len(self.given)
         self._end = self._cuts[k + 1] if k < len(self._cuts) - 1 else len(self.given)
-        self._fresh = random.Random(f"{self._seed}:op{k}")
+        self._fresh = None  # made when the op first draws past its segment (seeding one costs ~10 us)
 
     def random(self) -> float:
         if self._at < self._end:
             u = self.given[self._at]
             self._at += 1
         else:
+            if self._fresh is None:
+                self._fresh = random.Random(f"{self._seed}:op{self.op}")
             u = self._fresh.random()
         self.pos += 1
         self.log.append(u)
@@ -136,7 +136,10 @@ def data_flow(config, ops, has=(), skips=(), rules=()) -> dict:
     made: dict[int, int] = {}  # token -> the alloc op that returned it (the latest)
     pages, feeds = {}, {}
     for i, op in enumerate(ops):
-        out = side.apply(op) if op.supported_by(tier) and op.kind not in skips else unsupported(op)
+        if op.pure:  # a read changes nothing: what a table op reads is its rows
+            out = None
+        else:
+            out = side.apply(op) if op.supported_by(tier) and op.kind not in skips else unsupported(op)
         if isinstance(op, Alloc):
             pages[str(i)] = op.n // ps
             if out.error is None and out.result:
@@ -266,6 +269,15 @@ def _size_alloc(segs, a: int, cur: int, target: int, retry: bool, rng: random.Ra
     return True
 
 
+def _shadowed(shadow, segs, upto: int):
+    """(ops, config, segments) of the shadow run of ``segs`` up to op ``upto`` (what an edit before it
+    is checked by), its segments as drawn (an integer's range may change with the state) and the
+    later ops' segments as they were: each op reads its own, so they still hold."""
+    ops, config, drawn = shadow(flat(segs), marks_of(segs), upto)
+    new = segments(drawn)
+    return ops, config, new + [list(s) for s in segs[len(new):]]
+
+
 def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None, goal=None):
     """Segments with one alloc that fed the op at ``focus`` (any alloc of the entry without one)
     set to ``boundary_target`` pages, or None where it cannot be; three times in four with a
@@ -284,11 +296,10 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None, goa
         return None
     start = cur
     target = boundary_target(cur, entry.get("knobs"), rng)
-    for attempt in range(RESIZE_TRIES):
+    for attempt in range(NEAR_TRIES):
         if not _size_alloc(segs, a, cur, target, attempt > 0 and (cur == start or attempt == 1), rng):
             return None
-        ops, config, drawn = shadow(flat(segs), marks_of(segs))
-        segs = segments(drawn)
+        ops, config, segs = _shadowed(shadow, segs, a + 1)
         if a >= len(ops) or not isinstance(ops[a], Alloc):
             return None
         cur = ops[a].n // config.page_size
@@ -306,7 +317,7 @@ def aim_row(segs, pages: dict, fed: list, rng: random.Random, shadow, focus: int
     the row where it was, the next alloc. libFuzzer's CMP tracing, closed in a loop."""
     if not fed or focus + 1 >= len(segs):
         return None
-    ops, config, drawn = shadow(flat(segs), marks_of(segs))
+    ops, config, _ = _shadowed(shadow, segs, focus + 1)
     if focus >= len(ops) or not isinstance(ops[focus], TABLE_OPS):
         return None
     unit = 1 if isinstance(ops[focus], ReadTable) else config.page_size  # tokens per length unit, per page
@@ -318,8 +329,7 @@ def aim_row(segs, pages: dict, fed: list, rng: random.Random, shadow, focus: int
     for attempt in range(RESIZE_TRIES):
         if a + 1 >= len(segs) or not _size_alloc(segs, a, cur, want, attempt > 0 and stuck > 0, rng):
             return None
-        ops, config, drawn = shadow(flat(segs), marks_of(segs))
-        segs = segments(drawn)
+        ops, config, segs = _shadowed(shadow, segs, focus + 1)
         if max(a, focus) >= len(ops) or not isinstance(ops[a], Alloc) or not isinstance(ops[focus], TABLE_OPS):
             return None
         lens = table_lengths(ops[focus], config.page_size)
@@ -422,86 +432,3 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
         nudge(segs[op_index()], rng)
         done.append("nudge")
     return flat(segs), marks_of(segs), knobs, done
-
-
-# Pool configs: which config a corpus entry's missing siblings need, and the stream that runs its ops in
-# it. A mutation keeps its entry's config (the stream's first draws), and a corpus grown from its first
-# entries stays at their page size and grow direction, where a conjunction may need another.
-START_TRIPS = ("2", "3+", "4-7", "8+")  # a packed row's kv_start must survive a second trip
-CONFIG_TRIES = 4  # a fresh sequence's pool config: the least held of this many draws (``rare_config``)
-
-
-def rare_config(counts, seed: int, want=None, tries: int = CONFIG_TRIES) -> list[float]:
-    """The draws of a pool config (a stream's first draws), the one of ``tries`` drawn for ``seed``
-    whose page size, growth and laziness the corpus (its feature ``counts``) holds fewest entries of,
-    among those ``want(config)`` accepts (all, when none does)."""
-    best = None
-    for i in range(tries):
-        draws = ChoiceRandom((), f"kvfuzz-config:{seed}" + (f":{i}" if i else ""))
-        c = random_config(draws)
-        held = sum(counts.get(feature_id(f), 0) for f in config_features(c, "", None) if "scenario" not in f)
-        key = (want is not None and not want(c), held)
-        if best is None or key < best[0]:
-            best = (key, draws.log)
-    return list(best[1])
-
-
-def reconfig_wants(why: str | None, counts) -> list:
-    """The pool configs (tests of one) in which the siblings of ``why`` that no entry holds can be
-    reached, where its own config cannot reach them (empty: its config can). A packed table whose
-    rows reached two trips only with an aligned ``kv_start`` (or at page size 1: aligned by
-    construction) needs pages of 2+ tokens. A flush's stop met growing one way needs a lazy pool
-    growing the other; a walk that ended before its move limit, a smaller limit (one cut short
-    where a reader pins nothing), and one cut short by it, no limit (so it reaches a pinned page).
-    Mutations keep their entry's config (a corpus grown from its first entries stayed at page size
-    1, one grow direction), so ``retune`` changes the one draw these need."""
-    parts = (why or "").split("|")
-    wants = []
-    if parts[0] in ("trips", "start") and len(parts) > 1:
-        k = parts[1]
-        if any(feature_id(f"start|{k}|{w}|trips {b}") in counts for w in ("aligned", "page size 1") for b in START_TRIPS) \
-                and not any(feature_id(f"start|{k}|unaligned|trips {b}") in counts for b in START_TRIPS):
-            wants.append(_paged)
-    if parts[0] == "spec" and len(parts) > 4 and parts[1] == "flush":
-        grow, who, stop = parts[2:5]
-        other = "down" if grow == "up" else "up"
-        if feature_id(f"spec|flush|{other}|{who}|{stop}") not in counts:
-            wants.append(functools.partial(_pool_shape, grow=other))
-        if stop in ("frontier met", "pinned page") and feature_id(f"spec|flush|{grow}|{who}|move limit") not in counts:
-            wants.append(functools.partial(_pool_shape, grow=grow, moves=(0, 2)))
-        if stop == "move limit" and feature_id(f"spec|flush|{grow}|{who}|pinned page") not in counts:
-            wants.append(functools.partial(_pool_shape, grow=grow, moves=(9, 1 << 30)))
-    return wants
-
-
-def _paged(c) -> bool:
-    return c.page_size > 1
-
-
-def _pool_shape(c, grow: str, moves: tuple = (0, 1 << 30)) -> bool:
-    """A lazy pool growing ``grow`` whose walk's move limit is within ``moves``."""
-    return c.lazy and c.grow == grow and moves[0] <= c.max_moves <= moves[1]
-
-
-def retune(stream: list, seed: int, want, rng: random.Random) -> list | None:
-    """``stream`` with one of its pool config's draws changed so that ``want(config)`` holds and as
-    few of its fields as may be differ (the grow direction alone, the page size alone): the entry's
-    pool but for what its missing siblings need. None: no one draw does it."""
-    def config(s):
-        return random_config(ChoiceRandom(s, f"kvfuzz-retune:{seed}"))
-
-    base = config(stream)
-    fields = [f.name for f in dataclasses.fields(base)]
-    best = []
-    draws = ChoiceRandom((), "kvfuzz-count")
-    random_config(draws)
-    for i in range(len(draws.log)):  # the config's draws: a stream's first
-        for x in (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95):
-            cand = [*stream[:i], x, *stream[i + 1:]]
-            c = config(cand)
-            if want(c):
-                best.append((sum(getattr(c, f) != getattr(base, f) for f in fields), i, x, cand))
-    if not best:
-        return None
-    least = min(b[0] for b in best)
-    return rng.choice([b[3] for b in best if b[0] == least])

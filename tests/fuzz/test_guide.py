@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from fuzz.engine import features, generate, guide, streams
+from fuzz.engine import conjunctions, features, generate, guide, streams
 from fuzz.engine.tiers import make_tier
 from fuzz.tools import coverage_report
 from tests.fuzz.test_engine import REPO, cli_env, kvfuzz
@@ -386,11 +386,11 @@ def test_each_op_reads_its_own_segment_so_an_edit_leaves_later_ops_draws_in_plac
 def test_a_mutation_aimed_at_an_op_stops_a_tail_past_it_and_always_changes_something(tmp_path, monkeypatch):
     """A mutated plan aimed at the op that first reached a feature (its ``where``: op 3) runs
     ``TAIL`` ops past it, not the whole sequence; every mutated plan names a mutation applied;
-    the parent rebuilds what ran."""
+    the parent rebuilds what ran. Unscreened: a screened plan may be another pick's (``screen``)."""
     monkeypatch.setattr(guide, "SEED_ENTRIES", 1)
     monkeypatch.setattr(guide, "FRESH", 0.0)
     tier = make_tier("torch")
-    track = guide.GuidedTrack(tmp_path)
+    track = guide.GuidedTrack(tmp_path, screening=False)
     for i in range(3):
         track.corpus.add({**_entry({f"trips|k|{i}|partial"}, ops=20), "where": {f"trips|k|{i}|partial": 3}})
     aimed = 0
@@ -512,8 +512,8 @@ def test_a_stepping_stone_is_emitted_two_trips_in_and_nearer_is_another_feature(
     assert "trips|read_table_kernel|1|partial" in out and not any(f.startswith("progress|") for f in out), out
 
 
-def test_energy_favours_rare_features_and_entries_that_keep_paying_per_cpu_second(tmp_path):
-    """Energy is rarity times yield (new features per CPU s spent, the mutants kept from it
+def test_energy_favours_rare_features_and_entries_that_keep_paying_per_unit_of_work(tmp_path):
+    """Energy is rarity times yield (new features per unit of work spent, the mutants kept from it
     included) against the median, bounded to [1/4, 2]: a dear entry or one picked often for
     nothing fades to a quarter, one whose mutants keep finding rises, to at most double; an
     untried one is not lowered."""
@@ -521,13 +521,13 @@ def test_energy_favours_rare_features_and_entries_that_keep_paying_per_cpu_secon
     c.add(_entry({"trips|k|2|partial", "op|alloc"}))
     c.add(_entry({"trips|k|2|partial", "progress|k|trips 2|short 1"}))
     c.add(_entry({"op|free", "op|alloc", "op|flush"}))
-    for i in range(4):  # the median: two new features per 0.1 CPU s
+    for i in range(4):  # the median: two new features per 100 units (0.1 CPU s, no work given)
         c.add(_entry({f"op|k{i}", f"mask|k{i}|n/BLOCK|full"}))
     plain, rare, other = c.entries[:3]
     assert [e["new"] for e in c.entries[:3]] == [2, 1, 2]
     assert c.energy(rare) > c.energy(plain)
     rarity = sum(1.0 / c.counts[f] for f in rare["ids"])
-    rare["cost_s"] = 100.0  # a thousand times the others' CPU for its one new feature: untried, not less
+    rare["work"] = 100_000  # a thousand times the others' work for its one new feature: untried, not less
     assert c.energy(rare) == pytest.approx(rarity)
     rare["picks"] = 1  # tried once for nothing
     assert c.energy(rare) == pytest.approx(0.25 * rarity)
@@ -562,9 +562,9 @@ def test_rare_knobs_is_a_launch_knob_combination_the_corpus_holds_fewest_of(tmp_
 
 def test_a_trip_feature_aims_at_its_own_row_or_the_entrys_most_trips():
     entry = {"goals": {"trips|k|2|partial": [6, 3, 4, 2], "progress|k|trips 1|short 1": [3, 1, 4, 1]}}
-    seen = {str(guide.frontier(entry, "progress|k|trips 1|short 1", random.Random(i))) for i in range(20)}
+    seen = {str(conjunctions.frontier(entry, "progress|k|trips 1|short 1", random.Random(i))) for i in range(20)}
     assert seen == {"[3, 1, 4, 1]", "[6, 3, 4, 2]"}, seen
-    assert guide.frontier(entry, "op|alloc", random.Random(0)) is None
+    assert conjunctions.frontier(entry, "op|alloc", random.Random(0)) is None
 
 
 def test_the_frontier_is_the_entries_whose_read_table_made_the_most_trips(tmp_path):
