@@ -86,7 +86,7 @@ def rare_config(counts, seed: int | str, want=None, tries: int = CONFIG_TRIES) -
     for i in range(tries):
         draws = ChoiceRandom((), f"kvfuzz-config:{seed}" + (f":{i}" if i else ""))
         c = random_config(draws)
-        held = sum(counts.get(feature_id(f), 0) for f in config_features(c, "", None) if "scenario" not in f)
+        held = sum(counts.get(feature_id(f), 0) for f in config_features(c, "", None) if "scenario" not in f and "lazy" not in f)
         key = (want is not None and not want(c), held)
         if best is None or key < best[0]:
             best = (key, draws.log)

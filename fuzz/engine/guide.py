@@ -60,7 +60,7 @@ from .generate import regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .known import KnownReads
 from .launches import program_order_mode
-from .screen import Screen, aims, resample, shadow_of
+from .screen import Screen, resample, shadow_of
 from .spec_features import one_trip
 from .streams import ChoiceRandom, data_flow, mutate, params_of, scenario_names
 from .tracks.small import SmallTrack
@@ -74,11 +74,11 @@ KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
 FRONTIER = 0.7  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
-TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
+TAIL = 24  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
 RESAMPLE = 0.5  # share of frontier plans on a read table that draw it again from its state (``screen.resample``)
 AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_edit``: resize, or shrink the knobs)
 AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
-FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
+FRESH_OPS = 200  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
 FRESH_PROGRAMS = 400  # ... or less: it ends before its launches would run more programs than this (the interpreter's cost)
 RECONFIG = 0.9  # share of plans ``reconfig_wants`` names a pool shape for that run in one (``plan``)
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0, "spec": 4.0, "start": 4.0}  # ``Corpus.pick``: the rare conjunctions
@@ -408,17 +408,15 @@ class GuidedTrack(SmallTrack):
             code = self._code
         self.sequences += 1
         t0 = time.process_time()  # CPU: the machine may be shared
-        # a fresh plan's program budget, past the op at which its shadow reached a conjunction none holds
-        col, fresh, upto = Collector(code, deferred=tier.backend == "cuda"), plan["how"] == ["fresh"], aims(plan)
+        col, fresh = Collector(code, deferred=tier.backend == "cuda"), plan["how"] == ["fresh"]
         known = None  # another allocator may keep hidden state; another program order, a race a read would meet
         if self.known is not None and tier.allocator_cls is None and program_order_mode() == "launch":
             known, self.known.collector, self.known.replaying = self.known, col, code is None
         with col:
             seq = super().run_sequence(tier, seed, n_ops, knobs=plan["knobs"] if knobs is None else knobs,
                                        params=params, r2t_dtype=plan["r2t"], on_op=lambda: col.at(marks, _begin(rng)),
-                                       stop=(lambda: col.programs >= FRESH_PROGRAMS and col.op + 1 >= upto) if fresh else None,
-                                       budget=(lambda n: col.programs + n > FRESH_PROGRAMS and col.op >= upto)
-                                       if fresh and self.launch_budget else None,
+                                       stop=(lambda: col.programs >= FRESH_PROGRAMS) if fresh else None,
+                                       budget=(lambda n: col.programs + n > FRESH_PROGRAMS) if fresh and self.launch_budget else None,
                                        known=known, **kw)
         col.add_run(seq.run)
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)

@@ -27,11 +27,11 @@ import time
 
 from .features import feature_id
 from .generate import regenerate
-from .spec_features import flush_features, predicted
+from .spec_features import Batches, predicted
 from .streams import flat, marks_of, params_of, segments
 
-TRIES = 12  # plans drawn at most for one sequence
-SHARE = 0.5  # ... while their shadow runs have cost less than this share of the target run chosen
+TRIES = 6  # plans drawn at most for one sequence
+SHARE = 0.25  # ... while their shadow runs have cost less than this share of the target run chosen
 EMA = 0.2  # weight of the last run in ``Screen.op_cpu``
 LONGEST = 200  # a plan's ops screened at most (the small track's sequence)
 CONJUNCTIONS = ("trips", "start", "spec")  # the domains whose features name their parts (``conjunctions``)
@@ -39,13 +39,14 @@ RESAMPLES = 24  # variants of a stone's read table drawn and predicted (``resamp
 KEEP = 3  # ... of which run at most
 
 
-def spec_names(op, spec, out) -> set[str]:
+def spec_names(op, spec, out, batches: Batches) -> set[str]:
     """The features the spec alone says ``op`` reaches (what ``spec_features.note_op`` and a read
     table's launches would add): a flush's stop, a read table's predicted trips, masks and starts."""
+    flushed = batches.flushed(op, spec)
     if out.error is not None:
         return set()
-    if op.kind == "flush" and spec.config.lazy:
-        return set(flush_features(spec))
+    if flushed:
+        return set(flushed)
     if op.kind in ("read_table", "read_table_packed"):
         return predicted(op, spec.config.page_size)
     return set()
@@ -59,7 +60,8 @@ def shadow(info: dict, seed: int | str, entry: dict, stream, marks, n_ops: int, 
            counts=None, per_op: dict | None = None):
     """The plan ``stream`` (cut at ``marks``; None: every op fresh, from ``seed``'s draws) run on
     the spec for ``n_ops`` ops as sequence ``seed`` would draw it, with ``entry``'s hostile mode
-    and ``req_to_token`` dtype: (ops, config, the stream as drawn with its ranges and marks); what
+    and ``req_to_token`` dtype: (ops, config, the stream as drawn with its ranges and marks; ops
+    empty where the run ended early, its marks say how many were drawn); what
     the spec says its ops reach is added to ``names`` (``spec_names``), and with ``counts`` (the
     corpus's) the run ends at the first op that reaches a conjunction they lack (``CONJUNCTIONS``);
     ``per_op``: op index -> what the spec says it reaches, for each op that reaches some."""
@@ -70,14 +72,14 @@ def shadow(info: dict, seed: int | str, entry: dict, stream, marks, n_ops: int, 
         rng.begin_op()
         drawn_marks.append(rng.pos)
 
-    names = set() if names is None else names
+    names, batches = set() if names is None else names, Batches()
 
     def on_spec(op, spec, out):
-        got = spec_names(op, spec, out)
+        got = spec_names(op, spec, out, batches)
         names.update(got)
         if per_op is not None and got:
             per_op[len(drawn_marks) - 1] = got
-        if counts is not None and any(n.split("|", 1)[0] in CONJUNCTIONS and feature_id(n) not in counts for n in got):
+        if counts is not None and conjunction(n for n in got if feature_id(n) not in counts):
             raise _Novel
 
     ops = []
@@ -112,17 +114,15 @@ def resample(info: dict, seed: int, entry: dict, focus: int | None, counts, rng)
         return None
     tried = segments(drawn)
     variants = [i for i in range(at, at + RESAMPLES) if ops[i].kind == ops[focus].kind]
-    good = [i for i in variants if any(n.split("|", 1)[0] in CONJUNCTIONS and feature_id(n) not in counts
-                                       for n in per_op.get(i, ()))]
+    good = [i for i in variants if conjunction(n for n in per_op.get(i, ()) if feature_id(n) not in counts)]
     keep = good[:KEEP] or rng.sample(variants, min(1, len(variants)))
     new = segs[:at + 1] + [tried[i + 1] for i in keep] + segs[at + 1:]
     return flat(new), marks_of(new), len(keep), set().union(*(per_op.get(i, set()) for i in keep))
 
 
-def aims(plan: dict) -> int:
-    """The ops up to the one at which a plan's shadow reached a conjunction no entry held
-    (``Screen.pick``; 0: none did): a fresh plan's program budget does not cut them."""
-    return plan.get("upto", 0) if any(n.split("|", 1)[0] in CONJUNCTIONS for n in plan.get("screened") or ()) else 0
+def conjunction(names) -> bool:
+    """Whether ``names`` hold a feature of a domain whose features name their parts (``CONJUNCTIONS``)."""
+    return any(n.split("|", 1)[0] in CONJUNCTIONS for n in names)
 
 
 def shadow_of(info: dict, seed: int, entry: dict):
@@ -141,9 +141,7 @@ class Screen:
         self.screened = self.drawn = 0  # sequences whose plan a shadow chose; plans drawn
 
     def ran(self, cpu_s: float, ops: int) -> None:
-        if ops:
-            per = cpu_s / ops
-            self.op_cpu = per if self.op_cpu is None else (1 - EMA) * self.op_cpu + EMA * per
+        self.op_cpu = _average(self.op_cpu, cpu_s, ops)
 
     def pick(self, draw, info: dict, counts) -> dict:
         """The plan to run: ``draw(attempt)`` -> a plan (its ``stream``, ``marks``, ``length``, its
@@ -158,14 +156,13 @@ class Screen:
             t0 = time.process_time()
             names: set[str] = set(plan.get("screened") or ())  # a plan screened as it was made (``resample``)
             if "screened" not in plan:
-                ops, _, drawn = shadow(info, plan["fresh_seed"], plan.get("parent") or {"r2t": plan["r2t"]},
-                                       plan["stream"], plan.get("marks"), min(plan["length"], LONGEST), names, counts)
-                plan = {**plan, "upto": len(ops)}  # where it reached what it did (the shadow stops there)
+                _, _, drawn = shadow(info, plan["fresh_seed"], plan.get("parent") or {"r2t": plan["r2t"]},
+                                     plan["stream"], plan.get("marks"), min(plan["length"], LONGEST), names, counts)
                 if plan.get("marks") is None:  # a fresh plan: its ops as drawn under its own fresh seed
                     plan = {**plan, "stream": drawn["stream"], "marks": drawn["marks"]}
             spent += time.process_time() - t0
             novel = sorted(n for n in names if feature_id(n) not in counts)
-            if aims({"screened": novel}):
+            if conjunction(novel):
                 self.screened += attempt > 0
                 return {**plan, "screened": novel}
             first = first or plan
@@ -173,3 +170,10 @@ class Screen:
             if self.op_cpu is None or spent >= SHARE * self.op_cpu * plan["length"]:
                 break
         return best or first
+
+
+def _average(mean: float | None, cpu_s: float, ops: int) -> float | None:
+    """``mean`` (CPU seconds per op) moved towards a run's ``cpu_s / ops`` (``EMA``)."""
+    if not ops:
+        return mean
+    return cpu_s / ops if mean is None else (1 - EMA) * mean + EMA * cpu_s / ops

@@ -98,8 +98,8 @@ def note_op(op, spec, error) -> None:
         _TABLE[0], _KEY[0] = table_of(op, ps), shape_key(op, ps)
     else:
         _TABLE[0] = _KEY[0] = None
-        if kind == "flush" and error is None:
-            ACTIVE[-1].take(0, set(flush_features(spec)), {})  # where: this op
+    if (got := _BATCHES.flushed(op, spec)) and error is None:
+        ACTIVE[-1].take(0, set(got), {})  # where: this op
 
 
 def end_op() -> None:
@@ -107,14 +107,17 @@ def end_op() -> None:
     _TABLE[0] = _KEY[0] = None
 
 
-def flush_features(spec) -> list[str]:
+def flush_features(spec, moved: int | None = None, urgent: bool = False) -> list[str]:
     """How kvref's flush just ended (the state after it says where its walk stopped: the next
-    move it would make, and why it did not)."""
+    move it would make, and why it did not). ``moved``: the pages this flush's walk moved behind
+    a reader in flight (``Batches``), so a walk that used up its moves before a pinned page is
+    named by its move limit (at ``max_moves`` 0 it never meets a pinned page)."""
     c = spec.config
     if not c.lazy:
         return []
     up, reader = c.grow == "up", spec.reader_in_flight()
     holes = spec.holes
+    cap = max(1, c.max_moves) if "move_cap_floor_1" in getattr(spec, "rules", ()) else c.max_moves
     if not holes:
         stop = "no holes"
     else:
@@ -122,12 +125,30 @@ def flush_features(spec) -> list[str]:
         src = spec._source()
         if src is None or (src <= dst if up else src >= dst):
             stop = "frontier met"
-        elif reader and spec.p2v[src] in spec.in_flight.pages:
+        elif reader and spec.p2v[src] in spec.in_flight.pages and (urgent or moved is None or moved < cap):
             stop = "pinned page"
         else:
             stop = "move limit"
     who = "reader in flight" if reader else "no reader"
     return [f"spec|flush|{c.grow}|{who}|{stop}", f"spec|flush|{c.grow}|{who}|pending {min(len(spec.pending), 3)}"]
+
+
+class Batches:
+    """The spec's last pending batch after each op: a flush that leaves another one last moved its
+    pages behind a reader (kvref appends one batch a flush), so its walk's moves are that batch's size."""
+
+    def __init__(self):
+        self.last = None
+
+    def flushed(self, op, spec) -> list[str]:
+        """A flush's features (``flush_features``) with the moves its walk made; every op: note the last batch."""
+        pending = getattr(spec, "pending", None)
+        last = pending[-1] if pending else None
+        out = []
+        if op.kind == "flush":
+            out = flush_features(spec, len(last[1]) if last is not None and last is not self.last else 0, op.urgent)
+        self.last = last
+        return out
 
 
 def _powers(constexprs: dict) -> list[int]:
@@ -243,19 +264,19 @@ def derive(t: Table, kernel: str, constexprs: dict, dims: tuple, out: set, goals
 def predicted(op, page_size: int) -> set[str]:
     """The trips, mask and start features a read-table op would reach, from the spec alone: its
     ``Table`` under the launches a table of its shape (kind, bs, page size) made at its cap
-    (``GRIDS``: a launcher's grid is a function of its op's sizes), or at a cap not seen, the
-    grid ``grid_at`` fits to those made at others. Empty where none fits. A guess: what the
-    guided track screens its plans by (``screen``), never what it keeps."""
+    (``GRIDS``: a launcher's grid is a function of its op's sizes), or at a cap or a batch not
+    seen, the grid ``grid_at`` fits to the launches of its kind and page size. Empty where none
+    fits. A guess: what the guided track screens its plans by (``screen``), never what it keeps."""
     shape, cap = shape_key(op, page_size)
-    caps = GRIDS.get(shape)
     t = table_of(op, page_size)
-    if not caps or not t.lengths:
+    launches = GRIDS.get(shape, {}).get(cap)
+    if not t.lengths:
         return set()
-    launches = caps.get(cap)
     if launches is None:
-        near = caps[min(caps, key=lambda c: (abs(c - cap), c))]
-        launches = [(kernel, got[0], got[1]) for kernel in dict.fromkeys(k for k, _, _ in near)
-                    if (got := grid_at(kernel, [(c, d, x) for c, ls in caps.items() for k, x, d in ls if k == kernel],
+        seen = [(s[1], c, k, x, d) for s, caps in GRIDS.items() if s[0] == shape[0] and s[2] == page_size
+                for c, ls in caps.items() for k, x, d in ls]
+        launches = [(kernel, got[0], got[1]) for kernel in dict.fromkeys(k for _, _, k, _, _ in seen)
+                    if (got := grid_at(kernel, [(r, c, d, x) for r, c, k, x, d in seen if k == kernel],
                                        len(t.lengths), page_size, cap)) is not None]
     out: set[str] = set()
     for kernel, constexprs, dims in launches:
@@ -265,30 +286,35 @@ def predicted(op, page_size: int) -> set[str]:
 
 def grid_at(kernel: str, seen: list, bs: int, page_size: int, cap: int) -> tuple[tuple, tuple] | None:
     """(constexprs, dims) of a kernel's launch for a table of ``bs`` rows and cap ``cap``, from its
-    launches ``seen`` at other caps ((cap, dims, constexprs)) of the same shape: a launcher gives a
-    row the programs its block covers, ``cdiv(cap, B)``, up to a most (``min(P, cdiv(cap, B))``,
-    P the per-row count seen short of its blocks; none seen, no most). None where that does not
-    hold of every launch seen, or its grid is neither flat nor (rows, programs)."""
+    launches ``seen`` for other tables ((rows, cap, dims, constexprs)): a launcher gives a row the
+    programs its block covers, ``cdiv(cap, B)``, up to a share of the programs it aims at in all,
+    ``cdiv(T, rows)`` (``min``; T bounded by the launches that gave a row fewer programs than its
+    blocks; none did: no bound). None where that holds of no T for every launch seen, or a grid
+    is neither flat nor (rows, programs)."""
     fits = []
-    for c, dims, constexprs in seen:
-        p = _per_row(bs, dims)
+    for rows, c, dims, constexprs in seen:
+        p = _per_row(rows, dims)
         b = None if p is None else block_of(dict(constexprs), page_size, p, c, VOTES.get(kernel))
         if b is None or len(dims) > 2:
             return None
-        fits.append((c, p, b, dims, constexprs))
-    if len({b for _, _, b, _, _ in fits}) != 1:
+        fits.append((rows, c, p, b, dims, constexprs))
+    if not fits or len({f[3] for f in fits}) != 1:
         return None
-    block = fits[0][2]
-    short = [p for c, p, _, _, _ in fits if p < -(-c // block)]
-    most = min(short) if short else None
-
-    def per_row(c: int) -> int:
-        return -(-c // block) if most is None else min(most, -(-c // block))
-
-    if any(per_row(c) != p for c, p, _, _, _ in fits):
+    block, lo, hi = fits[0][3], 0, None
+    for rows, c, p, _, _, _ in fits:
+        lo = max(lo, (p - 1) * rows)  # p <= cdiv(T, rows)
+        if p < -(-c // block):  # short of its blocks: p == cdiv(T, rows)
+            hi = p * rows if hi is None else min(hi, p * rows)
+    if hi is not None and lo >= hi:
         return None
-    _, _, _, dims, constexprs = min(fits, key=lambda f: abs(f[0] - cap))
-    p = per_row(cap)
+
+    def per_row(rows: int, c: int) -> int:
+        return -(-c // block) if hi is None else min(-(-hi // rows), -(-c // block))
+
+    if any(per_row(rows, c) != p for rows, c, p, _, _, _ in fits):
+        return None
+    *_, dims, constexprs = min(fits, key=lambda f: (f[0] != bs, abs(f[1] - cap)))
+    p = per_row(bs, cap)
     return constexprs, ((bs, p) if len(dims) == 2 else (bs * p,))
 
 
@@ -321,3 +347,5 @@ def start_features(kernel: str, t: Table, block: int, stride: int, out: set, goa
         out.add(name)
         goals.setdefault(name, [n, trips * stride + 1 - n, block, trips, stride])
 
+
+_BATCHES = Batches()

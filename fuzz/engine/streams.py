@@ -371,7 +371,7 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
         return rng.randrange(1, len(segs))
 
     weights = list(WEIGHTS)
-    if (entry.get("feeds") or {}).get(str(focus)):  # the focus read rows whose allocs are known: edit them
+    if goal and (entry.get("feeds") or {}).get(str(focus)):  # a row length aimed at, its allocs known: edit them
         weights[MUTATIONS.index("resize")] *= FED_RESIZE
 
     def apply(kind: str) -> bool:  # one mutation in place; False where it cannot apply

@@ -32,13 +32,13 @@ def test_a_choice_stream_replays_the_ops_it_made_and_a_mutation_stays_valid(tmp_
         seq = track.run_sequence(tier, seed, 30)
         assert seq.divergence is None, seq.divergence
         ran[seed] = [op.to_json() for op in seq.ops]
-        _, _, again = track.regenerate(seed, 30, {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
+        _, _, again = track.regenerate(seed, len(seq.ops), {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
         assert [op.to_json() for op in again] == ran[seed]
     assert track.kept >= 1
     seed = next(s for s in range(6, 60) if track.plan(tier, s)["how"] != ["fresh"])
     seq = track.run_sequence(tier, seed, 30)  # a mutated stream: still a valid sequence, still rebuilt as it ran
     assert seq.divergence is None, seq.divergence
-    _, _, again = track.regenerate(seed, 30, {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
+    _, _, again = track.regenerate(seed, len(seq.ops), {"corpus": str(tmp_path), "has": track.worker_info(tier)["has"]})
     assert [op.to_json() for op in again] == [op.to_json() for op in seq.ops]
     entry = track.corpus.entries[0]
     changed = [guide.mutate(entry, entry, random.Random(i), tier.kernels)[0] != entry["stream"] for i in range(8)]
