@@ -74,11 +74,14 @@ KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
 FRONTIER = 0.7  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
-TAIL = 24  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
+TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
 RESAMPLE = 0.5  # share of frontier plans on a read table that draw it again from its state (``screen.resample``)
 AIMED = 0.75  # share of frontier plans that are one aimed edit alone (``aimed_edit``: resize, or shrink the knobs)
 AIM_TAIL = 8  # ... and run this many ops past the table op it aimed: the row is read there
-FRESH_OPS = 200  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
+FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need, not 200 ops of it
+FRESH_BLIND = 200  # ... where no sequence launched a kernel (the torch tier: an op costs a tenth of an interpreted
+# one, and a bug only a long history reaches, a batch pending behind a reader then an urgent flush, lost most of
+# its fresh sequences at 40 ops): a blind sequence's length
 FRESH_PROGRAMS = 400  # ... or less: it ends before its launches would run more programs than this (the interpreter's cost)
 RECONFIG = 0.9  # share of plans ``reconfig_wants`` names a pool shape for that run in one (``plan``)
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0, "spec": 4.0, "start": 4.0}  # ``Corpus.pick``: the rare conjunctions
@@ -271,6 +274,7 @@ class GuidedTrack(SmallTrack):
         self.screen = Screen() if screening else None  # off: every plan is the first drawn, unscreened
         self.sequences = 0
         self.kept = 0
+        self.launched: bool | None = None  # whether a sequence launched a kernel (None: none ran yet)
         self._seq_seeds: list[int] = []  # the seeds whose streams are under .seq/, oldest first
 
     @property
@@ -308,7 +312,7 @@ class GuidedTrack(SmallTrack):
         key = seed if attempt == 0 else f"{seed}:{attempt}"
         knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
         return {"stream": self._fresh_stream(key, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
-                "how": ["fresh"], "length": FRESH_OPS, "fresh_seed": key}
+                "how": ["fresh"], "length": FRESH_BLIND if self.launched is False else FRESH_OPS, "fresh_seed": key}
 
     def _mutant_plan(self, tier, seed: int, rng: random.Random, info: dict) -> dict:
         """A mutation of an entry: a frontier plan's aimed edit, or a pick by rarity and drawn edits."""
@@ -319,7 +323,7 @@ class GuidedTrack(SmallTrack):
         if front and (edits := flush_siblings(why, corpus.counts)) and (plan := self._sibling_plan(
                 entry, why, focus, rng.choice(edits), seed, rng)) is not None:
             return plan
-        if front and rng.random() < RESAMPLE and (got := resample(info, seed, entry, focus, corpus.counts, rng)):
+        if front and rng.random() < RESAMPLE and (got := resample(info, seed, entry, focus, corpus.counts)):
             stream, marks, variants, names = got  # the stone's table drawn again from its state, screened
             return {"stream": stream, "marks": marks, "knobs": entry.get("knobs"), "how": ["resample"],
                     "r2t": entry.get("r2t") or sequence_r2t_dtype(seed), "parent": entry, "why": why, "fresh_seed": seed,
@@ -419,6 +423,7 @@ class GuidedTrack(SmallTrack):
                                        budget=(lambda n: col.programs + n > FRESH_PROGRAMS) if fresh and self.launch_budget else None,
                                        known=known, **kw)
         col.add_run(seq.run)
+        self.launched = bool(self.launched or col.programs)
         col.names |= config_features(seq.config, seq.scenario, seq.knobs)
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()

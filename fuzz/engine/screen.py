@@ -93,15 +93,15 @@ def shadow(info: dict, seed: int | str, entry: dict, stream, marks, n_ops: int, 
     return ops, config, {"stream": rng.log, "ranges": rng.ranges, "marks": drawn_marks}
 
 
-def resample(info: dict, seed: int, entry: dict, focus: int | None, counts, rng) -> tuple[list, list, int, set] | None:
+def resample(info: dict, seed: int, entry: dict, focus: int | None, counts) -> tuple[list, list, int, set] | None:
     """(stream, marks, variants, what the spec predicts they reach) of ``entry`` with variants of its read table ``focus`` drawn right after
     it: the same kind drawn afresh ``RESAMPLES`` times from the same state (a read changes nothing, so
     each is another table over the rows that state holds: another batch, lengths, starts, and so
     another grid and stride), of which those the spec predicts reach a conjunction no entry holds are
-    kept (``KEEP`` at most; none: one at random), each as drawn; the entry's later ops after them.
+    kept (``KEEP`` at most), each as drawn; the entry's later ops after them.
     The draws a stone's rows need are in its state; the table that reads them with the grid of one
     more trip is a batch draw away, where a resize of its rows is a shadow run per try. None where
-    op ``focus`` is no read table."""
+    op ``focus`` is no read table, or no variant is predicted to reach anything new."""
     segs = segments(entry)
     at = (focus if focus is not None else -2) + 1
     if not 1 <= at < len(segs) or len(segs[at]) < 2:
@@ -115,7 +115,9 @@ def resample(info: dict, seed: int, entry: dict, focus: int | None, counts, rng)
     tried = segments(drawn)
     variants = [i for i in range(at, at + RESAMPLES) if ops[i].kind == ops[focus].kind]
     good = [i for i in variants if conjunction(n for n in per_op.get(i, ()) if feature_id(n) not in counts)]
-    keep = good[:KEEP] or rng.sample(variants, min(1, len(variants)))
+    if not good:  # nothing predicted (no grid of this kind seen, or nothing new): an aimed edit instead
+        return None
+    keep = good[:KEEP]
     new = segs[:at + 1] + [tried[i + 1] for i in keep] + segs[at + 1:]
     return flat(new), marks_of(new), len(keep), set().union(*(per_op.get(i, set()) for i in keep))
 

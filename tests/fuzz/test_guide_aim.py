@@ -78,7 +78,7 @@ def test_the_frontier_is_per_kernel_skips_a_closed_one_and_prefers_the_shortest_
 
 
 def test_a_frontier_plan_is_one_aimed_edit_and_a_fresh_one_is_short(tmp_path, monkeypatch):
-    """Fresh sequences run FRESH_OPS ops. A frontier plan on a stone whose stride spans its row
+    """Fresh sequences run FRESH_OPS ops (FRESH_BLIND once a tier is seen to launch nothing). A frontier plan on a stone whose stride spans its row
     (the grid covers it: one trip at any length) shrinks the knobs to their smallest, that edit
     alone, and runs AIM_TAIL past the stone's op; once the knobs are the smallest it resizes
     instead, and where no resize can apply (no data flow) it falls back to drawn mutations and
@@ -89,6 +89,7 @@ def test_a_frontier_plan_is_one_aimed_edit_and_a_fresh_one_is_short(tmp_path, mo
     tier = make_tier("torch")
     track = guide.GuidedTrack(tmp_path)
     assert len(track.run_sequence(tier, 0, 200).ops) == guide.FRESH_OPS
+    assert track.launched is False and track.plan(tier, 1)["length"] == guide.FRESH_BLIND  # no kernel launched: blind's
     monkeypatch.setattr(guide, "FRESH", 0.0)
     monkeypatch.setattr(guide, "FRONTIER", 1.0)
     monkeypatch.setattr(guide, "AIMED", 1.0)
