@@ -60,7 +60,7 @@ from .generate import regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .known import KnownReads
 from .launches import program_order_mode
-from .screen import Screen, resample, shadow_of
+from .screen import CHEAP_TRIES, TRIES, Screen, resample, shadow_of
 from .spec_features import one_trip
 from .streams import ChoiceRandom, data_flow, mutate, params_of, scenario_names
 from .tracks.small import SmallTrack
@@ -303,7 +303,8 @@ class GuidedTrack(SmallTrack):
             r = rng if attempt == 0 else random.Random(f"kvfuzz-guide:{seed}:{attempt}")
             return self._fresh_plan(tier, seed, r, attempt) if fresh else self._mutant_plan(tier, seed, r, info)
 
-        plan = self.screen.pick(draw, info, corpus.counts) if self.screen is not None else draw(0)
+        tries = CHEAP_TRIES if self.launched is False else TRIES
+        plan = self.screen.pick(draw, info, corpus.counts, tries) if self.screen is not None else draw(0)
         self._plans = {seed: plan}
         return plan
 
@@ -428,8 +429,6 @@ class GuidedTrack(SmallTrack):
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()
         cost = round(time.process_time() - t0, 4)
-        if self.screen is not None:
-            self.screen.ran(cost, len(seq.ops))
         if self.corpus.novel(col.names):  # kept: which allocs made the rows each table op read, for resize
             flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()),
                              getattr(tier, "spec_rules", ()))

@@ -11,28 +11,24 @@ target run would reach (``spec_features``):
   the launches a table of its shape made before (``spec_features.predicted``): the launcher's
   grid is learnt from the set's own launches, whatever it names things.
 
-So a plan is drawn several times (a fresh sequence under other draws, another mutation of the
-same pick) and the first whose shadow reaches a feature no corpus entry holds is the one run;
-where none does, the first drawn (what an unscreened guide runs). The draws stop once their
-shadow runs have cost ``SHARE`` of the target run they choose (``Screen.op_cpu``, learnt from
-the runs): on the torch tier a few, on the interpreter up to ``TRIES``. A conjunction the spec
-can see (a walk stopped by its move limit while a reader is in flight, a third trip over a
-partial block) is then found for the price of shadow runs where blind generation pays target
-runs (benchmarks/results/guided-vs-blind-foreign/README.md).
+So a plan is drawn several times (a fresh sequence under other draws, another mutation of
+another pick) and the first whose shadow reaches a feature no corpus entry holds is the one run;
+where none does, the first drawn (what an unscreened guide runs). Six draws where ops launch
+kernels, two where they do not (``Screen``). A conjunction the spec can see (a walk stopped by
+its move limit while a reader is in flight, a third trip over a partial block) is then found for
+the price of shadow runs where blind generation pays target runs
+(benchmarks/results/guided-vs-blind-foreign/README.md).
 """
 
 from __future__ import annotations
-
-import time
 
 from .features import feature_id
 from .generate import regenerate
 from .spec_features import Batches, predicted
 from .streams import flat, marks_of, params_of, segments
 
-TRIES = 6  # plans drawn at most for one sequence
-SHARE = 0.25  # ... while their shadow runs have cost less than this share of the target run chosen
-EMA = 0.2  # weight of the last run in ``Screen.op_cpu``
+TRIES = 6  # plans drawn at most for one sequence (``Screen``)
+CHEAP_TRIES = 2  # ... where its ops launch no kernel (the torch tier)
 LONGEST = 200  # a plan's ops screened at most (the small track's sequence)
 CONJUNCTIONS = ("trips", "start", "spec")  # the domains whose features name their parts (``conjunctions``)
 RESAMPLES = 24  # variants of a stone's read table drawn and predicted (``resample``)
@@ -135,47 +131,35 @@ def shadow_of(info: dict, seed: int, entry: dict):
 
 
 class Screen:
-    """What screening costs against what it saves: the target's CPU seconds per op (an average of
-    the runs, ``ran``), and the plans drawn per sequence (``pick``)."""
+    """How many plans are drawn (``pick``): ``TRIES`` on a tier whose ops launch kernels (a shadow op
+    costs about a fiftieth of an interpreted one), ``CHEAP_TRIES`` on one whose ops launch none (on
+    the torch tier a shadow op costs about a third of the op: more draws than two cost more than
+    the plan's own run). A count, not a CPU budget: a campaign bounded by work plans the same
+    sequences on any machine."""
 
     def __init__(self):
-        self.op_cpu: float | None = None
         self.screened = self.drawn = 0  # sequences whose plan a shadow chose; plans drawn
 
-    def ran(self, cpu_s: float, ops: int) -> None:
-        self.op_cpu = _average(self.op_cpu, cpu_s, ops)
-
-    def pick(self, draw, info: dict, counts) -> dict:
+    def pick(self, draw, info: dict, counts, tries: int = TRIES) -> dict:
         """The plan to run: ``draw(attempt)`` -> a plan (its ``stream``, ``marks``, ``length``, its
         ``parent`` entry or none; attempt 0 is the unscreened plan), screened in turn; a fresh
         plan's ops are drawn under attempt ``seed:attempt`` (``fresh_seed``) and kept as drawn. The
         first whose shadow reaches a conjunction no entry holds (``CONJUNCTIONS``) is run; failing
         that, the first that reaches any feature none holds, else the first drawn."""
-        best, first, spent = None, None, 0.0
-        for attempt in range(TRIES):
+        best, first = None, None
+        for attempt in range(tries):
             plan = draw(attempt)
             self.drawn += 1
-            t0 = time.process_time()
             names: set[str] = set(plan.get("screened") or ())  # a plan screened as it was made (``resample``)
             if "screened" not in plan:
                 _, _, drawn = shadow(info, plan["fresh_seed"], plan.get("parent") or {"r2t": plan["r2t"]},
                                      plan["stream"], plan.get("marks"), min(plan["length"], LONGEST), names, counts)
                 if plan.get("marks") is None:  # a fresh plan: its ops as drawn under its own fresh seed
                     plan = {**plan, "stream": drawn["stream"], "marks": drawn["marks"]}
-            spent += time.process_time() - t0
             novel = sorted(n for n in names if feature_id(n) not in counts)
             if conjunction(novel):
                 self.screened += attempt > 0
                 return {**plan, "screened": novel}
             first = first or plan
             best = best or (novel and {**plan, "screened": novel})
-            if self.op_cpu is None or spent >= SHARE * self.op_cpu * plan["length"]:
-                break
         return best or first
-
-
-def _average(mean: float | None, cpu_s: float, ops: int) -> float | None:
-    """``mean`` (CPU seconds per op) moved towards a run's ``cpu_s / ops`` (``EMA``)."""
-    if not ops:
-        return mean
-    return cpu_s / ops if mean is None else (1 - EMA) * mean + EMA * cpu_s / ops

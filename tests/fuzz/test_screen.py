@@ -142,7 +142,6 @@ def test_a_plan_is_the_first_drawn_whose_shadow_reaches_a_conjunction_none_holds
     info = track._info(tier)
     held = {features.feature_id(f"spec|flush|{g}|{w}|{s}") for g in ("up", "down") for w in ("no reader",)
             for s in ("no holes", "frontier met", "move limit")}
-    track.screen.ran(1.0, 100)  # a dear target op: every draw is worth its shadow
     picked = track.screen.pick(lambda a: track._fresh_plan(tier, 7, random.Random(a), a), info, held)
     assert picked.get("screened") and screen.conjunction(picked["screened"]) and all(features.feature_id(n) not in held for n in picked["screened"])
     names: set = set()
@@ -179,3 +178,16 @@ def test_resample_keeps_the_variants_of_a_stones_table_the_spec_predicts_reach_s
         assert names == {"trips|k|3+|partial"} and all(len(v.seq_lens) >= 17 for v in variants)
         return
     raise AssertionError("no read table whose variants reached a batch of 17")
+
+
+def test_a_seeds_guided_sequences_are_the_same_in_every_run(tmp_path):
+    """Planning reads no clock: the yield of an entry is per unit of work (ops and programs) and a
+    plan is screened a fixed number of times, so two workers of the same seeds run the same ops (a
+    campaign bounded by work, ``--max-sequences``, does the same work on any runner)."""
+    tier = make_tier("torch")
+    runs = []
+    for name in ("a", "b"):
+        track = guide.GuidedTrack(tmp_path / name)
+        runs.append([[op.to_json() for op in track.run_sequence(tier, s, 200).ops]
+                     for s in range(14) if track.plan(tier, s) is not None])
+    assert runs[0] == runs[1] and len(runs[0]) == 14
