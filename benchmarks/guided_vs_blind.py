@@ -37,17 +37,19 @@ import time
 def _track(mode: str, root: str):
     """The track a mode runs: ``blind`` (the seeded generator), ``guided`` (``guide.GuidedTrack``),
     ``guided-rerun`` (guided with every read run again: no ``guide.KnownReads``, what it saves),
-    ``guided-between`` (a fresh sequence's program budget checked between ops only, not per launch)."""
+    ``guided-between`` (a fresh sequence's program budget checked between ops only, not per launch),
+    ``guided-unscreened`` (every plan the first drawn: no shadow runs choose among draws, ``screen``)."""
     from fuzz.engine import guide, tracks
 
     if mode not in MODES:
         raise SystemExit(f"mode {mode!r}: choose from {', '.join(MODES)}")
     if mode == "blind":
         return tracks.get("small")
-    return guide.GuidedTrack(root, known_reads=mode != "guided-rerun", launch_budget=mode != "guided-between")
+    return guide.GuidedTrack(root, known_reads=mode != "guided-rerun", launch_budget=mode != "guided-between",
+                             screening=mode != "guided-unscreened")
 
 
-MODES = ("blind", "guided", "guided-rerun", "guided-between")
+MODES = ("blind", "guided", "guided-rerun", "guided-between", "guided-unscreened")
 
 
 def throughput(n_ops: int, ops_per_seq: int = 100, modes=("blind", "guided")) -> list[dict]:

@@ -299,9 +299,15 @@ class GuidedTrack(SmallTrack):
         corpus, info = self.corpus, self._info(tier)
         fresh = len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH
 
+        kind: list = []  # attempt 0's frontier-or-rarity draw: later attempts keep it (screening picks within the share)
+
         def draw(attempt: int) -> dict:
             r = rng if attempt == 0 else random.Random(f"kvfuzz-guide:{seed}:{attempt}")
-            return self._fresh_plan(tier, seed, r, attempt) if fresh else self._mutant_plan(tier, seed, r, info)
+            if fresh:
+                return self._fresh_plan(tier, seed, r, attempt)
+            if not kind:
+                kind.append(r.random() < FRONTIER)
+            return self._mutant_plan(tier, seed, r, info, kind[0])
 
         tries = CHEAP_TRIES if self.launched is False else TRIES
         plan = self.screen.pick(draw, info, corpus.counts, tries) if self.screen is not None else draw(0)
@@ -315,10 +321,11 @@ class GuidedTrack(SmallTrack):
         return {"stream": self._fresh_stream(key, rng), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
                 "how": ["fresh"], "length": FRESH_BLIND if self.launched is False else FRESH_OPS, "fresh_seed": key}
 
-    def _mutant_plan(self, tier, seed: int, rng: random.Random, info: dict) -> dict:
-        """A mutation of an entry: a frontier plan's aimed edit, or a pick by rarity and drawn edits."""
+    def _mutant_plan(self, tier, seed: int, rng: random.Random, info: dict, frontier_plan: bool) -> dict:
+        """A mutation of an entry: a frontier plan's aimed edit (``frontier_plan``), or a pick by rarity
+        and drawn edits."""
         corpus = self.corpus
-        front = rng.random() < FRONTIER and corpus.frontier(rng)
+        front = frontier_plan and corpus.frontier(rng)
         entry, why = front or corpus.pick(rng)
         focus = (entry.get("where") or {}).get(why)
         if front and (edits := flush_siblings(why, corpus.counts)) and (plan := self._sibling_plan(
