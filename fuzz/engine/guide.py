@@ -12,14 +12,18 @@ rebuilds a dead worker's ops (``GuidedTrack.regenerate``). ``merge`` keeps the s
 of several corpora covering their union (libFuzzer's ``-merge=1``: greedy, fewest ops first).
 
 The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH_OPS`` ops
-(or ``FRESH_PROGRAMS`` programs launched, their cost on the interpreter: a pure op whose launch
-would pass it is dropped before it runs, ``budget``, and the sequence ends there),
-then a share ``FRESH`` of them fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
-table made the most trips (``Corpus.frontier``), most of them one edit aimed at the trips x
-last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
-``AIM_TAIL`` ops past the stone; the rest are picked by rarity (``Corpus.pick``), one to three
-drawn edits near the op that reached the feature, run ``TAIL`` past it
-(benchmarks/results/guided-vs-blind/README.md).
+(``FRESH_BLIND`` where no kernel launches; or ``FRESH_PROGRAMS`` programs launched, their cost
+on the interpreter: a pure op whose launch would pass it is dropped before it runs, ``budget``,
+and the sequence ends there), then a share ``FRESH`` of them fresh, the rest mutations; of
+those, ``FRONTIER`` go to a frontier (``Corpus.frontier``): the entries whose read table made the
+most trips, most of them one edit aimed at the trips x last-block feature next to it that no
+entry holds (``conjunctions.aimed_edit``, ``missing``, ``aim``) or the stone's table drawn again
+(``screen.resample``), run ``AIM_TAIL`` ops past the stone; or a flush feature with a missing
+sibling and the edit that reaches it (``conjunctions.flush_siblings``). The rest are picked by
+rarity (``Corpus.pick``), one to three drawn edits near the op that reached the feature, run
+``TAIL`` past it (benchmarks/results/guided-vs-blind/README.md). Each plan is drawn several times
+and the first whose run on the spec alone reaches a conjunction no entry holds is run
+(``screen.Screen``; benchmarks/results/guided-vs-blind-foreign/README.md).
 
 A read the target already ran and passed from the same history of state-changing ops (a plan's
 replayed prefix, a repeated read table) is not run again, its features replayed (``KnownReads``).
