@@ -27,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 BASELINE = Path(__file__).resolve().parent.parent / "fuzz/clients/sglang-baseline.json"
 
 
