@@ -16,6 +16,17 @@ child (``supervise.Executor``) when a candidate may crash or hang, so a fault is
 answer ("this candidate dies with SIGSEGV") rather than the end of the minimizer. Every
 candidate is replayed from scratch unless it was tried before (a cache: the passes
 revisit the same sequences).
+
+Candidates side by side (``batch``, ``width``): where each candidate costs a fresh child (a
+crash, a hang, a case with history), a pass says which candidates it would ask for next should
+the current one not fail (``upcoming``), and the minimizer runs the one asked for together with
+the next ``width - 1`` of them at once. The passes still walk their candidates one by one and
+adopt the first that fails alike: those run ahead wait in ``_ahead`` until the walk reaches
+them, and only then count (``replays``, the cap, the per-pass statistics). So the result, the
+1-minimal check and the cap's meaning are those of one candidate at a time, on any machine and
+at any width, given the same answers; a candidate run ahead that the walk never reaches costs
+time on a core that was free, not budget. A flaky case (``tries > 1``) runs one at a time: its
+"fails once in ``tries`` runs" stops at its first failure, which a batch would not know.
 """
 
 from __future__ import annotations
@@ -80,8 +91,11 @@ class Minimizer:
 
     def __init__(self, tier, signature: Signature, deadline: float | None = None, knobs: dict | None = None,
                  judge: Callable | None = None, *, hostile: str | None = None, tries: int = 1,
-                 max_replays: int | None = None):
+                 max_replays: int | None = None, batch: Callable | None = None, width: int = 1):
         self.judge = judge or local_judge(tier, knobs)
+        # ``batch([(config, ops), ...])``: their answers, run at once (an exception is its candidate's answer)
+        self.width = max(1, width) if batch is not None and tries <= 1 else 1
+        self.batch = batch
         self.signature = signature
         self.hostile = hostile  # hostile_kind of the original failure (None: found on valid input)
         self.deadline = deadline
@@ -91,6 +105,10 @@ class Minimizer:
         self.saved = 0
         self.stats: dict[str, list[int]] = {}  # pass -> [tried, kept]
         self._tried: dict[tuple, object] = {}
+        self._ahead: dict[tuple, object] = {}  # answers of candidates run ahead, not yet reached by the walk
+        self._next: list[tuple] = []  # the candidates a pass asks for next, should each not fail, in order
+        self._at: dict[tuple, int] = {}  # each one's place in ``_next``
+        self.ran_ahead = 0  # candidates run beside the one asked for (reached later or not)
         self._pass: str | None = None
         self.one_minimal = False  # the result was checked: no single op can go (run() sets it)
         self.stopped: str | None = None  # why it ended before that check: "cap" or "deadline"
@@ -119,7 +137,7 @@ class Minimizer:
             self.replays += 1
             if self._pass is not None:
                 self.stats.setdefault(self._pass, [0, 0])[0] += 1
-            d = self.judge(config, ops)
+            d = self._answer(key)
             if self.same(d):
                 verdict = d
                 break
@@ -127,6 +145,38 @@ class Minimizer:
                 break
         self._tried[key] = verdict
         return verdict
+
+    def upcoming(self, candidates) -> None:
+        """The ``(config, ops)`` a pass will ask for next, in its order, should each not fail:
+        the ones run beside the next candidate (a generator is not even built at width 1)."""
+        if self.width > 1:
+            self._next = [(config, tuple(ops)) for config, ops in candidates]
+            self._at = {}
+            for i, key in enumerate(self._next):
+                self._at.setdefault(key, i)
+
+    def _answer(self, key: tuple):
+        """The judge's answer for ``key``: run ahead already, or run now with the next uncached
+        candidates of ``upcoming`` beside it (no more than the cap has room to reach)."""
+        if key in self._ahead:
+            d = self._ahead.pop(key)
+        elif self.width == 1:
+            return self.judge(key[0], list(key[1]))
+        else:
+            room = self.width - 1 if self.max_replays is None else min(self.width - 1, self.max_replays - self.replays)
+            later: list[tuple] = []
+            for k in self._next[self._at[key] + 1:] if key in self._at else ():
+                if len(later) >= room:
+                    break
+                if k not in self._tried and k not in self._ahead and k not in later:
+                    later.append(k)
+            answers = self.batch([(c, list(o)) for c, o in [key, *later]])
+            self._ahead.update(zip(later, answers[1:]))
+            self.ran_ahead += len(later)
+            d = answers[0]
+        if isinstance(d, BaseException):
+            raise d
+        return d
 
     def keep(self) -> None:
         if self._pass is not None:
@@ -184,6 +234,7 @@ class Minimizer:
 def _drop_one(m: Minimizer, c: Candidate) -> tuple[Candidate | None, bool]:
     """(the candidate without one of its ops that still fails alike, the last op first, or None;
     whether every single removal was tried)."""
+    m.upcoming((c.config, c.ops[:i] + c.ops[i + 1:]) for i in range(len(c.ops) - 1, -1, -1))
     for i in range(len(c.ops) - 1, -1, -1) if len(c.ops) > 1 else ():
         key = (c.config, tuple(c.ops[:i] + c.ops[i + 1:]))
         if key not in m._tried and m.out_of_time():
@@ -229,9 +280,10 @@ def drop_ops(m: Minimizer, c: Candidate) -> Candidate | None:
     while len(ops) >= 2 and not m.out_of_time():
         chunk = -(-len(ops) // n)
         parts = [ops[i:i + chunk] for i in range(0, len(ops), chunk)]
+        complements = [[op for j, p in enumerate(parts) if j != i for op in p] for i in range(len(parts))]
+        m.upcoming((c.config, complement) for complement in complements)
         reduced = False
-        for i in range(len(parts)):
-            complement = [op for j, p in enumerate(parts) if j != i for op in p]
+        for complement in complements:
             if m.fails(c.config, complement):
                 m.keep()
                 ops, n, reduced, changed = complement, max(n - 1, 2), True, True
@@ -249,15 +301,20 @@ def drop_ops(m: Minimizer, c: Candidate) -> Candidate | None:
 def shrink_ops(m: Minimizer, c: Candidate) -> Candidate | None:
     """Each op's own smaller variants (``Op.shrink``: fewer tokens, smaller allocs, fewer
     rows, narrower tables, smaller production sizes), the boldest first."""
+    def variants(ops: list[Op], start: int):
+        return ((c.config, ops[:i] + [v] + ops[i + 1:]) for i in range(start, len(ops)) for v in ops[i].shrink())
+
     ops, changed, again = c.ops, False, True
     while again and not m.out_of_time():
         again = False
+        m.upcoming(variants(ops, 0))
         for i in range(len(ops)):
             for variant in ops[i].shrink():
                 cand = ops[:i] + [variant] + ops[i + 1:]
                 if m.fails(c.config, cand):
                     m.keep()
                     ops, changed, again = cand, True, True
+                    m.upcoming(variants(ops, i + 1))
                     break
                 if m.out_of_time():
                     return Candidate(c.config, ops) if changed else None
@@ -268,22 +325,56 @@ def shrink_ops(m: Minimizer, c: Candidate) -> Candidate | None:
 def merge_ops(m: Minimizer, c: Candidate) -> Candidate | None:
     """Two neighbours as one (``Op.merge``: consecutive allocs hand out the same pages as
     one alloc of their sum), which ddmin alone cannot do."""
+    def merges(ops: list[Op], start: int):
+        return ((c.config, ops[:j] + [merged] + ops[j + 2:]) for j in range(start, len(ops) - 1)
+                if (merged := ops[j].merge(ops[j + 1])) is not None)
+
     ops, i, changed = c.ops, 0, False
+    m.upcoming(merges(ops, 0))
     while i + 1 < len(ops) and not m.out_of_time():
         merged = ops[i].merge(ops[i + 1])
         if merged is not None and m.fails(c.config, cand := ops[:i] + [merged] + ops[i + 2:]):
             m.keep()
             ops, changed = cand, True
+            m.upcoming(merges(ops, i))
         else:
             i += 1
     return Candidate(c.config, ops) if changed else None
+
+
+SIMPLER_POOLS = ({"max_moves": 0}, {"multiplier": 1}, {"min_page": 1})
+
+
+def _smaller_pool(config: kvref.PoolConfig) -> kvref.PoolConfig | None:
+    """The pool with a quarter of its pages above ``min_page`` fewer (None: as small as it goes)."""
+    if config.num_pages <= config.min_page + 1:
+        return None
+    try:
+        return replace(config, num_pages=config.num_pages - max(1, (config.num_pages - config.min_page) // 4))
+    except kvref.ContractViolation:
+        return None
+
+
+def _pools_ahead(config: kvref.PoolConfig, start: int):
+    """The pools ``shrink_config`` tries from change ``start`` on: each simpler one should it not
+    fail, then each smaller one should it fail."""
+    for change in SIMPLER_POOLS[start:]:
+        try:
+            cand = replace(config, **change)
+        except kvref.ContractViolation:
+            continue
+        if cand != config:
+            yield cand
+    while (config := _smaller_pool(config)) is not None:
+        yield config
 
 
 @minimize_pass("shrink-config")
 def shrink_config(m: Minimizer, c: Candidate) -> Candidate | None:
     """A simpler pool (no move cap, multiplier 1, one reserved page), then a smaller one."""
     config = c.config
-    for change in ({"max_moves": 0}, {"multiplier": 1}, {"min_page": 1}):
+    m.upcoming((pool, c.ops) for pool in _pools_ahead(config, 0))
+    for k, change in enumerate(SIMPLER_POOLS):
         if m.out_of_time():
             break
         try:
@@ -293,11 +384,8 @@ def shrink_config(m: Minimizer, c: Candidate) -> Candidate | None:
         if cand != config and m.fails(cand, c.ops):
             m.keep()
             config = cand
-    while config.num_pages > config.min_page + 1 and not m.out_of_time():
-        try:
-            cand = replace(config, num_pages=config.num_pages - max(1, (config.num_pages - config.min_page) // 4))
-        except kvref.ContractViolation:
-            break
+            m.upcoming((pool, c.ops) for pool in _pools_ahead(config, k + 1))
+    while (cand := _smaller_pool(config)) is not None and not m.out_of_time():
         if not m.fails(cand, c.ops):
             break
         m.keep()
