@@ -311,6 +311,8 @@ def _cmd_minimize(args) -> int:
 
     m = Minimizer(None, case.signature, deadline=deadline, hostile=hostile_kind(case), tries=tries,
                   judge=judge_on(executor), batch=lanes.batch(judge_on), width=lanes.width)
+    if m.width > 1:
+        lanes.open()  # the siblings set up while the case itself is replayed
     try:
         config, ops, d = _verdict(lambda: m.run(case.config, case.ops), "minimize")
     except NotReproducible as exc:
