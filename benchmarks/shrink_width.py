@@ -12,19 +12,31 @@ gave. Each row still passes the replay matrix's checks (replays exit 1, 1-minima
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/shrink_width.py --only hang_nth,kill_nth --seeds 0,1,2 \\
         --widths 1,2,3 --out /tmp/sw
 
-Writes ``shrink_width.json`` and ``shrink_width.md`` into ``--out`` as each campaign ends.
+In a campaign its cases are confirmed side by side already (a thread each), beside the worker that
+goes on fuzzing. ``--alone`` measures one case at a time instead, as ``kvfuzz minimize`` shrinks it:
+each campaign runs with ``--no-minimize`` (its cases rated, their history found, not shrunk), then
+each fault case is shrunk by ``kvfuzz minimize --shrink-jobs W --op-timeout 1.5`` at every width
+(a copy each), timed, and the ops it wrote compared with width 1's. Its ``turns`` are the
+candidates' turns one after the other (a batch is one): where each lane has a core (or waits, as a
+hang or a GPU's set-up does), a shrink's seconds follow its turns, not its candidates.
+
+Writes ``shrink_width.json`` and ``shrink_width.md`` (or ``alone.json``, ``alone.md``) into ``--out``
+as each run ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.replay_matrix import FIXTURES, OP_TIMEOUT_S, campaign  # noqa: E402
+from benchmarks.replay_matrix import FIXTURES, FOREIGN, LIMITS, OP_TIMEOUT_S, SEQUENCES, campaign, kvfuzz  # noqa: E402
 
 
 def shrink_s(case: dict) -> float | None:
@@ -57,6 +69,59 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def alone(name: str, seed: int, widths: list[int], backend: str, out: Path, op_timeout: float) -> list[dict]:
+    """Campaign ``name`` at ``seed`` without shrinking, then each of its fault cases shrunk by
+    ``kvfuzz minimize`` at each width: a row per case and width."""
+    from fuzz.engine.case import load_case
+
+    file, env, _ = FIXTURES[name]
+    where = out / name / str(seed)
+    kvfuzz("run", "--backend", backend, "--kernels", FOREIGN / file, "--seed", seed, *LIMITS, "--max-sequences",
+           SEQUENCES, "--op-timeout", op_timeout, "--no-minimize", "--out", where / "found", env=env)
+    rows = []
+    for path in sorted((where / "found").glob("*.json")):
+        case = load_case(path)
+        if case.fault is None or not (case.reproduced or {}).get("k"):
+            continue
+        first = None
+        for width in widths:
+            copy = where / f"w{width}" / path.name
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, copy)
+            start = time.monotonic()
+            rc, text = kvfuzz("minimize", copy, "--shrink-jobs", width, "--op-timeout", op_timeout,
+                              "--budget-s", 1800, env=env)
+            wall = round(time.monotonic() - start, 1)
+            done = load_case(copy)
+            said = re.search(r"in (\d+) replays.*?\((\d+) more spared by the cache(?:; \d+ at once: \d+ run ahead, "
+                             r"(\d+) of them never reached, (\d+) turns)?", text)
+            ops = [op.to_json() for op in done.ops]
+            first = ops if first is None else first
+            rows.append({"fixture": name, "seed": seed, "signature": str(case.signature), "width": width, "rc": rc,
+                         "s": wall, "found": len(case.ops), "minimized": len(done.ops),
+                         "history": len((case.history or {}).get("sequences") or []),
+                         "candidates": int(said.group(1)) if said else None,
+                         "ahead": int(said.group(3) or 0) if said else None,
+                         "turns": int(said.group(4) or said.group(1)) if said else None,
+                         "one_minimal": (done.minimal or {}).get("one_minimal"), "same": ops == first,
+                         **({} if said and rc == 0 else {"log_tail": text[-1500:]})})
+            r = rows[-1]
+            print(f"{name} seed {seed} {r['signature']} width {width}: {r['found']} -> {r['minimized']} ops, "
+                  f"{r['candidates']} candidates (+{r['ahead']} ahead), {wall} s, same {r['same']}", flush=True)
+    return rows
+
+
+def alone_table(rows: list[dict]) -> str:
+    lines = ["| fixture | seed | case | history | width | s | ops found -> minimized | candidates (cap's count) | "
+             "run ahead, never reached | turns | 1-minimal | same ops as width 1 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['fixture']} | {r['seed']} | {r['signature']} | {r['history']} | {r['width']} | {r['s']} | "
+                     f"{r['found']} -> {r['minimized']} | {r['candidates']} | {r['ahead']} | {r['turns']} | "
+                     f"{r['one_minimal']} | {'yes' if r['same'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="interpret")
@@ -65,10 +130,20 @@ def main(argv=None) -> int:
     ap.add_argument("--widths", default="1,3")
     ap.add_argument("--op-timeout", type=float, default=OP_TIMEOUT_S)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--alone", action="store_true", help="each fault case shrunk on its own by kvfuzz minimize")
     args = ap.parse_args(argv)
     names = [n for n in FIXTURES if n in args.only.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
+    if args.alone:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            for name in names:
+                rows += alone(name, seed, [int(w) for w in args.widths.split(",")], args.backend, args.out,
+                              args.op_timeout)
+                (args.out / "alone.json").write_text(json.dumps(rows, indent=1) + "\n")
+                (args.out / "alone.md").write_text(alone_table(rows))
+        print(alone_table(rows))
+        return 0 if rows and all(r["same"] and r["rc"] == 0 and r["one_minimal"] for r in rows) else 1
     for seed in (int(s) for s in args.seeds.split(",")):
         for name in names:
             for width in (int(w) for w in args.widths.split(",")):

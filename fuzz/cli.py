@@ -326,7 +326,8 @@ def _cmd_minimize(args) -> int:
                                                     "`kvfuzz minimize CASE` again goes on"})}
     out = case.with_minimized(config, ops, d, passes=m.report()).with_fields(minimal=minimal).write(
         Path(args.out or args.case))
-    ahead = f", {m.ran_ahead} run side by side, {m.width} at once" if m.width > 1 else ""
+    ahead = (f"; {m.width} at once: {m.ran_ahead} run ahead, {m.unreached} of them never reached, {m.rounds} turns"
+             if m.width > 1 else "")
     print(f"minimized {args.case}: {len(case.ops)} -> {len(ops)} ops in {m.replays} replays, each in a fresh process "
           f"({m.saved} more spared by the cache{ahead}; passes tried/kept: "
           f"{', '.join(f'{k} {v}' for k, v in m.report().items()) or 'none'}); "

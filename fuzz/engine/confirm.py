@@ -26,7 +26,9 @@ confirmed here, in an executor child that never saw the worker's history:
    history too), up to ``MINIMIZE_CAP`` candidates (work, not time), and the rate is the
    minimized case's. The result is checked without each single op (and history sequence):
    ``minimal: {one_minimal, candidates, fresh}``, and a note naming ``kvfuzz minimize`` when
-   the cap or the campaign's deadline stopped it first. Any other minimized case is rated
+   the cap or the campaign's deadline stopped it first. Such candidates run ``shrink_jobs`` at
+   once (``lanes``), the first in the sequential order adopted and only those that order
+   reached counted: the same case and cap at any width. Any other minimized case is rated
    again (a sequence with fewer calls of a racy kernel fails less often), and when it fails
    far less often on its own, the case stays as it was.
 4. **The set.** Once a campaign's confirmations are over, if any case showed its kernel set

@@ -25,7 +25,7 @@ SHRINK_JOBS_CAP = 4
 
 def default_width(cpus: int | None = None) -> int:
     """``--shrink-jobs``'s default: half the cores, 1 to ``SHRINK_JOBS_CAP`` (1 on two cores: a
-    second child there takes its core from the first; ``benchmarks/results/shrink-side-by-side-cpu/``)."""
+    second child there takes its core from the first; ``benchmarks/results/shrink-width-interpret/``)."""
     cpus = cpus or os.cpu_count() or 1
     return max(1, min(SHRINK_JOBS_CAP, cpus // 2 if cpus > 2 else 1))
 

@@ -109,6 +109,7 @@ class Minimizer:
         self._next: list[tuple] = []  # the candidates a pass asks for next, should each not fail, in order
         self._at: dict[tuple, int] = {}  # each one's place in ``_next``
         self.ran_ahead = 0  # candidates run beside the one asked for (reached later or not)
+        self.rounds = 0  # judge calls and batches, one after the other: the candidates' turns in time
         self._pass: str | None = None
         self.one_minimal = False  # the result was checked: no single op can go (run() sets it)
         self.stopped: str | None = None  # why it ended before that check: "cap" or "deadline"
@@ -161,6 +162,7 @@ class Minimizer:
         if key in self._ahead:
             d = self._ahead.pop(key)
         elif self.width == 1:
+            self.rounds += 1
             return self.judge(key[0], list(key[1]))
         else:
             room = self.width - 1 if self.max_replays is None else min(self.width - 1, self.max_replays - self.replays)
@@ -171,12 +173,18 @@ class Minimizer:
                 if k not in self._tried and k not in self._ahead and k not in later:
                     later.append(k)
             answers = self.batch([(c, list(o)) for c, o in [key, *later]])
+            self.rounds += 1
             self._ahead.update(zip(later, answers[1:]))
             self.ran_ahead += len(later)
             d = answers[0]
         if isinstance(d, BaseException):
             raise d
         return d
+
+    @property
+    def unreached(self) -> int:
+        """Candidates run ahead that the order has not reached (work beyond the count)."""
+        return len(self._ahead)
 
     def keep(self) -> None:
         if self._pass is not None:

@@ -78,8 +78,9 @@ def test_a_candidate_run_ahead_counts_only_once_the_order_reaches_it():
     needed = [Alloc(3), Free((3, 4))]
     alone, _, _ = _minimized(ops, needed, 1, None)
     wide, sizes, m = _minimized(ops, needed, 3, None)
-    assert max(sizes) == 3 and m._ahead, sizes
-    assert sum(sizes) == m.replays + len(m._ahead) and m.replays == alone[4]
+    assert max(sizes) == 3 and m.unreached, sizes
+    assert sum(sizes) == m.replays + m.unreached and m.replays == alone[4]
+    assert m.rounds == len(sizes) < m.replays  # fewer turns one after the other than candidates
 
 
 def test_a_flaky_case_is_shrunk_one_candidate_at_a_time():
