@@ -16,7 +16,11 @@ In a campaign its cases are confirmed side by side already (a thread each), besi
 goes on fuzzing. ``--alone`` measures one case at a time instead, as ``kvfuzz minimize`` shrinks it:
 each campaign runs with ``--no-minimize`` (its cases rated, their history found, not shrunk), then
 each fault case is shrunk by ``kvfuzz minimize --shrink-jobs W --op-timeout 1.5`` at every width
-(a copy each), timed, and the ops it wrote compared with width 1's. Its ``turns`` are the
+(a copy each), timed, and the ops it wrote compared with width 1's. The copies leave out the
+campaign's ``nondeterministic`` mark for a set that is deterministic given a case's history (which
+``minimize`` replays first): with it, ``minimize`` takes every case of the set for a flaky one (up to
+10 tries a candidate, one at a time: 1458 candidates for kill_nth's 20-op case), not what the
+campaign's confirmer does (one try a candidate, the mark aside). Its ``turns`` are the
 candidates' turns one after the other (a batch is one): where each lane has a core (or waits, as a
 hang or a GPU's set-up does), a shrink's seconds follow its turns, not its candidates.
 
@@ -74,7 +78,7 @@ def alone(name: str, seed: int, widths: list[int], backend: str, out: Path, op_t
     ``kvfuzz minimize`` at each width: a row per case and width."""
     from fuzz.engine.case import load_case
 
-    file, env, _ = FIXTURES[name]
+    file, env, deterministic = FIXTURES[name]
     where = out / name / str(seed)
     kvfuzz("run", "--backend", backend, "--kernels", FOREIGN / file, "--seed", seed, *LIMITS, "--max-sequences",
            SEQUENCES, "--op-timeout", op_timeout, "--no-minimize", "--out", where / "found", env=env)
@@ -87,7 +91,10 @@ def alone(name: str, seed: int, widths: list[int], backend: str, out: Path, op_t
         for width in widths:
             copy = where / f"w{width}" / path.name
             copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, copy)
+            if deterministic:
+                case.with_fields(nondeterministic=None).write(copy)
+            else:
+                shutil.copy(path, copy)
             start = time.monotonic()
             rc, text = kvfuzz("minimize", copy, "--shrink-jobs", width, "--op-timeout", op_timeout,
                               "--budget-s", 1800, env=env)
