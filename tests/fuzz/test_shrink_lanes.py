@@ -83,6 +83,36 @@ def test_a_candidate_run_ahead_counts_only_once_the_order_reaches_it():
     assert m.rounds == len(sizes) < m.replays  # fewer turns one after the other than candidates
 
 
+class FailsOnly(Minimizer):
+    """A minimizer that runs ahead only what follows a candidate that is not kept."""
+
+    def upcoming(self, if_fails=(), if_kept=()):
+        super().upcoming(if_fails)
+
+
+def test_candidates_that_would_be_kept_run_ahead_of_each_other_too():
+    """A hang case keeps most of its shrunk ops (each kept one hangs: an op-timeout each). Run
+    ahead only after candidates that are not kept, every kept one takes a turn of its own; with
+    what follows a kept one run ahead too (the pass's kept/tried rate says which is likelier),
+    the same case takes fewer turns."""
+    sig = Signature("free", "timeout", "no-progress")
+    ops = [Alloc(64), Alloc(60), Alloc(50), Alloc(40), Free((1,))]
+
+    def judge(config, cand):  # all five ops needed, every alloc of at least a page
+        ok = len(cand) == 5 and all(isinstance(o, Alloc) and o.n for o in cand[:4]) and cand[4] == Free((1,))
+        return Finding(sig, len(cand) - 1, {"step": len(cand) - 1}) if ok and config.num_pages >= 40 else None
+
+    got, turns = set(), {}
+    for kind in (Minimizer, FailsOnly):
+        for width in (1, 3):
+            m = kind(None, sig, judge=judge, batch=lambda cands: [judge(*c) for c in cands], width=width)
+            config, kept, _ = m.run(kvref.PoolConfig(num_pages=40), ops)
+            got.add((config, tuple(kept), m.replays, tuple(m.report().items())))
+            turns[kind, width] = m.rounds
+    assert len(got) == 1 and next(iter(got))[1] == (Alloc(1),) * 4 + (Free((1,)),), got
+    assert turns[Minimizer, 3] < turns[FailsOnly, 3] < turns[Minimizer, 1], turns
+
+
 def test_a_flaky_case_is_shrunk_one_candidate_at_a_time():
     """``tries > 1`` (fails once in ``tries``) stops at a candidate's first failure, which a batch
     cannot know: the batch is never called."""
