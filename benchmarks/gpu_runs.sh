@@ -33,6 +33,7 @@ PARTS=(  # NAME|what it runs
   "sglang|SGLang's kernels through the adapter, small and production scale (EXTRA_PYTHONPATH)"
   "foreign-guidance|value features on a kernel set kvfuzz did not write (team_tables*.py): collection cost, third-trip and kv_start kills, guided against blind"
   "replay-matrix|fault fixtures of process history and chance (exit, kill, hang on the Nth call, flaky), RM_CAMPAIGNS campaigns each, RM_JOBS at once: rates, 1-minimal, replays"
+  "shrink-width|fault cases shrunk SW_WIDTHS candidates at once (benchmarks/shrink_width.py): the same cases, their shrink seconds"
   "sglang-allocator|SGLang's MultiEndedAllocator on CUDA with real events: a clean campaign beside its kill table (EXTRA_PYTHONPATH)"
   "chains|our chains of pools on CUDA: every planted chain and float bug killed (kvfuzz mutants)"
 )
@@ -191,12 +192,22 @@ run_part() {
       --note "one GPU, nothing else running" --out "$OUT/kill-ops-cuda-team.json" 2>&1 | grep -E "median|Error" | cut -c1-300 ;;
   replay-matrix)  # RM_ONLY (default all four), seeds RM_FIRST.., each campaign a process of its own, RM_JOBS at once;
     # --op-timeout 1.5 as on the interpreter: a fresh child loads every kernel in its smoke test before op 1, so an op
-    # of these sizes takes milliseconds, and every candidate that still hangs costs one op-timeout
+    # of these sizes takes milliseconds, and every candidate that still hangs costs one op-timeout. RM_SHRINK_JOBS:
+    # each campaign's --shrink-jobs (empty: kvfuzz run's default, half the cores up to 4); RM_JOBS x RM_SHRINK_JOBS
+    # fresh children (each a CUDA context) shrink at once, twice that many alive with the ones started ahead
     timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --campaigns "${RM_CAMPAIGNS:-10}" \
       --first-seed "${RM_FIRST:-0}" --only "${RM_ONLY:-exit_nth,kill_nth,hang_nth,flaky}" --jobs "${RM_JOBS:-12}" \
+      ${RM_SHRINK_JOBS:+--shrink-jobs "$RM_SHRINK_JOBS"} \
       --op-timeout "${RM_OP_TIMEOUT:-1.5}" --deadline-s "${RM_DEADLINE:-300}" --out /tmp/gpu-runs-rm > "$OUT/replay-matrix-runs.log" 2>&1
     echo "exit $?"; cp /tmp/gpu-runs-rm/replay_matrix.json /tmp/gpu-runs-rm/replay_matrix.md "$OUT/" 2>/dev/null
     grep -E "seed" "$OUT/replay-matrix-runs.log" | head -60 ;;
+  shrink-width)  # SW_ONLY fixtures (default hang_nth) at seeds SW_SEEDS (default 1: 28 -> 9 ops, 137 candidates on an
+    # H100 and on the interpreter), each campaign once per width of SW_WIDTHS (default 1,4), the widths of a seed back to
+    # back; SW_ALONE=1: each fault case shrunk on its own by kvfuzz minimize instead (benchmarks/results/shrink-width-interpret/)
+    timeout "${SW_TIMEOUT:-560}" $PY benchmarks/shrink_width.py --backend cuda --only "${SW_ONLY:-hang_nth}" \
+      --seeds "${SW_SEEDS:-1}" --widths "${SW_WIDTHS:-1,4}" ${SW_ALONE:+--alone} --out /tmp/gpu-runs-sw \
+      > "$OUT/shrink-width-runs.log" 2>&1
+    echo "exit $?"; cp /tmp/gpu-runs-sw/*.json /tmp/gpu-runs-sw/*.md "$OUT/" 2>/dev/null; cat "$OUT/shrink-width-runs.log" ;;
   sglang-allocator)  # SGLANG_BUDGET s of the shipped file on SGLANG_WORKERS workers, the planted bugs meanwhile
     # in three groups, each mutant --max-sequences SGLANG_KILL_SEQ --stop-on-first, its case replayed on the
     # mutant and on the shipped file; about 8 minutes. SGLang's files are loaded by path from

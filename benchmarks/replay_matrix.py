@@ -18,6 +18,11 @@ deterministic given its history is rated flaky, and every fault case is 1-minima
 
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/replay_matrix.py --out /tmp/rm
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/replay_matrix.py --only exit_nth --campaigns 2 --out /tmp/rm
+    TRITON_INTERPRET=1 .venv/bin/python benchmarks/replay_matrix.py --only hang_nth --shrink-jobs 3 --out /tmp/rm3
+
+``--shrink-jobs N`` is the campaigns' (fault candidates N at once; default: ``kvfuzz run``'s); each
+case's row keeps what its confirmation cost (``confirm_work``: children and replays, from the
+campaign's summary) and when each step ended (``confirm_s``), so widths compare by the same cases.
 
 Writes ``replay_matrix.json`` and ``replay_matrix.md`` (the table) into ``--out``.
 """
@@ -81,17 +86,23 @@ def needless(case, backend: str, env: dict) -> list[str]:
 
 
 def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None = None,
-             sequences: int = SEQUENCES, op_timeout: float = OP_TIMEOUT_S) -> dict:
+             sequences: int = SEQUENCES, op_timeout: float = OP_TIMEOUT_S, shrink_jobs: int | None = None) -> dict:
     """One campaign of fixture ``name`` and the checks of its cases: a row of the table."""
     from fuzz.engine.case import load_case
 
     file, env, deterministic = FIXTURES[name]
     where = out / name / str(seed)
     start = time.monotonic()
+    width = ("--shrink-jobs", shrink_jobs) if shrink_jobs else ()
     rc, text = kvfuzz("run", "--backend", backend, "--kernels", FOREIGN / file, "--seed", seed, *LIMITS,
-                      "--max-sequences", sequences, "--op-timeout", op_timeout,
+                      "--max-sequences", sequences, "--op-timeout", op_timeout, *width,
                       "--out", where / "cases", "--summary", where / "summary.json", env=env)
-    row = {"fixture": name, "seed": seed, "rc": rc, "run_s": round(time.monotonic() - start, 1), "cases": []}
+    row = {"fixture": name, "seed": seed, "rc": rc, "run_s": round(time.monotonic() - start, 1), "cases": [],
+           "shrink_jobs": shrink_jobs}
+    try:
+        failures = {f.get("signature"): f for f in json.loads((where / "summary.json").read_text()).get("failures", [])}
+    except (OSError, ValueError):
+        failures = {}
     for path in sorted((where / "cases").glob("*.json")):
         case = load_case(path)
         n = replays or (FLAKY_REPLAYS if not deterministic else 1)
@@ -100,7 +111,8 @@ def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None 
                  "flaky": bool(case.flaky), "minimal": case.minimal,
                  "history": len((case.history or {}).get("sequences") or []),
                  "nondeterministic": bool(case.nondeterministic), "replay_tries": case.replay_tries(),
-                 "replay_rcs": codes}
+                 "replay_rcs": codes, "confirm_work": failures.get(str(case.signature), {}).get("confirm_work"),
+                 "confirm_s": failures.get(str(case.signature), {}).get("confirm_timeline")}
         if case.fault is not None and (case.reproduced or {}).get("k"):
             entry["needless"] = needless(case, backend, env)
         entry["ok"] = bool(codes) and all(c == 1 for c in codes) and not (deterministic and case.flaky) and (
@@ -153,8 +165,9 @@ def in_parallel(args, names: list[str], start: float) -> int:
         if args.deadline_s is not None and time.monotonic() - start > args.deadline_s:
             return
         part = args.out / "parts" / f"{name}-{seed}"
+        width = ["--shrink-jobs", str(args.shrink_jobs)] if args.shrink_jobs else []
         subprocess.run([sys.executable, __file__, "--backend", args.backend, "--only", name, "--first-seed", str(seed),
-                        "--campaigns", "1", "--op-timeout", str(args.op_timeout), "--out", str(part)],
+                        "--campaigns", "1", "--op-timeout", str(args.op_timeout), "--out", str(part), *width],
                        cwd=ROOT, capture_output=True, text=True)
         got = json.loads((part / "replay_matrix.json").read_text()) if (part / "replay_matrix.json").exists() else [
             {"fixture": name, "seed": seed, "rc": None, "run_s": None, "cases": [], "ok": False,
@@ -188,6 +201,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1,
                     help="campaigns at once, each in a process of its own (a GPU host's cores; the hang and flaky "
                          "campaigns, the longest, start first)")
+    ap.add_argument("--shrink-jobs", type=int, default=None,
+                    help="the campaigns' --shrink-jobs: fault candidates this many at once (default: kvfuzz run's)")
     args = ap.parse_args(argv)
     names = [n for n in FIXTURES if not args.only or n in args.only.split(",")]
     rows, start = [], time.monotonic()
@@ -202,7 +217,8 @@ def main(argv=None) -> int:
         for name in names:
             if args.deadline_s is not None and time.monotonic() - start > args.deadline_s:
                 break
-            rows.append(campaign(name, seed, args.backend, args.out, op_timeout=args.op_timeout))
+            rows.append(campaign(name, seed, args.backend, args.out, op_timeout=args.op_timeout,
+                                 shrink_jobs=args.shrink_jobs))
             r = rows[-1]
             print(f"{name} seed {seed}: exit {r['rc']}, {len(r['cases'])} case(s), {r['run_s']} s, "
                   f"{'right' if r['ok'] else 'WRONG'}", flush=True)

@@ -68,7 +68,8 @@ def _cmd_run(args) -> int:
                            progress_s=args.progress_s, minimize=not args.no_minimize, scale=args.scale,
                            check_every=args.check_every, reproduce=args.reproduce, program_order=args.program_order,
                            cache_dir=args.cache_dir, allocator=args.allocator, palette=args.palette,
-                           compile_ahead=args.compile_ahead, ahead_sequences=args.ahead_sequences)
+                           compile_ahead=args.compile_ahead, ahead_sequences=args.ahead_sequences,
+                           shrink_jobs=args.shrink_jobs)
     s = run_campaign(opts)
     kernels = args.kernels or default_kernels(args.backend)
     verdict = None if baseline is None else baseline.compare(
@@ -285,6 +286,7 @@ def _fault_lines(lines: list[str], n: int = 12) -> list[str]:
 
 def _cmd_minimize(args) -> int:
     from .engine.case import load_case
+    from .engine.lanes import Lanes, default_width
     from .engine.minimize import Minimizer, NotReproducible, hostile_kind
 
     case = load_case(args.case)
@@ -295,29 +297,39 @@ def _cmd_minimize(args) -> int:
     deadline = time.monotonic() + args.budget_s
     tries = case.replay_tries(cap=10)
     executor.standby()  # every candidate in a fresh child (the next one started ahead): what the case alone does
+    # --shrink-jobs candidates at once, each on an executor of its own (a flaky case's one at a time: Minimizer)
+    lanes = Lanes(executor, args.shrink_jobs or default_width(), lambda: _executor(spec, args.op_timeout))
 
-    def judge(config, ops):
-        try:
-            return executor.run(config, ops, case.knobs, mode, deadline=deadline + 30, strict_knobs=own,
-                                history=history, fresh=True)
-        except NotRun:  # a candidate that could not run is not seen to fail
-            return None
+    def judge_on(ex):
+        def judge(config, ops):
+            try:
+                return ex.run(config, ops, case.knobs, mode, deadline=deadline + 30, strict_knobs=own,
+                              history=history, fresh=True)
+            except NotRun:  # a candidate that could not run is not seen to fail
+                return None
+        return judge
 
-    m = Minimizer(None, case.signature, deadline=deadline, hostile=hostile_kind(case), tries=tries, judge=judge)
+    m = Minimizer(None, case.signature, deadline=deadline, hostile=hostile_kind(case), tries=tries,
+                  judge=judge_on(executor), batch=lanes.batch(judge_on), width=lanes.width)
+    if m.width > 1:
+        lanes.open()  # the siblings set up while the case itself is replayed
     try:
         config, ops, d = _verdict(lambda: m.run(case.config, case.ops), "minimize")
     except NotReproducible as exc:
         print(f"kvfuzz minimize: {args.case}: {exc}", file=sys.stderr)
         return 1
     finally:
+        lanes.close()
         executor.close()
     minimal = {"one_minimal": m.one_minimal, "candidates": m.replays, "fresh": True,
                **({} if m.one_minimal else {"note": "not shown 1-minimal (its --budget-s ended first): "
                                                     "`kvfuzz minimize CASE` again goes on"})}
     out = case.with_minimized(config, ops, d, passes=m.report()).with_fields(minimal=minimal).write(
         Path(args.out or args.case))
+    ahead = (f"; {m.width} at once: {m.ran_ahead} run ahead, {m.unreached} of them never reached, {m.rounds} turns"
+             if m.width > 1 else "")
     print(f"minimized {args.case}: {len(case.ops)} -> {len(ops)} ops in {m.replays} replays, each in a fresh process "
-          f"({m.saved} more spared by the cache; passes tried/kept: "
+          f"({m.saved} more spared by the cache{ahead}; passes tried/kept: "
           f"{', '.join(f'{k} {v}' for k, v in m.report().items()) or 'none'}); "
           f"{'1-minimal' if m.one_minimal else 'NOT yet 1-minimal: the budget ended first'}; written to {out}")
     return 0

@@ -58,6 +58,13 @@ def _positive(kind):
     return parse
 
 
+def _shrink_jobs(p) -> None:
+    p.add_argument("--shrink-jobs", type=_positive(int), default=None, metavar="N",
+                   help="shrink candidates that each need a fresh child (a crash, a hang, a case with history) N at "
+                        "once, each in a child of its own (default: half the cores, 1 to 4); the minimized case, its "
+                        "1-minimal check and the candidates counted against the cap are the same at any N")
+
+
 def _version() -> str:
     from .tools.reports import kvfuzz_version
 
@@ -150,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="known failures (a kvfuzz-baseline/1 file or a directory of accepted case files): "
                           "exit 1 only on a new signature; an empty value means none")
     run.add_argument("--no-minimize", action="store_true", help="write cases as found, without shrinking them")
+    _shrink_jobs(run)
     run.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     run.add_argument("--guided", action="store_true", help="coverage-guided sequences from a corpus (--scale small)")
     run.add_argument("--corpus", metavar="DIR", type=lambda text: text or None,
@@ -174,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     mn.add_argument("--op-timeout", type=_positive(float), default=60.0)
     mn.add_argument("--hostile", choices=HOSTILE, help="default: the mode the case was found in")
     mn.add_argument("--out", help="default: rewrite the case in place")
+    _shrink_jobs(mn)
 
     mg = command("merge", "merge shards' or nights' outputs: one case per signature, one summary, one JUnit file")
     mg.add_argument("inputs", nargs="+", metavar="OUT_DIR",

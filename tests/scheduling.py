@@ -26,6 +26,7 @@ MEASURED_S = {
     "tests/fuzz/test_replayable.py::test_each_fixture_campaign_gives_cases_that_replay_rated_fresh_and_one_minimal[exit_nth]": 18,
     "tests/fuzz/test_replayable.py::test_each_fixture_campaign_gives_cases_that_replay_rated_fresh_and_one_minimal[flaky]": 15,
     "tests/fuzz/test_verdicts.py::test_every_fixture_gets_the_right_verdict_with_default_flags[hang_late]": 46,
+    "tests/fuzz/test_shrink_lanes.py::test_a_fault_fixture_case_shrinks_to_the_same_case_at_width_1_and_3": 20,  # 37 at a load of 3
     "tests/test_pytest_plugin.py::test_entry_point_after_pip_install": 35,
     "tests/fuzz/test_program_order.py::test_a_trip_bug_behind_literal_block_sizes_is_found_at_production_scale": 33,
     "tests/fuzz/test_engine.py::test_replay_pytest_exports_a_standalone_test": 27,

@@ -113,7 +113,7 @@ ENGINE_ROWS = [  # docs/architecture.md's engine table, leaf modules first
      "zygote", "supervise", "health"],
     ["spec_side", "shapes", "generate", "chain_gen"], ["runner", "strategies"], ["production", "compile_check"],
     ["tracks", "guide", "streams"],
-    ["kinds", "dispatch"], ["case", "minimize", "slot"], ["worker", "head_start"], ["options", "confirm", "summary", "campaign"],
+    ["kinds", "dispatch"], ["case", "minimize", "lanes", "slot"], ["worker", "head_start"], ["options", "confirm", "summary", "campaign"],
 ]
 
 

@@ -44,6 +44,7 @@ import kvref
 from .case import Case, write_case
 from .confirm import Confirmer, set_mark
 from .kinds import parse_ops
+from .lanes import default_width
 from .options import CampaignOptions
 from .slot import Slot, compile_ahead, same_boundaries, stop_reason, stopped_by
 from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, FeatureClock, Summary, health, steady_rate
@@ -388,15 +389,18 @@ class Campaign:
         timeout = min(self.op_timeout(), 10.0) if case.signature.oracle == "timeout" else self.op_timeout()
         with self.lock:
             self._gpu_turn += 1
-            executor, self._spare = self._spare or self._executor(self._gpu_turn, timeout), None
+            turn = self._gpu_turn  # its siblings (candidates side by side) share its GPU
+            executor, self._spare = self._spare or self._executor(turn, timeout), None
             executor.op_timeout = timeout
         # --stop-on-first on a CPU: the halted worker's core is free for a second child taking half the
         # rate's replays (on a GPU its set-up would outlast them), unless other processes hold the cores
         helps = self.opts.stop_on_first and self.opts.backend != "cuda" and self.opts.reproduce > 1 and a_core_is_free()
         helper = self._executor(self._gpu_turn, timeout) if helps and case.fault is None else None
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
-                              minimize=self.opts.minimize, rate_deadline=rate_by, helper=helper)
-        confirmer.mark = self.summary.marker(case.signature, self.start, executor, helper)
+                              minimize=self.opts.minimize, rate_deadline=rate_by, helper=helper,
+                              shrink_jobs=self.opts.shrink_jobs or default_width(),
+                              sibling=lambda: self._executor(turn, timeout))
+        confirmer.mark = self.summary.marker(case.signature, self.start, executor, helper, confirmer.lanes.siblings)
         def publish(better: Case) -> None:
             with self.lock:
                 self.cases[case.signature] = better

@@ -26,7 +26,9 @@ confirmed here, in an executor child that never saw the worker's history:
    history too), up to ``MINIMIZE_CAP`` candidates (work, not time), and the rate is the
    minimized case's. The result is checked without each single op (and history sequence):
    ``minimal: {one_minimal, candidates, fresh}``, and a note naming ``kvfuzz minimize`` when
-   the cap or the campaign's deadline stopped it first. Any other minimized case is rated
+   the cap or the campaign's deadline stopped it first. Such candidates run ``shrink_jobs`` at
+   once (``lanes``), the first in the sequential order adopted and only those that order
+   reached counted: the same case and cap at any width. Any other minimized case is rated
    again (a sequence with fewer calls of a racy kernel fails less often), and when it fails
    far less often on its own, the case stays as it was.
 4. **The set.** Once a campaign's confirmations are over, if any case showed its kernel set
@@ -52,6 +54,7 @@ import time
 from dataclasses import dataclass, field
 
 from .case import Case
+from .lanes import Lanes
 from .minimize import Minimizer, NotReproducible, hostile_kind
 from .supervise import Executor, NotRun
 
@@ -107,8 +110,10 @@ class Confirmer:
 
     def __init__(self, executor: Executor, *, tries: int = DEFAULT_TRIES, deadline: float | None = None,
                  minimize: bool = True, rate_deadline: float | None = None, helper: Executor | None = None,
-                 cap: int | None = None):
+                 cap: int | None = None, shrink_jobs: int = 1, sibling=None):
         self.executor = executor
+        # candidates that each need a fresh child, ``shrink_jobs`` at once (``sibling()``: another executor)
+        self.lanes = Lanes(executor, shrink_jobs, sibling)
         self.helper = helper  # a second executor for the first rate's replays (``_replays``), closed after it
         self.tries = max(1, tries)
         self.deadline = deadline  # for minimizing
@@ -333,25 +338,28 @@ class Confirmer:
             "note": "the minimized case did not fail in its own rate: kept as found"})
 
     def shorter_history(self, case: Case, history: list) -> list:
-        """Drop earlier sequences (the oldest first, then halves) while the case still fails after the rest."""
+        """Drop earlier sequences (the oldest first, then halves) while the case still fails
+        after the rest, each try in a fresh child (``shrink_jobs`` of them at once, the first
+        in this order adopted)."""
         def fails(hist):
-            return alike(case, self._judge(case, hist)(case.config, case.ops, fresh=True))
+            return lambda executor: alike(case, self._judge(case, hist, executor=executor)(case.config, case.ops,
+                                                                                          fresh=True))
 
         kept = list(history)
         n = 2
-        while kept and not self._late(rating=True):
-            chunk = -(-len(kept) // n)
-            for i in range(0, len(kept), chunk):
-                if self._late(rating=True):
-                    return kept
-                cand = kept[:i] + kept[i + chunk:]
-                if fails(cand):
-                    kept, n = cand, max(2, n - 1)
+        try:
+            while kept and not self._late(rating=True):
+                chunk = -(-len(kept) // n)
+                cands = [kept[:i] + kept[i + chunk:] for i in range(0, len(kept), chunk)]
+                at, reached = self.lanes.first([fails(cand) for cand in cands], lambda: self._late(rating=True))
+                if at is not None:
+                    kept, n = cands[at], max(2, n - 1)
+                elif reached < len(cands) or chunk == 1:
                     break
-            else:
-                if chunk == 1:
-                    break
-                n = min(len(kept), 2 * n)
+                else:
+                    n = min(len(kept), 2 * n)
+        finally:
+            self.lanes.close()
         return kept
 
     def depth(self, case: Case) -> int:
@@ -368,17 +376,33 @@ class Confirmer:
         ahead): in a child that ran other candidates a process-wide counter, cache or leak fails
         candidates that fail only there, and the case would shrink to one that does not replay.
         A case with history is then checked without each of its history's sequences, in turn;
-        one that still fails without it loses it, and its ops are shrunk again."""
+        one that still fails without it loses it, and its ops are shrunk again.
+
+        Such candidates run ``shrink_jobs`` at once, each on a lane of its own (``lanes``), the
+        first in the sequential order that fails alike adopted: the same case, 1-minimal check and
+        count of candidates (the cap's) at any width. A flaky case's run one at a time."""
         history = (case.history or {}).get("sequences") or None
-        fresh = case.fault is not None or bool(history)
+        fresh, flaky = case.fault is not None or bool(history), bool(case.flaky)
         if fresh:
             self.executor.standby(depth=self.depth(case))
-        flaky, used, first = bool(case.flaky), 0, case
+            if not flaky:
+                self.lanes.open()  # the siblings set up while the first candidates run
+        try:
+            return self._shrunk(case, history, known, fresh, flaky)
+        finally:
+            self.lanes.close()
+
+    def _shrunk(self, case: Case, history: list | None, known, fresh: bool, flaky: bool) -> Case:
+        """``minimized``'s rounds: the ops shrunk, then (a case with history) a history sequence dropped."""
+        used, first = 0, case
         for _ in range(MAX_HISTORY_ROUNDS):
             judge = self._judge(case, history)
+            on_lane = self.lanes.batch(lambda e, c=case, h=history: lambda *cand: self._judge(c, h, executor=e)(
+                *cand, fresh=True))
             m = Minimizer(None, case.signature, deadline=self.deadline, hostile=hostile_kind(case),
                           judge=lambda c, o, judge=judge: judge(c, o, fresh=fresh),
-                          tries=self.tries if flaky else 1, max_replays=self.cap - used)
+                          tries=self.tries if flaky else 1, max_replays=self.cap - used,
+                          batch=on_lane if fresh else None, width=self.lanes.width)
             try:
                 config, ops, failure = m.run(case.config, case.ops, known=known)
             except NotReproducible:
@@ -398,12 +422,13 @@ class Confirmer:
 
     def _history_without_one(self, case: Case, history: list) -> tuple[list | None, int]:
         """(the history without one of its sequences after which the case still fails alike, in
-        a fresh process, or None when each of them is needed; the replays that took)."""
-        for i in range(len(history)):
-            hist = history[:i] + history[i + 1:]
-            if alike(case, self._judge(case, hist or None)(case.config, case.ops, fresh=True)):
-                return hist, i + 1
-        return None, len(history)
+        a fresh process, or None when each of them is needed; the replays the order reached)."""
+        cands = [history[:i] + history[i + 1:] for i in range(len(history))]
+        at, reached = self.lanes.first([
+            lambda e, hist=hist: alike(case, self._judge(case, hist or None, executor=e)(case.config, case.ops,
+                                                                                         fresh=True))
+            for hist in cands])
+        return (None if at is None else cands[at]), reached
 
     def _minimal(self, m: Minimizer, used: int, fresh: bool, rounds: bool = False) -> dict:
         """The case's ``minimal``: whether removing any single op (or history sequence) was seen

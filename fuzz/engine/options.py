@@ -38,6 +38,7 @@ class CampaignOptions:
     progress_s: float = 30.0
     minimize: bool = True
     minimize_s: float = 0.0  # extra seconds past the budget for minimizing what was found
+    shrink_jobs: int | None = None  # candidates that each need a fresh child, run this many at once (None: lanes.default_width)
     stop_after: int | None = None  # stop fuzzing after this many distinct failures (mutant hunts)
     factory: str | None = None  # a tier factory instead of a kernel set (TierSpec)
     factory_arg: str | None = None

@@ -61,14 +61,15 @@ class Summary:
 
     def marker(self, signature, start: float, *executors):
         """A confirmation's ``mark``: the end of each of its steps, in seconds since ``start``, and
-        the children its ``executors`` started and the replays they ran so far (``confirm_work``)."""
+        the children its ``executors`` started and the replays they ran so far (``confirm_work``); a
+        list among them is read at each mark (executors started on the way: a shrink's siblings)."""
         steps, work = self.confirm_timeline.setdefault(signature, {}), self.confirm_work.setdefault(signature, {})
-        executors = [e for e in executors if e is not None]
 
         def mark(step: str) -> None:
             steps[step] = time.monotonic() - start
-            if executors:
-                work[step] = {"children": sum(e.children for e in executors), "replays": sum(e.jobs for e in executors)}
+            every = [e for x in executors for e in (x if isinstance(x, list) else [x]) if e is not None]
+            if every:
+                work[step] = {"children": sum(e.children for e in every), "replays": sum(e.jobs for e in every)}
         return mark
 
     @property
