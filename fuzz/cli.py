@@ -227,8 +227,12 @@ def _cmd_replay(args) -> int:
         return 0
     same = "same signature" if d.signature == case.signature else f"NEW signature (case has {case.signature})"
     print(f"FAIL {args.case}: {d.signature}: {d} [{same}; {where}; failed on try {tried} of {tries}]{rate}")
+    from .engine.stacks import brief
+
     fault = getattr(d, "fault", None)
-    if fault is not None and fault.stderr:
+    if fault is not None and fault.stack:  # a hang: where the child was when its op ran out of time
+        print("where the replay hung (its main thread, innermost call first):\n  " + "\n  ".join(brief(fault.stack)))
+    elif fault is not None and fault.stderr:
         print("stderr of the replay (the fault's Python stack first):\n  " + "\n  ".join(_fault_lines(fault.stderr)))
     return 1
 

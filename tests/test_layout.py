@@ -108,7 +108,7 @@ def test_only_the_tracks_ask_which_scale_runs():
 
 
 ENGINE_ROWS = [  # docs/architecture.md's engine table, leaf modules first
-    ["verdict", "gate", "lazy", "budget", "compile_tally"], ["oplang", "ops", "raw_ops", "chain_ops"],
+    ["verdict", "gate", "lazy", "budget", "compile_tally", "stacks"], ["oplang", "ops", "raw_ops", "chain_ops"],
     ["memory", "boundary", "knobs", "vector_oracle", "signatures", "launches", "spec_features", "features", "sources", "tiers", "allocators",
      "zygote", "supervise", "health"],
     ["spec_side", "shapes", "generate", "chain_gen"], ["runner", "strategies"], ["production", "compile_check"],

@@ -284,7 +284,7 @@ class Campaign:
             if child.stalled(timeout):
                 step = child.slots[OP]
                 slot.last_op_s = child.running_for()
-                child.kill()
+                child.kill_hung()
                 self._drain(0.2)
                 self._fault(slot, child.fault(True, timeout), step)
             return

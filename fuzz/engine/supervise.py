@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import zygote
+from . import stacks, zygote
 from .ops import Op
 from .verdict import EXIT_DEVICE, Fault, Finding, describe_exit
 
@@ -77,12 +77,14 @@ class Beat:
             self.slots[PHASE] = RUNNING
 
 
-def tail(path: Path, lines: int = 40) -> list[str]:
+def tail(path: Path, lines: int = 40, end: int | None = None) -> list[str]:
+    """The last ``lines`` non-blank lines of a log (of its first ``end`` bytes, when given)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            text = f.read().decode(errors="replace")
+            end = f.tell() if end is None else min(end, f.tell())
+            f.seek(max(0, end - 16384))
+            text = f.read(end - max(0, end - 16384)).decode(errors="replace")
     except OSError:
         return []
     return [line for line in text.splitlines() if line.strip()][-lines:]
@@ -105,6 +107,8 @@ class Child:
         self._since = self._clock()
         self._launched = 0  # LAUNCH_MS when the current op was first seen
         self.longest = 0.0  # the longest an op ran (between two heartbeats while running ops)
+        self.stack: list[str] = []  # a hung child's main-thread frames, innermost first (kill_hung)
+        self._dumped_at: int | None = None  # its log's size before the dump
 
     def alive(self) -> bool:
         return self.proc.is_alive()
@@ -155,6 +159,12 @@ class Child:
             self.proc.kill()
         self.proc.join(timeout=10)
 
+    def kill_hung(self) -> None:
+        """Kill a child that made no progress, its Python stacks asked for first (``stacks``)."""
+        if self.proc.is_alive():
+            self.stack, self._dumped_at = stacks.dump(self.proc.pid, self.log)
+        self.kill()
+
     def stop(self, grace: float = 2.0) -> None:
         if self.proc.is_alive():
             self.proc.terminate()
@@ -163,8 +173,10 @@ class Child:
 
     def fault(self, timed_out: bool = False, timeout: float = 0.0) -> Fault:
         if timed_out:
-            return Fault("timeout", "no-progress", f"no progress for {timeout:g} s (op-timeout): killed",
-                         None, tail(self.log))
+            place = stacks.where(self.stack)
+            return Fault("timeout", "no-progress", f"no progress for {timeout:g} s (op-timeout): killed"
+                         + (f" in {place}" if place else ""), None, tail(self.log, end=self._dumped_at),
+                         list(self.stack))
         self.proc.join(timeout=5)
         reason, message = describe_exit(self.proc.exitcode)
         return Fault("crash", reason, message, self.proc.exitcode, tail(self.log))
@@ -232,6 +244,7 @@ def _child_entry(entry: str, args: tuple, slots, log: str) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     faulthandler.enable(sys.stderr)
+    stacks.arm(sys.stderr)  # a hang's stacks, when the parent asks before it kills the child
     module, name = entry.split(":")
     try:
         getattr(importlib.import_module(module), name)(Beat(slots), *args)
@@ -402,7 +415,7 @@ class Executor:
     def _fault(self, child: Child, ops: list[Op], timed_out: bool) -> Finding:
         step = child.slots[OP] if child.slots[SEQ] >= 0 else -1  # SEQ < 0: in the history, not the case
         if timed_out:
-            child.kill()
+            child.kill_hung()
         fault = child.fault(timed_out, self.op_timeout)
         if fault.exitcode == EXIT_HARNESS:
             self._retire()

@@ -222,10 +222,11 @@ class Fault:
     message: str
     exitcode: int | None = None
     stderr: list = field(default_factory=list)
+    stack: list = field(default_factory=list)  # a hang's main-thread frames, innermost first (stacks.py)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "reason": self.reason, "message": self.message, "exitcode": self.exitcode,
-                "stderr_tail": list(self.stderr)}
+                "stderr_tail": list(self.stderr), **({"stack": list(self.stack)} if self.stack else {})}
 
 
 EXIT_DEVICE = 76  # a child whose device error surfaced outside any op (it prints the traceback first)

@@ -19,6 +19,8 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..engine.stacks import brief
+
 RUN = "kvfuzz-summary/1"
 MERGE = "kvfuzz-merge/1"
 NIGHT = "kvfuzz-night/1"  # a night's line in the history file (``record``)
@@ -138,7 +140,8 @@ def _detail(finding: dict) -> None:
                              "field": d.get("field"),
                              "spec": _values(d["spec"]) if "spec" in d else None,
                              "target": _values(d["target"]) if "target" in d else None,
-                             "fault": "\n".join(str(x) for x in _list(fault.get("stderr_tail"))[-8:]) or None}
+                             "fault": "\n".join(brief([str(x) for x in _list(fault.get("stack"))], 8)  # a hang: where
+                                                or [str(x) for x in _list(fault.get("stderr_tail"))[-8:]]) or None}
     finding["config"] = raw.get("config")
     finding["seed"] = raw.get("seed")
     finding["tier"] = raw.get("tier") or finding["tier"]

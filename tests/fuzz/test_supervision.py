@@ -71,9 +71,16 @@ def test_a_faulty_kernel_set_yields_a_case_and_the_campaign_lives_on(name, worke
     assert "Traceback" not in r.stderr, show(r)
     case = load_case(found[0]["case"])
     assert case.signature.oracle == oracle and case.ops and (case.fault or oracle == "crash")
+    if oracle == "timeout":  # where it hung: asked of the child before it was killed, the kernel's own frame named
+        assert any("hang.py:" in frame and frame.endswith(" in _k_read_table_peeled") for frame in case.fault["stack"]), \
+            case.fault
+        message = case.fault["message"]
+        assert "killed in " in message and ("(hang.py:" in message or "(indep.py:" in message), case.fault
     rp = kvfuzz("replay", found[0]["case"], "--op-timeout", 3, timeout=120)
     assert rp.returncode == 1, show(rp)
     assert field in rp.stdout and "same signature" in rp.stdout, show(rp)
+    assert ("where the replay hung" in rp.stdout and "_k_read_table_peeled" in rp.stdout) == (oracle == "timeout"), \
+        show(rp)
 
 
 @pytest.mark.slow
@@ -88,6 +95,41 @@ def test_the_spec_correct_foreign_set_is_clean(workers, tmp_path):
     assert r.returncode == 0 and summary["stopped_by"] == "max-sequences", show(r)
     assert summary["failures"] == [] and summary["ops"] > 0 and summary["triton_launches"] > 0, summary
     assert sum(summary["hostile_classes"].values()) > 0, summary
+
+
+DUMP = """{mark}
+Thread 0x00007f0000000002 (most recent call first):
+  File "{lib}/multiprocessing/queues.py", line 231 in _feed
+  File "{lib}/threading.py", line 982 in run
+
+Current thread 0x00007f0000000001 (most recent call first):
+  File "{lib}/site-packages/torch/cuda/__init__.py", line 985 in synchronize
+  File "/repo/fuzz/engine/runner.py", line 289 in _step_on
+  File "/team/kernels.py", line 12 in free
+  File "/repo/fuzz/engine/supervise.py", line 250 in _child_entry
+  File "/repo/fuzz/engine/zygote/__init__.py", line 179 in _enter
+"""
+
+
+def test_a_hang_is_placed_by_its_main_threads_stack():
+    """From faulthandler's dump of every thread, the main thread's frames up to where kvfuzz began
+    it; the message names the innermost frame outside libraries, then the innermost."""
+    from fuzz.engine import stacks
+
+    lib = stacks._LIBRARIES[0]
+    frames = stacks.main_frames(DUMP.format(mark=stacks.MARK, lib=lib))
+    assert frames == [f"{lib}/site-packages/torch/cuda/__init__.py:985 in synchronize",
+                      "/repo/fuzz/engine/runner.py:289 in _step_on", "/team/kernels.py:12 in free",
+                      "/repo/fuzz/engine/supervise.py:250 in _child_entry"]
+    assert stacks.where(frames) == "_step_on (runner.py:289); innermost synchronize (__init__.py:985)"
+    assert stacks.where(frames[1:]) == "_step_on (runner.py:289)"
+    assert stacks.brief(frames, 3) == frames[:3] + ["(1 more frames: the case's fault.stack)"]
+    assert stacks.brief([frames[0], f"{lib}/threading.py:1 in run", frames[2]]) == [
+        frames[0], frames[2], "(1 more frames: the case's fault.stack)"]  # a library's frame left out
+    assert stacks.brief(frames[1:]) == frames[1:]
+    no_main = DUMP.split("  File \"/repo/fuzz/engine/supervise.py")[0]  # the dump cut short: the thread that took it
+    assert stacks.main_frames(no_main.format(mark=stacks.MARK, lib=lib))[0].endswith(" in synchronize")
+    assert stacks.main_frames("") == [] and stacks.where([]) == ""
 
 
 @needs_interpreter
