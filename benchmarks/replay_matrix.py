@@ -112,7 +112,9 @@ def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None 
                  "history": len((case.history or {}).get("sequences") or []),
                  "nondeterministic": bool(case.nondeterministic), "replay_tries": case.replay_tries(),
                  "replay_rcs": codes, "confirm_work": failures.get(str(case.signature), {}).get("confirm_work"),
-                 "confirm_s": failures.get(str(case.signature), {}).get("confirm_timeline")}
+                 "confirm_s": failures.get(str(case.signature), {}).get("confirm_timeline"),
+                 **({"fault": case.fault.get("message"), "stack": (case.fault.get("stack") or [])[:20]}
+                    if case.fault else {})}
         if case.fault is not None and (case.reproduced or {}).get("k"):
             entry["needless"] = needless(case, backend, env)
         entry["ok"] = bool(codes) and all(c == 1 for c in codes) and not (deterministic and case.flaky) and (
