@@ -282,11 +282,14 @@ class Campaign:
         if child.alive():
             timeout = self.op_timeout()
             if child.stalled(timeout):
-                step = child.slots[OP]
+                step, setting_up = child.slots[OP], child.slots[PHASE] == SETUP
                 slot.last_op_s = child.running_for()
                 child.kill_hung()
                 self._drain(0.2)
-                self._fault(slot, child.fault(True, timeout), step)
+                if setting_up:  # no sequence begun: no op of any seed hung, the set-up did
+                    self._setup_failed(slot, child.fault(True, timeout), "made no progress")
+                else:
+                    self._fault(slot, child.fault(True, timeout), step)
             return
         self._drain(0.2)  # what it said before it went
         if slot.done:
@@ -297,14 +300,19 @@ class Campaign:
         if code in (EXIT_RESTART, EXIT_HARNESS):
             self._restart(slot)
         elif slot.hello is None:
-            fault = child.fault()
-            if slot.restarts == 0:
-                raise SetupError(f"--kernels {self.spec.name}: the worker died while loading the kernel set or "
-                                 f"running its smoke test ({fault.message}); last stderr lines:\n"
-                                 + "\n".join(fault.stderr[-8:]))
-            slot.done = True
+            self._setup_failed(slot, child.fault(), "died")
         else:
             self._fault(slot, child.fault(), child.slots[OP])
+
+    def _setup_failed(self, slot: Slot, fault, what: str) -> None:
+        """A worker that died or hung before its first sequence: the first one is a setup error
+        (exit 2); a restarted one's position ends."""
+        if slot.restarts == 0:
+            where = fault.stack[:8] if fault.stack else fault.stderr[-8:]
+            raise SetupError(f"--kernels {self.spec.name}: the worker {what} while loading the kernel set or "
+                             f"running its smoke test ({fault.message}); "
+                             f"{'where it was' if fault.stack else 'last stderr lines'}:\n" + "\n".join(where))
+        slot.done = True
 
     def _fault(self, slot: Slot, fault, step: int) -> None:
         """A worker died (or hung) running op ``step`` of its current sequence."""

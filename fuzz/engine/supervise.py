@@ -133,8 +133,9 @@ class Child:
 
     def stalled(self, timeout: float) -> bool:
         """No op started or finished for ``timeout`` seconds while running ops (setting up:
-        importing the kernel set and its smoke test, which may compile: 4x as long; inside a
-        compiled launch, which may compile or wait for one: as long as setting up). The
+        importing the kernel set and its smoke test, which may compile: 4x as long, at least
+        120 s, its compiled launches left out; inside a compiled launch, which may compile or
+        wait for one: as long as setting up). The
         seconds are the child's own clock (``_clock``): a child that sleeps or blocks (a
         hang) is timed as before; one starved of CPU by other processes is not charged for
         the time it waited, nor an op for its launches' compiles."""
@@ -144,10 +145,12 @@ class Child:
                 self.longest = max(self.longest, self._op_seconds(now))
             self._seen, self._since, self._launched = seen, now, self.slots[LAUNCH_MS]
             return False
-        phase = self.slots[PHASE]
+        phase, setting_up = self.slots[PHASE], max(4 * timeout, 120.0)
         if phase == RUNNING:
             return self._op_seconds(now) > timeout
-        return phase in (SETUP, LAUNCHING) and now - self._since > max(4 * timeout, 120.0)
+        if phase == SETUP:  # its launches (the smoke test's compiles, a head start's waits) left out as an op's are
+            return self._op_seconds(now) > setting_up
+        return phase == LAUNCHING and now - self._since > setting_up
 
     def running_for(self) -> float:
         """Seconds the current op has run (0 when the child is not running ops), on its own clock."""

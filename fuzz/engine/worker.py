@@ -36,10 +36,12 @@ def _knobs_of(tier, past: dict) -> dict | None:
     return tracks.get(how["track"]).choose_knobs(tier, how["seed"], worker)
 
 
-def _tier(spec, report) -> object | None:
-    from .tiers import SetupError
+def _tier(spec, report, beat: Beat) -> object | None:
+    from .tiers import SetupError, select_backend
 
     try:
+        select_backend(spec.backend)  # (the launch hook imports Triton: the backend first)
+        _clocked(beat)  # from the smoke test on: its compiles and a head start's waits are no hang
         tier = spec.make()
     except SetupError as exc:
         report(str(exc))
@@ -77,10 +79,9 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     # Before the tier (and any CUDA context): the first compiles, in parallel children (head_start.py).
     head = head_start.begin(opts, worker, start_k, warm) if head_start.wanted(opts) else None
     headed = time.monotonic()
-    tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)))
+    tier = _tier(opts.tier_spec(), lambda text: queue.put(("setup", worker, text)), beat)
     if tier is None:
         return
-    _clocked(beat)
     made = time.monotonic()  # the kernel set imported, the device up, the smoke test run
     from .generate import WARMUP_BASE, warmup_seed
     from .health import charged, fault_of
@@ -207,10 +208,9 @@ def executor_main(beat: Beat, tier_spec, conn) -> None:
     the job in a fresh process), ``("setup", text)`` or ``("harness", traceback)``. A CUDA error
     is never the harness's: after each job the device is checked (``health``), and a child
     whose device faulted answers, then leaves (``notes["exiting"]``)."""
-    tier = _tier(tier_spec, lambda text: conn.send(("setup", text)))
+    tier = _tier(tier_spec, lambda text: conn.send(("setup", text)), beat)
     if tier is None:
         return
-    _clocked(beat)
     from .production import far
     from .tiers import SetupError
     from .verdict import is_cuda_error

@@ -458,8 +458,9 @@ def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, m
 def test_seconds_inside_compiled_launches_are_not_the_ops_own(tmp_path, monkeypatch):
     """A compile inside an op (or its wait for the head start's) is not the op's work: with an
     op-timeout of seconds, a cold compile on a GPU made a false hang (a replay matrix campaign on
-    an H100 with twelve campaigns compiling at once). A child blocked outside any launch is still
-    a hang, and one stuck inside a launch past the setting-up limit too."""
+    an H100 with twelve campaigns compiling at once; then one setting up, whose smoke test waited for
+    its head start past the setting-up limit). A child blocked outside any launch is still a hang,
+    and one stuck inside a launch past the setting-up limit too."""
     from fuzz.engine.tiers import TierSpec
 
     ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
@@ -492,6 +493,16 @@ def test_seconds_inside_compiled_launches_are_not_the_ops_own(tmp_path, monkeypa
         wall[0] += 119.0
         assert not child.stalled(5.0)
         wall[0] += 2.0
+        assert child.stalled(5.0)
+        # Setting up (a smoke test whose launches wait for a head start's compiles on a loaded GPU
+        # host): 200 s of launches and 100 s of its own are no hang; past 120 s of its own, one.
+        child.slots[supervise.PHASE] = supervise.SETUP
+        assert not child.stalled(5.0)
+        wall[0] += 200.0
+        child.slots[supervise.LAUNCH_MS] += 200_000
+        wall[0] += 100.0
+        assert not child.stalled(5.0)
+        wall[0] += 21.0
         assert child.stalled(5.0)
     finally:
         monkeypatch.setattr(supervise, "time", time)
@@ -576,3 +587,41 @@ def test_past_the_budget_the_campaign_says_once_which_op_it_still_waits_for(monk
     quiet.slots = [slot(0, 0.0)]
     quiet._say_overrun()
     assert quiet.progress.getvalue() == "" and not quiet._overrun_said
+
+
+def test_a_worker_stuck_setting_up_is_a_setup_error_never_a_case_of_op_0():
+    """A worker killed before its first sequence (importing the set, its smoke test) ran no op of
+    any seed: before, its slots' zeros made it a hang of op 0 of seed 0 (a GPU campaign whose smoke
+    test waited for its head start on a loaded host wrote read_table/timeout/no-progress, 1 op,
+    that never replayed). The first worker's is a setup error naming where it was; a restarted
+    worker's position ends. A stall while running ops is still a case of the op it was on."""
+    from types import SimpleNamespace
+
+    from fuzz.engine.campaign import Campaign
+    from fuzz.engine.slot import Slot
+    from fuzz.engine.tiers import SetupError
+    from fuzz.engine.verdict import Fault
+
+    stack = ["/team/kernels.py:7 in _load_tables", "/repo/fuzz/engine/supervise.py:250 in _child_entry"]
+
+    def watch(phase: int, restarts: int = 0):
+        slots = [0] * supervise.SLOTS
+        slots[supervise.PHASE], slots[supervise.OP] = phase, 3
+        child = SimpleNamespace(slots=slots, alive=lambda: True, stalled=lambda t: True, running_for=lambda: 9.0,
+                                kill_hung=lambda: None,
+                                fault=lambda timed_out, t: Fault("timeout", "no-progress", "no progress", None, [], stack))
+        faults = []
+        campaign = SimpleNamespace(op_timeout=lambda: 1.5, _drain=lambda s: None, spec=SimpleNamespace(name="k.py"),
+                                   _fault=lambda slot, fault, step: faults.append(step))
+        campaign._setup_failed = lambda *a: Campaign._setup_failed(campaign, *a)
+        slot = Slot(0)
+        slot.child, slot.restarts = child, restarts
+        Campaign._watch(campaign, slot)
+        return slot, faults
+
+    with pytest.raises(SetupError, match=r"made no progress while loading the kernel set(.|\n)*_load_tables"):
+        watch(supervise.SETUP)
+    slot, faults = watch(supervise.SETUP, restarts=1)
+    assert slot.done and faults == []
+    slot, faults = watch(supervise.RUNNING)
+    assert not slot.done and faults == [3]
