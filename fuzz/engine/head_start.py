@@ -28,7 +28,8 @@ How. At the worker's entry, its kernel set imported and no CUDA context made yet
    queued and each one done (a digest of ``signatures.specialization``); a launch of one queued
    and not done waits for it (``launches.gate``), any other launch runs as it would have. The
    worker meets its variants in the order the scout queued them, so it waits for the compiles
-   of eight cores, not one.
+   of eight cores, not one; never more than ``WAIT_S`` a launch nor ``WAIT_TOTAL_S`` in all
+   (then its launches compile their own, as without a head start).
 
 A marker under the Triton cache (keyed by the set's kernel sources, Triton's version, the knobs
 and the seeds scouted) says a head start was made there already: a warm cache pays a hash. A
@@ -55,6 +56,10 @@ SCOUT_S = 3.0  # the scout starts no sequence after this long
 # whoever needs the scout to reach its sequences whatever the load (a test of what it compiles) raises it.
 SCOUT_S_ENV = "KVFUZZ_HEAD_START_SCOUT_S"
 WAIT_S = 60.0  # the longest a launch waits for its variant (then it compiles it itself)
+# The longest a worker waits for its head start in all: past it (a host where other campaigns'
+# compiles crowd its children out), every launch compiles or loads its own, as without a head start,
+# and what the children still finish lands in the cache for the launches after.
+WAIT_TOTAL_S = 90.0
 MAX_CHILDREN = 8  # compile children per worker (fewer where the cores are fewer)
 SCHEMA = 1  # of the marker's key
 
@@ -397,6 +402,7 @@ class Gate:
         self.report: dict | None = None
         self.waits, self.waited_s, self.gated = 0, 0.0, 0
         self.open = True
+        self.gave_up = False  # waited WAIT_TOTAL_S in all: no launch waits any more
 
     def _drain(self, timeout: float = 0.0) -> None:
         try:
@@ -420,14 +426,17 @@ class Gate:
             self.close()
             return
         self.gated += 1
+        if self.gave_up:  # (still read: a coordinator whose pipe filled up would stop its compiles)
+            return
         key = digest(launch)
         if key not in self.pending:
             return
-        t0 = time.monotonic()
-        while key in self.pending and time.monotonic() - t0 < WAIT_S:
+        t0, wait = time.monotonic(), min(WAIT_S, WAIT_TOTAL_S - self.waited_s)
+        while key in self.pending and time.monotonic() - t0 < wait:
             self._drain(0.01)
         self.waits += 1
         self.waited_s += time.monotonic() - t0
+        self.gave_up = self.waited_s >= WAIT_TOTAL_S
 
     def close(self) -> None:
         from .launches import ungate
@@ -444,6 +453,7 @@ class Gate:
 
     def summary(self) -> dict:
         return {"waits": self.waits, "waited_s": round(self.waited_s, 2), "gated": self.gated,
+                **({"gave_up": True} if self.gave_up else {}),
                 **{k: v for k, v in (self.report or {}).items()}}
 
 

@@ -178,6 +178,27 @@ def test_the_gate_holds_a_launch_only_while_its_own_variant_is_being_compiled(mo
     assert not gate.open and gate not in launches._GATES and gate.report == {"compiled": 2}
 
 
+def test_a_worker_waits_for_its_head_start_so_long_in_all_then_compiles_its_own(monkeypatch):
+    """On a host where other campaigns' compiles crowd the children out, the head start must not
+    cost more than compiling alone: past WAIT_TOTAL_S of waits in all, no launch waits any more
+    (the pipe still read, so the coordinator's compiles go on into the cache)."""
+    monkeypatch.setattr(head_start, "digest", lambda launch: launch)
+    monkeypatch.setattr(head_start, "WAIT_TOTAL_S", 0.3)
+    conn = _Conn()
+    gate = head_start.Gate(conn.reader)
+    for key in "abc":
+        conn.send("queued", key)
+    t0 = time.monotonic()
+    gate("a")  # never done: waits out what is left of the total
+    assert 0.25 <= time.monotonic() - t0 < 1.0 and gate.gave_up and gate.summary()["gave_up"]
+    conn.send("done", "a")
+    t0 = time.monotonic()
+    gate("b")
+    gate("c")
+    assert time.monotonic() - t0 < 0.2 and gate.waits == 1 and gate.open
+    assert "b" in gate.pending and "a" not in gate.pending  # still read
+
+
 def test_the_gate_lets_everything_through_once_the_coordinator_is_gone(monkeypatch):
     monkeypatch.setattr(head_start, "digest", lambda launch: launch)
     conn = _Conn()
