@@ -299,7 +299,7 @@ def _cmd_minimize(args) -> int:
     history = (case.history or {}).get("sequences") or None
     executor = _executor(spec, args.op_timeout)
     deadline = time.monotonic() + args.budget_s
-    tries = case.replay_tries(cap=10)
+    tries = case.shrink_tries(cap=10)
     executor.standby()  # every candidate in a fresh child (the next one started ahead): what the case alone does
     # --shrink-jobs candidates at once, each on an executor of its own (a flaky case's one at a time: Minimizer)
     lanes = Lanes(executor, args.shrink_jobs or default_width(), lambda: _executor(spec, args.op_timeout))

@@ -130,6 +130,14 @@ class Case:
             t += 1
         return max(n, t)
 
+    def shrink_tries(self, cap: int = 10) -> int:
+        """Runs of each minimizer candidate before it counts as passing (``kvfuzz minimize``): a
+        flaky case's, or any case of a set seen failing by chance, ``replay_tries``; a case that
+        fails every time (with the history it needs, where it needs one) once, as a campaign
+        shrinks it. A mark from before ``by_chance`` was recorded takes the tries."""
+        mark = self.nondeterministic or {}
+        return self.replay_tries(cap) if self.flaky or mark.get("by_chance", bool(mark)) else 1
+
     @property
     def run_mode(self) -> dict:
         """The options the case was found in (the defaults for a case that predates ``mode``)."""

@@ -470,8 +470,12 @@ def set_mark(cases, kernels: str) -> dict | None:
     seen = [why for c in cases if (why := nondeterminism(c))]
     if not seen:
         return None
-    return {"seen": seen, "note": f"this campaign saw {kernels} fail other than deterministically from a case's "
-                                  f"own ops: a single passing replay of any of its cases proves nothing"}
+    # by_chance: some case failed in some fresh replays of its own and not in others (not only after
+    # a history it needs, with which it fails every time): a minimizer's candidates take tries too
+    chance = any(c.flaky or ((c.reproduced or {}).get("n") and not (c.reproduced or {}).get("k")) for c in cases)
+    return {"seen": seen, "by_chance": bool(chance),
+            "note": f"this campaign saw {kernels} fail other than deterministically from a case's "
+                    f"own ops: a single passing replay of any of its cases proves nothing"}
 
 
 def nondeterminism(case: Case) -> str | None:

@@ -80,6 +80,10 @@ def test_a_rate_counts_only_fresh_replays_and_a_reuse_only_failure_goes_to_the_h
     mark = set_mark([done], "exit_nth.py")
     assert mark and "history" in mark["seen"][0]
     assert done.with_fields(nondeterministic=mark).replay_tries() > 1 and done.replay_tries() == 1
+    # ... but it fails every time after that history: kvfuzz minimize tries each candidate once
+    assert mark["by_chance"] is False and done.with_fields(nondeterministic=mark).shrink_tries() == 1
+    old_mark = {k: v for k, v in mark.items() if k != "by_chance"}  # a case file from before by_chance
+    assert done.with_fields(nondeterministic=old_mark).shrink_tries() > 1
 
 
 class TwoOps:
@@ -171,6 +175,8 @@ def test_a_flaky_rate_marks_every_case_of_its_set_and_a_deterministic_set_none()
     mark = set_mark([flaky, steady], "x.py")
     assert mark["seen"] == ["free/state/p2v reproduced 2/5"]
     assert steady.replay_tries() == 1 and steady.with_fields(nondeterministic=mark).replay_tries() >= 5
+    assert mark["by_chance"] is True and steady.with_fields(nondeterministic=mark).shrink_tries() >= 5
+    assert flaky.shrink_tries() >= 5 and steady.shrink_tries() == 1
 
 
 KILL_DRIVER = """
