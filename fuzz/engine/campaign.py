@@ -52,6 +52,7 @@ from .supervise import (
     CTX,
     EXIT_HARNESS,
     EXIT_RESTART,
+    HEARD,
     OP,
     OPS,
     PHASE,
@@ -240,6 +241,8 @@ class Campaign:
         slot = self.slots[w]
         if kind == "hello":
             slot.hello = msg[2]
+            if slot.child is not None:
+                slot.child.slots[HEARD] = 1  # the worker waits for this before its first sequence
             first = self.opts.stop_on_first and self._spare is None and not self.cases
             if first and (self.opts.reproduce or self.opts.minimize) and a_core_is_free():
                 # the first case is all it waits for: its first replay's child set up beside the worker

@@ -37,8 +37,10 @@ CTX = zygote.SPAWN  # the shared objects (heartbeat, pipes, queues); either kind
 
 # Heartbeat slots. LAUNCH_MS: milliseconds spent inside compiled Triton launches (a compile, a
 # load from the disk cache, a wait for the head start's compile), which an op's clock leaves out.
-SEQ, SEED, OP, OPS, SEQS, CONTRACT, PHASE, LAUNCH_MS = range(8)
-SLOTS = 8
+# HEARD: set by the parent once it has the worker's hello (the worker waits for it before its
+# first sequence: a hello still in the queue's feeder thread dies with a worker that crashes at once).
+SEQ, SEED, OP, OPS, SEQS, CONTRACT, PHASE, LAUNCH_MS, HEARD = range(9)
+SLOTS = 9
 # PHASE: importing / running ops / between jobs / running ops, inside a compiled launch
 SETUP, RUNNING, IDLE, LAUNCHING = 0, 1, 2, 3
 

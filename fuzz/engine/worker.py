@@ -57,6 +57,21 @@ def _tier(spec, report, beat: Beat) -> object | None:
     return None
 
 
+HEARD_WAIT_S = 30.0
+
+
+def _heard(beat: Beat) -> None:
+    """Wait (``HEARD_WAIT_S`` at most) until the parent has this worker's hello: it is sent by the
+    queue's feeder thread, and a worker that crashed in its first op before that thread ran took
+    it along, which left the parent unable to rebuild its ops (a crash case filed as a set-up
+    failure, exit 2: the segfault fixture on a loaded 2-core runner)."""
+    from .supervise import HEARD
+
+    end = time.monotonic() + HEARD_WAIT_S
+    while not beat.slots[HEARD] and time.monotonic() < end:
+        time.sleep(0.002)
+
+
 def _clocked(beat: Beat) -> None:
     """Compiled launches off the op's clock: a compile is not a hang (``launches.clock``)."""
     from .launches import clock
@@ -110,6 +125,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     hello["setup_s"] = {"setup_entry": entered, "setup_head_start": headed - t0, "setup_tier": made - headed,
                         "setup_rest": time.monotonic() - made}
     queue.put(("hello", worker, hello))
+    _heard(beat)
     stats, sequences, sent, scenarios = RunStats(), 0, time.monotonic(), {}
     elements = 0  # result elements diffed against the oracle
     deadline = time.monotonic() + max(0.0, deadline_wall - time.time())

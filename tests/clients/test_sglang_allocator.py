@@ -198,7 +198,9 @@ def test_a_dead_workers_ops_rebuild_from_its_hello_with_the_rules(on_path, monke
 
     opts = CampaignOptions(backend="torch", kernels="kvfuzz-sglang", allocator="kvfuzz-sglang", seed=0, workers=1,
                            max_sequences=4, ops_per_sequence=120)
-    worker.fuzz_main(supervise.Beat([0] * supervise.SLOTS), opts, 0, 0, time.time() + 3600, Queue())
+    beat = supervise.Beat([0] * supervise.SLOTS)
+    beat.slots[supervise.HEARD] = 1  # as the parent says once it has the hello
+    worker.fuzz_main(beat, opts, 0, 0, time.time() + 3600, Queue())
     hello = next(m[2] for m in sent if m[0] == "hello")
     assert set(hello["rules"]) == set(_tier("torch").spec_rules)
     assert len(ran) == 4

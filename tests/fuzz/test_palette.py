@@ -199,6 +199,7 @@ def test_what_a_worker_with_a_palette_ran_regenerates_from_its_hello(monkeypatch
     opts = CampaignOptions(backend="torch", scale="production", palette="on", seed=3, workers=2,
                            max_sequences=6, ops_per_sequence=10)  # the shard's 6: worker 1 runs 3
     beat = supervise.Beat([0] * supervise.SLOTS)
+    beat.slots[supervise.HEARD] = 1  # as the parent says once it has the hello
     worker.fuzz_main(beat, opts, 1, 0, time.time() + 3600, Queue())  # bounded by its share of the work
     hello = next(m[2] for m in sent if m[0] == "hello")
     assert hello["scale"]["palette"] == {"seed": 3 * 1_000_003 + 1, "explore": EXPLORE}

@@ -260,6 +260,7 @@ def test_a_harness_exception_in_a_worker_is_exit_3(monkeypatch):
             sent.append(msg)
 
     beat = supervise.Beat([0] * supervise.SLOTS)
+    beat.slots[supervise.HEARD] = 1  # as the parent says once it has the hello
     with pytest.raises(SystemExit) as info:
         worker.fuzz_main(beat, CampaignOptions(), 0, 0, time.time() + 60, Queue())
     assert info.value.code == 3
@@ -625,3 +626,16 @@ def test_a_worker_stuck_setting_up_is_a_setup_error_never_a_case_of_op_0():
     assert slot.done and faults == []
     slot, faults = watch(supervise.RUNNING)
     assert not slot.done and faults == [3]
+
+
+def test_a_worker_runs_no_op_before_its_parent_has_its_hello():
+    """The hello goes through the queue's feeder thread; a worker that crashed in its first op
+    before that thread ran took it along, and its crash was filed as a set-up failure (exit 2)
+    for want of what rebuilds its ops. The worker waits for the parent's word (``HEARD``)."""
+    from fuzz.engine import worker
+
+    beat = supervise.Beat([0] * supervise.SLOTS)
+    threading.Timer(0.3, beat.slots.__setitem__, (supervise.HEARD, 1)).start()
+    t0 = time.monotonic()
+    worker._heard(beat)
+    assert 0.25 <= time.monotonic() - t0 < 5 and beat.slots[supervise.HEARD] == 1
