@@ -65,9 +65,7 @@ from .streams import (
 from .tracks.small import SmallTrack
 
 __all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "merge", "mutate", "params_of", "track_for"]
-# /5: chain layouts (two pools, or a float between) and their configs drawn anew; /4: chain
-# scenarios drawn too; /3: replayed op-aligned at the marks; /2: read sequentially
-FORMAT = "kvfuzz-corpus/5"
+FORMAT = "kvfuzz-corpus/5"  # /5: chain layouts drawn; /4: chain scenarios; /3: op-aligned marks; /2: sequential
 SEED_ENTRIES = 4  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
