@@ -265,3 +265,22 @@ def test_coverage_txt_reads_as_coverage_json_does(real_night):
     assert {k: (v["reached_n"], v["never"]) for k, v in from_text["kernels"].items()} == \
         {k: (v["reached_n"], v["never"]) for k, v in from_json["kernels"].items()}
     assert from_text["code"] == from_json["code"] and from_text["code"]
+
+
+def test_a_hang_on_the_page_says_where_it_hung(tmp_path):
+    """A hang case's fault shows its stack (innermost frame, then the ones outside libraries),
+    a crash case's its last stderr lines."""
+    lib = "/usr/lib/python3.11/site-packages"
+    stack = [f"{lib}/torch/cuda/__init__.py:985 in synchronize", f"{lib}/triton/x.py:1 in run",
+             "/team/kernels.py:12 in free", "/repo/fuzz/engine/supervise.py:250 in _child_entry"]
+    for name, fault, expected in [
+        ("hang", {"message": "no progress", "stderr_tail": ["noise"], "stack": stack},
+         [stack[0], stack[2], stack[3], "(1 more frames: the case's fault.stack)"]),
+        ("crash", {"message": "SIGSEGV", "stderr_tail": [f"line {i}" for i in range(12)]},
+         [f"line {i}" for i in range(4, 12)]),
+    ]:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"ops": [], "divergence": {"step": 0, "message": "m"}, "fault": fault}))
+        finding = {"case": path, "tier": None}
+        night_mod._detail(finding)
+        assert finding["divergence"]["fault"].splitlines() == expected, finding
