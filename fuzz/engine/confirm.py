@@ -17,8 +17,9 @@ confirmed here, in an executor child that never saw the worker's history:
    since it started (rebuilt from their seeds, like a dead worker's ops), and if that
    reproduces, earlier sequences are dropped while it still does. The case keeps the history
    it needs (``history``), and replays with it. If even that does not reproduce, it is
-   replayed ``RARE_TRIES`` times more on its own (a rare race), and only then kept as found,
-   saying so.
+   replayed ``RARE_TRIES`` times more on its own (a rare race; a hang or crash
+   ``FAULT_RARE_TRIES``: a replay that passes costs no op-timeout), and only then kept as
+   found, saying so.
 3. **Minimization**, with the one minimizer: the same signature, the same hostile class,
    and for a flaky case "fails at least once in ``tries`` runs"; it starts from a failing
    replay of the rate. A fault case (a crash, a hang) is shrunk **before** it is rated: one
@@ -62,8 +63,11 @@ DEFAULT_TRIES = 5
 # A finding none of whose first replays reproduced (nor its worker's history) is replayed this
 # many times more before it is kept as found: it was seen, so it is real, and a race that fails
 # one replay in three passes 5 replays 13 % of the time but 20 only 0.03 % (one in five: 1 %).
-# A hang (an op-timeout a try) and a crash (a fresh child a try) are not tried longer.
 RARE_TRIES = 15
+# A hang or a crash none of whose first replays reproduced (nor its worker's history) is replayed
+# this many times more, each in a fresh child: a replay that passes neither hangs nor dies, so it
+# costs what the case's ops cost, and a transient stall (a loaded host) is told from a rare hang.
+FAULT_RARE_TRIES = 4
 UNKNOWN_RETRIES = 2  # a replay that could not run is run again this often, each after a wait, before it is unknown
 UNKNOWN_WAIT_S = 2.0  # (a far op waits for memory in the child too: far.ROOM_WAIT_S)
 
@@ -245,7 +249,7 @@ class Confirmer:
         pass either, so a case none of whose replays ran says so instead of "did not reproduce"."""
         if rate.n == 0 and rate.unknown:
             return f"no replay could run ({'; '.join(rate.why)[:300]}): unknown, not a pass"
-        return "did not reproduce in a fresh process"
+        return "did not reproduce in a fresh process" if rate.n <= 1 else f"did not reproduce in {rate.n} fresh processes"
 
     def confirm(self, case: Case, history=None, publish=None) -> Case:
         """``history``: a thunk giving the worker's earlier sequences (or None); ``publish``:
@@ -287,9 +291,11 @@ class Confirmer:
         elif rate.k == 0:
             needs = {"sequences": [], "reproduced": False,
                      "note": f"{self._unrun(rate)}: kept as found{self._otherwise()}"}
-        if rate.k == 0 and rate.n and case.fault is None and case.signature.oracle != "timeout":
-            rate = rate.then(self.rate(case, tries=RARE_TRIES, floor=0))  # a rare race: seen once, so look longer
-            needs = None if rate.k else needs
+        if rate.k == 0 and rate.n:  # seen once, so look longer: a rare race, or a machine's hiccup
+            fault = case.fault is not None or case.signature.oracle == "timeout"
+            said = self._unrun(rate)
+            rate = rate.then(self.rate(case, tries=FAULT_RARE_TRIES if fault else RARE_TRIES, floor=0))
+            needs = None if rate.k else needs and {**needs, "note": needs["note"].replace(said, self._unrun(rate))}
         k, n = rate.k, rate.n
         case = case.with_fields(reproduced=rate.to_json(), flaky=rate.flaky, **({"history": needs} if needs else {}))
         self.mark("rated")

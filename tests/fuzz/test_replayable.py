@@ -118,6 +118,43 @@ def test_a_fault_case_is_probed_once_shrunk_in_fresh_children_then_rated_and_is_
     assert needless_parts(case, TwoOps(needed)) == [f"op {i}" for i in (0, 1, 2, 3, 4, 5, 7)]  # Alloc(2) twice
 
 
+HANG = Signature("free", "timeout", "no-progress")
+
+
+class HangsOn:
+    """An executor whose case hangs on the given fresh replays only (a rare hang, or none: a
+    stall the machine made), counted from 1."""
+
+    def __init__(self, *on):
+        self.on, self.runs = set(on), 0
+
+    def standby(self, fresh=None, depth=1):
+        pass
+
+    def run(self, config, ops, knobs=None, mode=None, history=None, fresh=False, **kw):
+        self.runs += 1
+        if self.runs not in self.on:
+            return None
+        fault = Fault(kind="timeout", reason="no-progress", message="no progress")
+        return Finding(HANG, len(ops) - 1, {"step": len(ops) - 1, "op": {"op": "free"}, "oracle": "timeout",
+                                           "field": "no-progress"}, fault)
+
+
+def test_a_hang_that_does_not_come_back_at_once_is_replayed_more_and_rated_honestly():
+    """A hang's first fresh replay that passes is cheap (no op-timeout), so a few more are run:
+    a hang that comes back on the third is rated 1 of 3, flaky; one that never does (a stall of
+    a loaded host) says it did not reproduce in five fresh processes."""
+    ops = [Alloc(2), Free((1,))]
+    found = Finding(HANG, 1, {"step": 1, "op": {"op": "free"}, "oracle": "timeout", "field": "no-progress"},
+                    Fault(kind="timeout", reason="no-progress", message="no progress"))
+    rare = Confirmer(HangsOn(3), tries=5, minimize=False).confirm(_case(ops, found))
+    assert rare.reproduced["k"] == 1 and rare.reproduced["n"] == 5 and rare.flaky, rare.reproduced
+    assert not (rare.history or {}).get("note"), rare.history
+    never = Confirmer(HangsOn(), tries=5, minimize=False).confirm(_case(ops, found))
+    assert never.reproduced["k"] == 0 and never.reproduced["n"] == 5, never.reproduced
+    assert "did not reproduce in 5 fresh processes: kept as found" in never.history["note"], never.history
+
+
 def test_a_case_the_candidate_cap_stops_says_so_and_names_kvfuzz_minimize():
     ops = [Alloc(3), Alloc(1), Free((1,)), Alloc(2), Free((2, 3)), Alloc(1), Free((4,)), Alloc(2)]
     done = Confirmer(TwoOps([Alloc(2), Free((4,))]), tries=3, cap=3).confirm(_case(ops, _crash(6)))
