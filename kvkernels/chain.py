@@ -26,6 +26,7 @@ Why it is shaped this way:
 
 from __future__ import annotations
 
+from kvref.chain import MemberCalls
 from kvref.errors import ContractViolation
 
 
@@ -35,7 +36,7 @@ def _prefixed(buffers, prefix: str):
     return make
 
 
-class DeviceChain:
+class DeviceChain(MemberCalls):  # free, flush, make_room, ... passed on as they are
     float_class = None  # None: kvkernels.float_pool.DeviceFloat (a class attribute: a planted bug swaps it)
 
     def __init__(self, owner):
@@ -246,42 +247,6 @@ class DeviceChain:
         self.member(pool)
         for j in self.flush_targets(pool):
             self.flush(j, True)
-
-    def free(self, pool: int, tokens) -> None:
-        self.member(pool).free(tokens)
-
-    def flush(self, pool: int, urgent: bool = False) -> None:
-        self.member(pool).flush(urgent)
-
-    def _float(self, pool: int, what: str):
-        m = self.member(pool)
-        if not self.is_float(pool):
-            raise ContractViolation(f"{what}: pool {pool} is an END pool; only a float ({what}) moves on demand")
-        return m
-
-    def make_room(self, pool: int, side: str, min_bytes: int) -> int:
-        return self._float(pool, "make_room").make_room(side, min_bytes)
-
-    def compact(self, pool: int, retreat_side: str) -> int:
-        return self._float(pool, "compact_holes").compact_holes(retreat_side)
-
-    def forward(self, pool: int, tokens) -> None:
-        self.member(pool).forward(tokens)
-
-    def fire(self, pool: int) -> None:
-        self.member(pool).fire()
-
-    def write(self, pool: int, tokens, stamps) -> None:
-        self.member(pool).write(tokens, stamps)
-
-    def read(self, pool: int, tokens):
-        return self.member(pool).read(tokens)
-
-    def set_gate(self, pool: int, open_: bool) -> None:
-        self.member(pool)
-        if not isinstance(open_, bool):
-            raise ContractViolation(f"set_gate: open must be a bool, got {open_!r}")
-        self.gates[pool] = open_
 
     def snapshot(self) -> dict:
         return {"pools": [m.snapshot() for m in self.members], "gates": list(self.gates)}

@@ -55,7 +55,51 @@ from .errors import ContractViolation
 _STRUCTURE = frozenset({"config", "rules", "chain", "frontier_room", "gate_open", "pool"})
 
 
-class Chain:
+class MemberCalls:
+    """The per-pool calls a chain hands to the member as they are: every chain (kvref's, the
+    device's, an adapter of another allocator's) supplies ``member(pool)``, ``is_float(pool)`` and
+    ``gates``, and overrides what it does more than pass on."""
+
+    def free(self, pool: int, tokens) -> None:
+        self.member(pool).free(tokens)
+
+    def flush(self, pool: int, urgent: bool = False) -> None:
+        self.member(pool).flush(urgent)
+
+    def _float(self, pool: int, what: str):
+        m = self.member(pool)
+        if not self.is_float(pool):
+            raise ContractViolation(f"{what}: pool {pool} is an END pool; only a float ({what}) moves on demand")
+        return m
+
+    def make_room(self, pool: int, side: str, min_bytes: int) -> int:
+        """A float's ``make_room``: the bytes open on ``side`` afterwards."""
+        return self._float(pool, "make_room").make_room(side, min_bytes)
+
+    def compact(self, pool: int, retreat_side: str) -> int:
+        """A float's ``compact_holes``: the pages it moved."""
+        return self._float(pool, "compact_holes").compact_holes(retreat_side)
+
+    def forward(self, pool: int, tokens) -> None:
+        self.member(pool).forward(tokens)
+
+    def fire(self, pool: int) -> None:
+        self.member(pool).fire()
+
+    def write(self, pool: int, tokens, stamps) -> None:
+        self.member(pool).write(tokens, stamps)
+
+    def read(self, pool: int, tokens) -> list[int]:
+        return self.member(pool).read(tokens)
+
+    def set_gate(self, pool: int, open_: bool) -> None:
+        self.member(pool)
+        if not isinstance(open_, bool):
+            raise ContractViolation(f"set_gate: open must be a bool, got {open_!r}")
+        self.gates[pool] = open_
+
+
+class Chain(MemberCalls):
     """The members of one chain; ``owner`` (a ``kvref.Allocator`` whose config has a
     ``chain``) is member 0 and builds its peers (``owner.peer``) under its rules."""
 
@@ -295,10 +339,7 @@ class Chain:
             vars(m).update(state)
         del self.feature_log[n_log:]
 
-    # ---- the other ops --------------------------------------------------------------------
-    def free(self, pool: int, tokens) -> None:
-        self.member(pool).free(tokens)
-
+    # ---- the other ops (the rest: MemberCalls) ---------------------------------------------
     def flush(self, pool: int, urgent: bool = False) -> None:
         m = self.member(pool)
         moved = len(m.holes) + sum(len(p) for _, p in m.pending)
@@ -310,39 +351,10 @@ class Chain:
         m.flush(urgent)
         self._note_frontier(pool)
 
-    def _float(self, pool: int, what: str):
-        m = self.member(pool)
-        if not self.is_float(pool):
-            raise ContractViolation(f"{what}: pool {pool} is an END pool; only a float ({what}) moves on demand")
-        return m
-
     def make_room(self, pool: int, side: str, min_bytes: int) -> int:
-        """A float's ``make_room``: the bytes open on ``side`` afterwards."""
-        out = self._float(pool, "make_room").make_room(side, min_bytes)
+        out = super().make_room(pool, side, min_bytes)
         self._note_frontier(pool)
         return out
-
-    def compact(self, pool: int, retreat_side: str) -> int:
-        """A float's ``compact_holes``: the pages it moved."""
-        return self._float(pool, "compact_holes").compact_holes(retreat_side)
-
-    def forward(self, pool: int, tokens) -> None:
-        self.member(pool).forward(tokens)
-
-    def fire(self, pool: int) -> None:
-        self.member(pool).fire()
-
-    def write(self, pool: int, tokens, stamps) -> None:
-        self.member(pool).write(tokens, stamps)
-
-    def read(self, pool: int, tokens) -> list[int]:
-        return self.member(pool).read(tokens)
-
-    def set_gate(self, pool: int, open_: bool) -> None:
-        self.member(pool)
-        if not isinstance(open_, bool):
-            raise ContractViolation(f"set_gate: open must be a bool, got {open_!r}")
-        self.gates[pool] = open_
 
     def _note_frontier(self, pool: int) -> None:
         gap = self.gap(pool) // self.bytes_per_page[pool]

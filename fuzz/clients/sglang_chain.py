@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from kvref import ContractViolation
+from kvref.chain import MemberCalls
 
 
 class HostStream:
@@ -169,7 +170,7 @@ class Member:
         }
 
 
-class SGLangChain:
+class SGLangChain(MemberCalls):  # free, flush, forward, ... passed on to the member as they are
     """docs/allocators.md's chain interface over the members of one SGLang ``UnifiedKVPool``."""
 
     def __init__(self, module, members: list[Member], scale: int):
@@ -196,28 +197,6 @@ class SGLangChain:
 
     def alloc(self, pool: int, n_tokens: int):
         return self.member(pool).alloc(n_tokens)
-
-    def free(self, pool: int, tokens) -> None:
-        self.member(pool).free(tokens)
-
-    def flush(self, pool: int, urgent: bool) -> None:
-        self.member(pool).flush(urgent)
-
-    def forward(self, pool: int, tokens) -> None:
-        self.member(pool).forward(tokens)
-
-    def fire(self, pool: int) -> None:
-        self.member(pool).fire()
-
-    def write(self, pool: int, tokens, stamps) -> None:
-        self.member(pool).write(tokens, stamps)
-
-    def read(self, pool: int, tokens):
-        return self.member(pool).read(tokens)
-
-    def set_gate(self, pool: int, open_: bool) -> None:
-        self.member(pool)
-        self.gates[pool] = bool(open_)
 
     def relieve(self, pool: int) -> None:
         for target in self.member(pool).sgl._flush_targets():

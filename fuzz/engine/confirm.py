@@ -270,6 +270,7 @@ class Confirmer:
             rate = rate.then(self.rate(case, tries=tries - 1, floor=tries - 1))
         needs = None
         history = history() if callable(history) and rate.k == 0 else history
+        after = ""  # the history that did not make it fail either, for the note
         if rate.k == 0 and history:
             first, rate = rate, self.rate(case, history, tries=1, floor=1)
             if rate.k:
@@ -285,17 +286,13 @@ class Confirmer:
                 rate = again if again.k else rate
             else:
                 rate = first if first.n or not rate.n else rate
-                needs = {"sequences": [], "reproduced": False,
-                         "note": f"{self._unrun(rate)}, not even after its worker's "
-                                 f"{len(history)} earlier sequences: kept as found{self._otherwise()}"}
-        elif rate.k == 0:
-            needs = {"sequences": [], "reproduced": False,
-                     "note": f"{self._unrun(rate)}: kept as found{self._otherwise()}"}
+                after = f", not even after its worker's {len(history)} earlier sequences"
         if rate.k == 0 and rate.n:  # seen once, so look longer: a rare race, or a machine's hiccup
             fault = case.fault is not None or case.signature.oracle == "timeout"
-            said = self._unrun(rate)
             rate = rate.then(self.rate(case, tries=FAULT_RARE_TRIES if fault else RARE_TRIES, floor=0))
-            needs = None if rate.k else needs and {**needs, "note": needs["note"].replace(said, self._unrun(rate))}
+        if rate.k == 0:
+            needs = {"sequences": [], "reproduced": False,
+                     "note": f"{self._unrun(rate)}{after}: kept as found{self._otherwise()}"}
         k, n = rate.k, rate.n
         case = case.with_fields(reproduced=rate.to_json(), flaky=rate.flaky, **({"history": needs} if needs else {}))
         self.mark("rated")
