@@ -44,8 +44,8 @@ ROWS = (
 )
 # Rows bounded by work (--max-ops), their budget only a cap: hang_late's free of exactly 49 pages
 # comes at a fixed op of seed 0's blind stream (a budget of seconds reaches it on a fast machine and
-# misses it on a slow one). With chain seeds in the stream (one in five) the first such free is near
-# op 74,000 (generate.regenerate over seed 0's sequences, counting each free's pages); 60,000 missed it.
+# misses it on a slow one). The first such free is near op 74,000 (generate.regenerate over seed 0's
+# sequences, chain seeds among them, counting each free's pages): the cap leaves room past it.
 MAX_OPS = {"hang_late": 90_000}
 
 

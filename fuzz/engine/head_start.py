@@ -402,7 +402,6 @@ class Gate:
         self.report: dict | None = None
         self.waits, self.waited_s, self.gated = 0, 0.0, 0
         self.open = True
-        self.gave_up = False  # waited WAIT_TOTAL_S in all: no launch waits any more
 
     def _drain(self, timeout: float = 0.0) -> None:
         try:
@@ -436,7 +435,11 @@ class Gate:
             self._drain(0.01)
         self.waits += 1
         self.waited_s += time.monotonic() - t0
-        self.gave_up = self.waited_s >= WAIT_TOTAL_S
+
+    @property
+    def gave_up(self) -> bool:
+        """Waited ``WAIT_TOTAL_S`` in all: no launch waits any more."""
+        return self.waited_s >= WAIT_TOTAL_S
 
     def close(self) -> None:
         from .launches import ungate

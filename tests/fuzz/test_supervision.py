@@ -458,10 +458,10 @@ def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, m
 
 def test_seconds_inside_compiled_launches_are_not_the_ops_own(tmp_path, monkeypatch):
     """A compile inside an op (or its wait for the head start's) is not the op's work: with an
-    op-timeout of seconds, a cold compile on a GPU made a false hang (a replay matrix campaign on
-    an H100 with twelve campaigns compiling at once; then one setting up, whose smoke test waited for
-    its head start past the setting-up limit). A child blocked outside any launch is still a hang,
-    and one stuck inside a launch past the setting-up limit too."""
+    op-timeout of seconds, a cold compile on a GPU host crowded with other campaigns' compiles would
+    be a hang that never replays, and so would a smoke test waiting for its head start while the
+    worker sets up. A child blocked outside any launch is still a hang, and one stuck inside a
+    launch past the setting-up limit too."""
     from fuzz.engine.tiers import TierSpec
 
     ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
@@ -592,10 +592,9 @@ def test_past_the_budget_the_campaign_says_once_which_op_it_still_waits_for(monk
 
 def test_a_worker_stuck_setting_up_is_a_setup_error_never_a_case_of_op_0():
     """A worker killed before its first sequence (importing the set, its smoke test) ran no op of
-    any seed: before, its slots' zeros made it a hang of op 0 of seed 0 (a GPU campaign whose smoke
-    test waited for its head start on a loaded host wrote read_table/timeout/no-progress, 1 op,
-    that never replayed). The first worker's is a setup error naming where it was; a restarted
-    worker's position ends. A stall while running ops is still a case of the op it was on."""
+    any seed: its heartbeat's zeros would make a case of op 0 of seed 0 that never replays. The
+    first worker's is a setup error naming where it was; a restarted worker's position ends. A
+    stall while running ops is still a case of the op it was on."""
     from types import SimpleNamespace
 
     from fuzz.engine.campaign import Campaign
@@ -629,9 +628,9 @@ def test_a_worker_stuck_setting_up_is_a_setup_error_never_a_case_of_op_0():
 
 
 def test_a_worker_runs_no_op_before_its_parent_has_its_hello():
-    """The hello goes through the queue's feeder thread; a worker that crashed in its first op
-    before that thread ran took it along, and its crash was filed as a set-up failure (exit 2)
-    for want of what rebuilds its ops. The worker waits for the parent's word (``HEARD``)."""
+    """The hello goes through the queue's feeder thread; a worker that crashes in its first op
+    before that thread runs takes it along, and the parent, without what rebuilds its ops, could
+    only call the crash a set-up failure. The worker waits for the parent's word (``HEARD``)."""
     from fuzz.engine import worker
 
     beat = supervise.Beat([0] * supervise.SLOTS)
