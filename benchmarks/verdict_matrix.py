@@ -39,7 +39,8 @@ ROWS = (
     ("trusting", "foreign/trusting.py", 30, 1, ("translate/", "free/", "read_table", "k_"), True),
     ("segfault", "foreign/segfault.py", 30, 1, ("free/crash/SIGSEGV", "k_free_unbind/crash/SIGSEGV",
                                                 "chain_free/crash/SIGSEGV"), True),  # a chain's free runs the same kernel
-    ("hang_late", "foreign/hang_late.py", 900, 1, ("free/timeout", "k_free_unbind/timeout"), True),
+    ("hang_late", "foreign/hang_late.py", 900, 1, ("free/timeout", "k_free_unbind/timeout", "chain_free/timeout"),
+     True),  # (a chain's free, too)
     ("flaky", "foreign/flaky.py", 30, 1, ("free/", "k_free_unbind/", "flush/", "alloc/", "chain_free/"), False),
 )
 # Rows bounded by work (--max-ops), their budget only a cap: hang_late's free of exactly 49 pages
