@@ -52,18 +52,26 @@ FIXTURES = {
 }
 # A hang costs an op-timeout per replay and per candidate that still hangs: 1.5 s tells one on the
 # interpreter (an op of these sizes takes milliseconds; a loaded runner's wait for a core is not counted).
-LIMITS = ("--ops-per-sequence", 30, "--workers", 1)
+LIMITS = ("--ops-per-sequence", 30, "--workers", 1, "--progress-s", 10)
 SEQUENCES = 6
 OP_TIMEOUT_S = 1.5
 REPLAY_OP_TIMEOUT_S = 5
 FLAKY_REPLAYS = 20
 
 
-def kvfuzz(*args, env: dict, timeout: float = 900) -> tuple[int | None, str]:
+def kvfuzz(*args, env: dict, timeout: float = 900, log: Path | None = None) -> tuple[int | None, str]:
+    """``python -m fuzz ARGS``: its exit code and output. With ``log``, the output goes to that file as it
+    is written, so a call cut short by the caller's own timeout still shows how far each campaign got."""
+    cmd = [sys.executable, "-m", "fuzz", *map(str, args)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     try:
-        r = subprocess.run([sys.executable, "-m", "fuzz", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
-        return r.returncode, r.stdout + r.stderr
+        if log is None:
+            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+            return r.returncode, r.stdout + r.stderr
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as f:
+            rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, env=env).returncode
+        return rc, log.read_text(errors="replace")
     except subprocess.TimeoutExpired:
         return None, "timed out"
 
@@ -96,7 +104,8 @@ def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None 
     width = ("--shrink-jobs", shrink_jobs) if shrink_jobs else ()
     rc, text = kvfuzz("run", "--backend", backend, "--kernels", FOREIGN / file, "--seed", seed, *LIMITS,
                       "--max-sequences", sequences, "--op-timeout", op_timeout, *width,
-                      "--out", where / "cases", "--summary", where / "summary.json", env=env)
+                      "--out", where / "cases", "--summary", where / "summary.json", env=env,
+                      log=where / "run.log")
     row = {"fixture": name, "seed": seed, "rc": rc, "run_s": round(time.monotonic() - start, 1), "cases": [],
            "shrink_jobs": shrink_jobs}
     try:
