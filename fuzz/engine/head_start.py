@@ -16,7 +16,10 @@ How. At the worker's entry, its kernel set imported and no CUDA context made yet
    its first two, run on CPU tensors under ``launches.record_only`` (described, not run; a
    launcher that routes CPU tensors elsewhere by a module-level ``INTERPRET`` flag, as ours
    does, is told to route them to its kernels meanwhile). The target's results are garbage,
-   so its divergences are ignored and an op that raises only ends its sequence.
+   so its divergences are ignored and an op that raises only ends its sequence. It runs in a
+   thread of its own: a set whose Python hangs on its Nth call in a process hangs the scout,
+   which is left behind ``SCOUT_HUNG_S`` past its deadline (the report's ``stuck`` says where);
+   the compiles it queued are told done as they end meanwhile.
 2. **Compile** each new specialization the moment the scout meets it, in the order met, on
    ``MAX_CHILDREN`` compile children forked by the coordinator: ``recipes.compile_recipe`` into
    the Triton cache, for the target NVML names (``nvml_target``), through a stand-in driver, so
@@ -47,6 +50,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -55,6 +59,11 @@ SCOUT_S = 3.0  # the scout starts no sequence after this long
 # A loaded machine (several suites on two cores) can spend the whole SCOUT_S on the smoke test alone;
 # whoever needs the scout to reach its sequences whatever the load (a test of what it compiles) raises it.
 SCOUT_S_ENV = "KVFUZZ_HEAD_START_SCOUT_S"
+# A scout still in one of the target's calls this long past its deadline is left behind (a set whose Python
+# hangs on its Nth call in a process hangs its scout too): the coordinator ends the compiles it queued and
+# relays them, and its report names where the scout was (``stuck``). It never holds a worker's launches:
+# the compiles done are relayed while the scout runs.
+SCOUT_HUNG_S = 10.0
 WAIT_S = 60.0  # the longest a launch waits for its variant (then it compiles it itself)
 # The longest a worker waits for its head start in all: past it (a host where other campaigns'
 # compiles crowd its children out), every launch compiles or loads its own, as without a head start,
@@ -329,6 +338,13 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
     except OSError:
         finished = set()
     earlier: set[str] = set()
+    left: set[str] = set()
+    lock, closed = threading.Lock(), []  # the scout's thread and this one both tell the worker
+
+    def say(msg) -> None:
+        with lock:
+            if not closed:
+                tell(msg)
 
     def on_launch(launch) -> None:
         before = len(book.recipes)
@@ -338,18 +354,15 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
             if key in finished:  # on disk since a head start its campaign ended before it did
                 earlier.add(key)
                 return
-            queued.append(key)
-            tell(("queued", key))
+            with lock:
+                if closed:  # a scout left behind that came back: its compiles are nobody's now
+                    return
+                queued.append(key)
+                left.add(key)
+                tell(("queued", key))
             tasks.put((key, next(reversed(book.recipes.values()))))
 
-    done = scout(module, name, seeds, knobs, n_ops=params["n_ops"], hostile=params["hostile"],
-                 check_every=params["check_every"], on_launch=on_launch,
-                 deadline=t0 + float(os.environ.get(SCOUT_S_ENV) or SCOUT_S))
-    scouted = time.monotonic() - t0
-    for _ in pids:
-        tasks.put(None)
     counts = {"compiled": 0, "cached": 0, "failed": 0}
-    left, alive = set(queued), set(pids)
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
         log = os.open(progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -360,10 +373,31 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
         key, status = results.get()
         left.discard(key)
         counts[status] += 1
-        tell(("done", key))
+        say(("done", key))
         if status != "failed" and log is not None:
             os.write(log, f"{key}\n".encode())
 
+    deadline = t0 + float(os.environ.get(SCOUT_S_ENV) or SCOUT_S)
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(scout(
+        module, name, seeds, knobs, n_ops=params["n_ops"], hostile=params["hostile"],
+        check_every=params["check_every"], on_launch=on_launch, deadline=deadline)), name="kvfuzz-scout", daemon=True)
+    thread.start()
+    hung = deadline + max(SCOUT_HUNG_S, deadline - t0)
+    while thread.is_alive() and time.monotonic() < hung:
+        while not results.empty():  # relayed as they come: a launch waits for its compile, never for the scout
+            take()
+        thread.join(0.005)
+    with lock:
+        stuck = thread.is_alive()
+        closed.append(stuck)
+    done = dict(box) or {"sequences": 0, "ops": 0, "cut": 0, "skipped": 0}
+    if stuck:
+        done["stuck"] = _where(thread)
+    scouted = time.monotonic() - t0
+    for _ in pids:
+        tasks.put(None)
+    alive = set(pids)
     while left and alive:
         while left and not results.empty():
             take()
@@ -381,14 +415,27 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
     report = {**counts, "earlier": len(earlier), "lost": len(left), "specializations": len(queued) + len(earlier),
               "sequences": done["sequences"],
               "skipped": done["skipped"], "launches": book.launches, "scout_s": round(scouted, 2),
-              "seconds": round(time.monotonic() - t0, 2), "processes": children}
-    if not (counts["failed"] or left or done["skipped"]):
+              "seconds": round(time.monotonic() - t0, 2), "processes": children,
+              **({"stuck": done["stuck"]} if "stuck" in done else {})}
+    if not (counts["failed"] or left or done["skipped"] or "stuck" in done):
         with contextlib.suppress(OSError):
             tmp = marker.with_name(marker.name + f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(report))
             os.replace(tmp, marker)
-    tell(("end", report))
+    with lock:
+        tell(("end", report))
     return 0
+
+
+def _where(thread) -> str:
+    """Where ``thread`` is now: its innermost frame outside libraries (``stacks.where``)."""
+    import traceback
+
+    from .stacks import where
+
+    frame = sys._current_frames().get(thread.ident)
+    frames = [f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(traceback.extract_stack(frame))] if frame else []
+    return where(frames) or "(no frame)"
 
 
 class Gate:
@@ -516,7 +563,6 @@ def _begin(opts, worker: int, start_k: int, warm: bool) -> str | None:
 
     pid = _fork(coordinator)
     writer.close()
-    import threading
 
     # The worker's own first launch needs Triton's key too (to look on disk): computed meanwhile,
     # mostly outside the GIL (file reads, hashing), while the worker makes its CUDA context.

@@ -147,6 +147,46 @@ def test_a_head_start_compiles_what_it_scouted_and_its_marker_makes_the_next_one
     assert found["misses"] == 0 and found["hits"] >= 10, found
 
 
+# A set whose Python hangs on its first free (the fixture's sleep loop): the scout's smoke test hangs in it.
+_HUNG = """
+import json, sys, time
+from fuzz.engine import head_start
+from fuzz.engine.options import CampaignOptions
+head_start.SCOUT_HUNG_S = 20.0
+opts = CampaignOptions(backend="cuda", kernels=sys.argv[1], ops_per_sequence=12)
+t0 = time.monotonic()
+head_start.begin(opts, 0, 0, True)
+gate = head_start._GATE[0]
+queued, relayed = set(), None  # when the compiles queued before the hang were told done, the scout still hung
+while gate.report is None and time.monotonic() - t0 < 120:
+    gate._drain(0.05)
+    queued |= gate.pending
+    if queued and not gate.pending and gate.report is None and relayed is None:
+        relayed = time.monotonic() - t0
+print(json.dumps({"report": gate.report, "s": time.monotonic() - t0, "relayed": relayed,
+                  "markers": [p.name for p in head_start._marker_dir().iterdir()]}))
+"""
+
+
+def test_a_scout_hung_in_the_targets_own_call_is_left_behind_and_named(tmp_path):
+    """A kernel set whose Python never returns from its first free (a process-wide trigger, as a
+    set that hangs on its Nth call) hangs the scout in the coordinator: the coordinator leaves it
+    behind ``SCOUT_HUNG_S`` past its deadline, still ends the compiles it queued (the smoke
+    test's bind came before the free), reports where the scout was, and writes no marker (the
+    next head start scouts again). The compiles are told done as they end, while the scout still
+    hangs: a worker's launch waits for its compile, never for the scout."""
+    hang = REPO / "tests" / "fixtures" / "kernels" / "foreign" / "hang_late.py"
+    got = _compiled(_HUNG, hang, TRITON_CACHE_DIR=tmp_path / "cache", KVFUZZ_COMPILE_TARGET="cuda:90:32",
+                    KVFUZZ_FIXTURE_HANG_AT="1")
+    report = got["report"]
+    assert "free_unbind_inplace (hang_late.py:" in report.get("stuck", ""), report
+    assert report["lost"] == 0 and report["failed"] == 0, report
+    assert report["specializations"] >= 1 and report["compiled"] + report["cached"] == report["specializations"]
+    assert not any(not name.endswith(".done") for name in got["markers"]), got["markers"]
+    assert got["relayed"] is not None and got["relayed"] < got["s"], got
+    assert got["s"] < 100, got  # not the scout's hang: SCOUT_S + SCOUT_HUNG_S and the compiles
+
+
 class _Conn:
     """One end of a pipe, as the gate reads it."""
 
