@@ -46,6 +46,10 @@ SETUP, RUNNING, IDLE, LAUNCHING = 0, 1, 2, 3
 
 EXIT_RESTART = 75  # a child that found its CUDA context poisoned and asks to be replaced
 EXIT_HARNESS = 3  # an exception of the harness itself (not of the code under test)
+# A child found inside its own exit when its op timed out (a kernel set's os._exit: on a GPU shared by
+# many processes the driver's teardown of its CUDA context can take seconds) is given this long to
+# finish: its exit status is the case's signature, not a hang.
+EXIT_WAIT_S = 30.0
 
 
 class Beat:
@@ -110,6 +114,7 @@ class Child:
         self._launched = 0  # LAUNCH_MS when the current op was first seen
         self.longest = 0.0  # the longest an op ran (between two heartbeats while running ops)
         self.stack: list[str] = []  # a hung child's main-thread frames, innermost first (kill_hung)
+        self.exited = False  # it timed out while exiting on its own, and ended (kill_hung): a crash
         self._dumped_at: int | None = None  # its log's size before the dump
 
     def alive(self) -> bool:
@@ -165,7 +170,14 @@ class Child:
         self.proc.join(timeout=10)
 
     def kill_hung(self) -> None:
-        """Kill a child that made no progress, its Python stacks asked for first (``stacks``)."""
+        """Kill a child that made no progress, its Python stacks asked for first (``stacks``);
+        a child inside its own exit (``exiting``) is waited for instead (``EXIT_WAIT_S``): it
+        ended as a crash would, its exit status the fault's."""
+        if self.proc.is_alive() and exiting(self.proc.pid):
+            self.proc.join(timeout=EXIT_WAIT_S)
+            if not self.proc.is_alive():
+                self.exited = True
+                return
         if self.proc.is_alive():
             self.stack, self._dumped_at = stacks.dump(self.proc.pid, self.log)
         self.kill()
@@ -177,7 +189,7 @@ class Child:
         self.kill()
 
     def fault(self, timed_out: bool = False, timeout: float = 0.0) -> Fault:
-        if timed_out:
+        if timed_out and not self.exited:
             place = stacks.where(self.stack)
             return Fault("timeout", "no-progress", f"no progress for {timeout:g} s (op-timeout): killed"
                          + (f" in {place}" if place else ""), None, tail(self.log, end=self._dumped_at),
@@ -213,6 +225,16 @@ def a_core_is_free() -> bool:
         return os.getloadavg()[0] < (os.cpu_count() or 1)
     except OSError:
         return True
+
+
+def exiting(pid: int) -> bool:
+    """Whether the process is inside its exit (Linux ``/proc/PID/stat``: a zombie, or its main
+    thread flagged ``PF_EXITING``): it stopped making progress because it is ending, not hung."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & 0x4)
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def waited_for_cpu(pid: int | None) -> float:

@@ -456,6 +456,41 @@ def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, m
         ex.close()
 
 
+def test_a_child_inside_its_own_exit_is_ended_by_it_not_called_hung(tmp_path, monkeypatch):
+    """A child found exiting when its op timed out (a kernel set's ``os._exit``, whose CUDA
+    teardown a busy GPU makes slow: here a pause before the exit, and the kernel's flag read as
+    set) is waited for: the finding is the exit, ``crash/exit-0``, not ``timeout``."""
+    from fuzz.engine.kinds import parse_ops
+    from fuzz.engine.tiers import TierSpec
+
+    ex = supervise.Executor(TierSpec("torch", str(FAKES / "slow_exit.py")), op_timeout=1, log_dir=tmp_path)
+    config = kvref.PoolConfig(num_pages=8, page_size=2, multiplier=3)
+    ops = parse_ops([{"op": "alloc", "n": 2}, {"op": "free", "tokens": [0, 1, 2, 3]}])
+    monkeypatch.setattr(supervise, "exiting", lambda pid: True)
+    try:
+        got = ex.run(config, ops)
+    finally:
+        ex.close()
+    assert got is not None and str(got.signature) == "free/crash/exit-0", got
+
+
+def test_exiting_reads_the_kernels_word_for_a_process():
+    """A zombie is exiting; a sleeping process and a pid that is gone are not."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{done.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert supervise.exiting(done.pid) and not supervise.exiting(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        done.wait()
+    assert not supervise.exiting(done.pid)
+
+
 def test_seconds_inside_compiled_launches_are_not_the_ops_own(tmp_path, monkeypatch):
     """A compile inside an op (or its wait for the head start's) is not the op's work: with an
     op-timeout of seconds, a cold compile on a GPU host crowded with other campaigns' compiles would
