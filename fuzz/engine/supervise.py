@@ -141,8 +141,10 @@ class Child:
     def stalled(self, timeout: float) -> bool:
         """No op started or finished for ``timeout`` seconds while running ops (setting up:
         importing the kernel set and its smoke test, which may compile: 4x as long, at least
-        120 s, its compiled launches left out; inside a compiled launch, which may compile or
-        wait for one: as long as setting up). The
+        120 s, its compiled launches left out; a sequence begun and its op 0 not yet, its
+        runner being built: as long as setting up, so that an import on a loaded host is no
+        op of the case's; inside a compiled launch, which may compile or wait for one: as long
+        as setting up). The
         seconds are the child's own clock (``_clock``): a child that sleeps or blocks (a
         hang) is timed as before; one starved of CPU by other processes is not charged for
         the time it waited, nor an op for its launches' compiles."""
@@ -153,6 +155,8 @@ class Child:
             self._seen, self._since, self._launched = seen, now, self.slots[LAUNCH_MS]
             return False
         phase, setting_up = self.slots[PHASE], max(4 * timeout, 120.0)
+        if phase == RUNNING and self.slots[OP] < 0:  # a sequence's own set-up (its runner, pools, buffers) before op 0
+            return self._op_seconds(now) > setting_up
         if phase == RUNNING:
             return self._op_seconds(now) > timeout
         if phase == SETUP:  # its launches (the smoke test's compiles, a head start's waits) left out as an op's are

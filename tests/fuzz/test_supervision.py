@@ -427,7 +427,8 @@ def test_a_cuda_fault_has_one_name_however_it_surfaced():
 
 def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, monkeypatch):
     """The op-timeout runs on the child's own clock: seconds it sat runnable while other
-    processes held the cores (a loaded CI runner) are not charged to its op."""
+    processes held the cores (a loaded CI runner) are not charged to its op; nor is a
+    sequence's set-up before its op 0 held to the op-timeout."""
     from fuzz.engine.tiers import TierSpec
 
     ex = supervise.Executor(TierSpec("torch", str(FAKES / "past_prefix.py")), op_timeout=30, log_dir=tmp_path)
@@ -449,6 +450,18 @@ def test_a_child_starved_of_cpu_is_not_a_hang_but_one_that_blocks_is(tmp_path, m
         waited[0] += 7.0  # 8 s of wall, 7 of them waiting for a core: 1 s of its own
         assert not child.stalled(5.0) and child.running_for() == pytest.approx(1.0)
         wall[0] += 6.0  # 6 s more, asleep or blocked: 7 s of its own
+        assert child.stalled(5.0)
+        # A sequence begun, op 0 not yet (its runner being built: an import on a loaded host): as
+        # long as setting up, then the op-timeout from op 0 on.
+        child.slots[supervise.OP], child.slots[supervise.SEQ] = -1, child.slots[supervise.SEQ] + 1
+        assert not child.stalled(5.0)
+        wall[0] += 60.0
+        assert not child.stalled(5.0)
+        wall[0] += 61.0
+        assert child.stalled(5.0)
+        child.slots[supervise.OP] = 0
+        assert not child.stalled(5.0)
+        wall[0] += 6.0
         assert child.stalled(5.0)
     finally:
         monkeypatch.setattr(supervise, "time", time)  # the real clock again, for close()
