@@ -87,6 +87,12 @@ def _case_path(given, summary_dir: Path) -> Path | None:
     return None
 
 
+def unreproduced(finding: dict) -> bool:
+    """Rated, and no fresh replay of it failed again (``reproduced`` 0/n): kept as found, evidence only."""
+    r = finding.get("reproduced") or {}
+    return bool(r.get("n")) and not r.get("k")
+
+
 def _findings(raw: dict, campaign: dict, summary_dir: Path) -> list[dict]:
     out = []
     for f in _list(raw.get("failures")):
@@ -261,7 +267,10 @@ def read_night(path) -> dict:
         campaigns.append(c)
         findings += _findings(raw, c, f.parent)
         digest.update(f.read_bytes())
-    findings.sort(key=lambda x: (x["status"] != "new", -x["occurrences"], x["signature"], x["campaign"]))
+    # within new and known, a finding none of whose fresh replays failed again comes after every one
+    # that did: a stall of a loaded host reads last, not first because it was met often
+    findings.sort(key=lambda x: (x["status"] != "new", unreproduced(x), -x["occurrences"], x["signature"],
+                                 x["campaign"]))
     for f in findings[:DETAILED]:
         _detail(f)
     mtime = max(f.stat().st_mtime for f, _ in found)

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from . import svg
-from .night import DETAILED, LISTED, exit_code
+from .night import DETAILED, LISTED, exit_code, unreproduced
 from .nights import SHOWN_NIGHTS, since
 
 CAPPED = 50  # signatures named in one verdict list
@@ -179,6 +179,8 @@ class Page:
         r = f["reproduced"]
         if not r:
             return "-"
+        if unreproduced(f):
+            return f'0/{r.get("n")} <span class="muted">not reproduced</span>'
         return f"{r.get('k')}/{r.get('n')}" + (' <span class="new">flaky</span>' if f["flaky"] else "")
 
     def _case_link(self, f: dict) -> str:

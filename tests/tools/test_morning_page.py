@@ -284,3 +284,19 @@ def test_a_hang_on_the_page_says_where_it_hung(tmp_path):
         finding = {"case": path, "tier": None}
         night_mod._detail(finding)
         assert finding["divergence"]["fault"].splitlines() == expected, finding
+
+
+def test_a_finding_that_never_failed_again_reads_after_those_that_did_and_says_so(tmp_path):
+    """A case none of whose five fresh replays failed (a loaded host's stall) is listed after a
+    reproduced one, however often it was met, and its rate says it was not reproduced."""
+    d = a_shard(tmp_path, "night", [a_case(READ, 2), a_case(CRASH, 3)], occurrences={str(CRASH): 9}, shard="0/1")
+    summary = json.loads((d / "summary.json").read_text())
+    for f in summary["failures"]:
+        f["reproduced"] = {"k": 0, "n": 5, "fresh": 5} if f["signature"] == str(CRASH) else {"k": 3, "n": 3, "fresh": 3}
+    (d / "summary.json").write_text(json.dumps(summary))
+    page = tmp_path / "page.html"
+    report([d], page)
+    html = page.read_text()
+    first, second = text_of(html, "finding-0"), text_of(html, "finding-1")
+    assert str(READ) in first and "3/3" in first, first
+    assert str(CRASH) in second and "0/5 not reproduced" in second, second
