@@ -108,12 +108,12 @@ def test_only_the_tracks_ask_which_scale_runs():
 
 
 ENGINE_ROWS = [  # docs/architecture.md's engine table, leaf modules first
-    ["verdict", "gate", "lazy", "budget", "compile_tally", "stacks"], ["oplang", "ops", "raw_ops", "chain_ops"],
+    ["verdict", "gate", "lazy", "budget", "compile_tally", "stacks", "procfs"], ["oplang", "ops", "raw_ops", "chain_ops"],
     ["memory", "boundary", "knobs", "vector_oracle", "signatures", "launches", "spec_features", "features", "sources", "tiers", "allocators",
      "zygote", "supervise", "health"],
     ["spec_side", "shapes", "generate", "chain_gen"], ["runner", "strategies"], ["production", "compile_check"],
     ["tracks", "guide", "streams"],
-    ["kinds", "dispatch"], ["case", "minimize", "lanes", "slot"], ["worker", "head_start"], ["options", "confirm", "summary", "campaign"],
+    ["kinds", "dispatch", "scout"], ["case", "minimize", "lanes", "slot"], ["worker", "head_start"], ["options", "confirm", "summary", "campaign"],
 ]
 
 

@@ -46,6 +46,7 @@ from .confirm import Confirmer, set_mark
 from .kinds import parse_ops
 from .lanes import default_width
 from .options import CampaignOptions
+from .procfs import a_core_is_free, process_age
 from .slot import Slot, compile_ahead, same_boundaries, stop_reason, stopped_by
 from .summary import MAX_RESTARTS_WITHOUT_PROGRESS, FeatureClock, Summary, health, steady_rate
 from .supervise import (
@@ -64,8 +65,6 @@ from .supervise import (
     Executor,
     HarnessFailed,
     SetupFailed,
-    a_core_is_free,
-    process_age,
     visible_gpus,
 )
 from .tiers import SetupError

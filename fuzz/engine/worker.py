@@ -85,7 +85,7 @@ def fuzz_main(beat: Beat, opts, worker: int, start_k: int, deadline_wall: float,
     position ran). ``warm``: on a GPU, run the warm-up sequences first (a restarted worker
     does not)."""
     beat.slots[SEQ] = start_k - 1  # dead before its first sequence: the parent resumes at start_k
-    from .supervise import process_age
+    from .procfs import process_age
 
     entered, t0 = process_age(), time.monotonic()  # seconds from this process's start to here (its imports)
     from . import head_start

@@ -30,14 +30,14 @@ SEEDS, N_OPS = 4, 100  # warm-up sequences 0-3, 100 ops each: 57 specializations
 
 _SCOUT = """
 import json, sys
-from fuzz.engine import head_start
+from fuzz.engine import head_start, scout
 from fuzz.engine.generate import warmup_seed
 from fuzz.engine.knobs import choose
 from fuzz.engine.production.recipes import Book
 from fuzz.engine.tiers import load_kernels
 module = load_kernels("kvkernels")
 book = Book()
-head_start.scout(module, "kvkernels", [warmup_seed(i) for i in range(int(sys.argv[1]))], choose(module, 0),
+scout.scout(module, "kvkernels", [warmup_seed(i) for i in range(int(sys.argv[1]))], choose(module, 0),
                  n_ops=int(sys.argv[2]), hostile="spec", check_every=1, on_launch=book)
 print(json.dumps(sorted(book.recipes)))
 """
@@ -71,7 +71,7 @@ _LOOKUP = """
 import json, sys
 from triton import knobs
 from triton.runtime import driver
-from fuzz.engine import head_start
+from fuzz.engine import head_start, scout
 from fuzz.engine.generate import warmup_seed
 from fuzz.engine.knobs import choose
 from fuzz.engine.production.recipes import StandInDriver
@@ -79,7 +79,7 @@ from fuzz.engine.tiers import load_kernels
 driver.set_active(StandInDriver("cuda:90:32"))
 module = load_kernels("kvkernels")
 seen = []
-head_start.scout(module, "kvkernels", [warmup_seed(i) for i in range(8)], choose(module, 0), n_ops=int(sys.argv[1]),
+scout.scout(module, "kvkernels", [warmup_seed(i) for i in range(8)], choose(module, 0), n_ops=int(sys.argv[1]),
                  hostile="spec", check_every=1, on_launch=seen.append)
 hits = []
 knobs.compilation.listener = lambda **kw: hits.append(bool(kw["cache_hit"]))
