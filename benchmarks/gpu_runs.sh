@@ -194,10 +194,11 @@ run_part() {
     # --op-timeout 1.5 as on the interpreter: a fresh child loads every kernel in its smoke test before op 1, so an op
     # of these sizes takes milliseconds, and every candidate that still hangs costs one op-timeout. RM_SHRINK_JOBS:
     # each campaign's --shrink-jobs (empty: kvfuzz run's default, half the cores up to 4); RM_JOBS x RM_SHRINK_JOBS
-    # fresh children (each a CUDA context) shrink at once, twice that many alive with the ones started ahead
+    # fresh children (each a CUDA context) shrink at once, twice that many alive with the ones started ahead;
+    # RM_REPLAY_JOBS: a case's replays (20 for flaky) this many at once
     timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --campaigns "${RM_CAMPAIGNS:-10}" \
       --first-seed "${RM_FIRST:-0}" --only "${RM_ONLY:-exit_nth,kill_nth,hang_nth,flaky}" --jobs "${RM_JOBS:-12}" \
-      ${RM_SHRINK_JOBS:+--shrink-jobs "$RM_SHRINK_JOBS"} \
+      ${RM_SHRINK_JOBS:+--shrink-jobs "$RM_SHRINK_JOBS"} --replay-jobs "${RM_REPLAY_JOBS:-4}" \
       --op-timeout "${RM_OP_TIMEOUT:-1.5}" --deadline-s "${RM_DEADLINE:-300}" --out /tmp/gpu-runs-rm > "$OUT/replay-matrix-runs.log" 2>&1
     echo "exit $?"; cp /tmp/gpu-runs-rm/replay_matrix.json /tmp/gpu-runs-rm/replay_matrix.md "$OUT/" 2>/dev/null
     grep -E "seed" "$OUT/replay-matrix-runs.log" | head -60 ;;

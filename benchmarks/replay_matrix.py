@@ -93,8 +93,19 @@ def needless(case, backend: str, env: dict) -> list[str]:
         ex.close()
 
 
+def replays_of(path: Path, n: int, env: dict, jobs: int = 1) -> list[int | None]:
+    """The exit codes of ``n`` runs of ``kvfuzz replay CASE``, ``jobs`` at once (each its own process:
+    on a GPU each makes a CUDA context, and a flaky case's 20 replays one after another cost minutes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        return list(pool.map(lambda _: kvfuzz("replay", path, "--op-timeout", REPLAY_OP_TIMEOUT_S, env=env)[0],
+                             range(n)))
+
+
 def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None = None,
-             sequences: int = SEQUENCES, op_timeout: float = OP_TIMEOUT_S, shrink_jobs: int | None = None) -> dict:
+             sequences: int = SEQUENCES, op_timeout: float = OP_TIMEOUT_S, shrink_jobs: int | None = None,
+             replay_jobs: int = 1) -> dict:
     """One campaign of fixture ``name`` and the checks of its cases: a row of the table."""
     from fuzz.engine.case import load_case
 
@@ -115,7 +126,7 @@ def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None 
     for path in sorted((where / "cases").glob("*.json")):
         case = load_case(path)
         n = replays or (FLAKY_REPLAYS if not deterministic else 1)
-        codes = [kvfuzz("replay", path, "--op-timeout", REPLAY_OP_TIMEOUT_S, env=env)[0] for _ in range(n)]
+        codes = replays_of(path, n, env, replay_jobs)
         entry = {"signature": str(case.signature), "lengths": case.lengths, "reproduced": case.reproduced,
                  "flaky": bool(case.flaky), "minimal": case.minimal,
                  "history": len((case.history or {}).get("sequences") or []),
@@ -178,7 +189,8 @@ def in_parallel(args, names: list[str], start: float) -> int:
         part = args.out / "parts" / f"{name}-{seed}"
         width = ["--shrink-jobs", str(args.shrink_jobs)] if args.shrink_jobs else []
         subprocess.run([sys.executable, __file__, "--backend", args.backend, "--only", name, "--first-seed", str(seed),
-                        "--campaigns", "1", "--op-timeout", str(args.op_timeout), "--out", str(part), *width],
+                        "--campaigns", "1", "--op-timeout", str(args.op_timeout), "--out", str(part), *width,
+                        "--replay-jobs", str(args.replay_jobs)],
                        cwd=ROOT, capture_output=True, text=True)
         got = json.loads((part / "replay_matrix.json").read_text()) if (part / "replay_matrix.json").exists() else [
             {"fixture": name, "seed": seed, "rc": None, "run_s": None, "cases": [], "ok": False,
@@ -212,6 +224,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1,
                     help="campaigns at once, each in a process of its own (a GPU host's cores; the hang and flaky "
                          "campaigns, the longest, start first)")
+    ap.add_argument("--replay-jobs", type=int, default=1,
+                    help="a case's kvfuzz replay runs this many at once (each a process of its own)")
     ap.add_argument("--shrink-jobs", type=int, default=None,
                     help="the campaigns' --shrink-jobs: fault candidates this many at once (default: kvfuzz run's)")
     args = ap.parse_args(argv)
@@ -229,7 +243,7 @@ def main(argv=None) -> int:
             if args.deadline_s is not None and time.monotonic() - start > args.deadline_s:
                 break
             rows.append(campaign(name, seed, args.backend, args.out, op_timeout=args.op_timeout,
-                                 shrink_jobs=args.shrink_jobs))
+                                 shrink_jobs=args.shrink_jobs, replay_jobs=args.replay_jobs))
             r = rows[-1]
             print(f"{name} seed {seed}: exit {r['rc']}, {len(r['cases'])} case(s), {r['run_s']} s, "
                   f"{'right' if r['ok'] else 'WRONG'}", flush=True)
