@@ -129,6 +129,13 @@ def scenario_names() -> list[str]:
     return sorted(SCENARIOS) + sorted(CHAIN_SCENARIOS)
 
 
+def runnable_scenarios(chains) -> list[int]:
+    """The indices in ``scenario_names()`` a tier with ``chains`` runs as themselves: every one, or the
+    single pool's only (``params_of`` maps a chain scenario of a tier without chains to one of
+    those, so its own name is never reached and must not be aimed at)."""
+    return [i for i, n in enumerate(scenario_names()) if n in SCENARIOS or layouts_of(chains)]
+
+
 def data_flow(config, ops, has=(), skips=(), rules=()) -> dict:
     """``{"pages": {alloc op: pages}, "feeds": {table op: [the alloc ops whose tokens its rows
     hold]}}`` (op indices as strings, JSON's keys), from the ops replayed on the spec as the

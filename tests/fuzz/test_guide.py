@@ -545,6 +545,29 @@ def test_energy_favours_rare_features_and_entries_that_keep_paying_per_cpu_secon
     assert sum(e["picks"] for e in c.entries) == picks + 1
 
 
+def test_a_fresh_sequence_draws_every_scenario_its_tier_runs(tmp_path):
+    """On a tier without chains a chain scenario stands for a single pool's (``params_of``), so the
+    corpus never holds its name: aimed at as the one held least, every fresh sequence drew the
+    three single-pool scenarios the chain names map to, never ``inflight`` (a reader in flight,
+    what a flush bug behind a reader needs) nor ``long``. With every scenario held once, fresh
+    sequences draw all seven; with chains, the chain scenarios no entry holds come first."""
+    from types import SimpleNamespace
+
+    track = guide.GuidedTrack(tmp_path / "corpus")
+    single = sorted(generate.SCENARIOS)
+    track._corpus = SimpleNamespace(counts={features.feature_id(f"config|scenario|{n}"): 1 for n in single})
+
+    def drawn(chains) -> set[str]:
+        out = set()
+        for seed in range(80):
+            stream = track._fresh_stream(seed, random.Random(seed), chains)
+            out.add(streams.params_of(stream, seed, chains=chains)[1])
+        return out
+
+    assert drawn(False) == set(single)
+    assert drawn(True) == set(streams.CHAIN_SCENARIOS)
+
+
 def test_rare_knobs_is_a_launch_knob_combination_the_corpus_holds_fewest_of(tmp_path):
     import itertools
 
