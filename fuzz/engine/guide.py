@@ -56,10 +56,10 @@ from .streams import (
     mutate,
     params_of,
     rare_config,
+    rare_scenario,
     reconfig_wants,
     retune,
     row_target,
-    runnable_scenarios,
     scenario_names,
     smallest,
 )
@@ -329,8 +329,8 @@ class GuidedTrack(SmallTrack):
         corpus = self.corpus
         if len(corpus.entries) < SEED_ENTRIES or rng.random() < FRESH:  # fresh ops, the knobs least tried
             knobs = self.rare_knobs(tier.kernels, rng) or choose(tier.kernels, seed)
-            plan = {"stream": self._fresh_stream(seed, rng, super().worker_info(tier)["chains"]), "knobs": knobs, "r2t": sequence_r2t_dtype(seed),
-                    "how": ["fresh"], "length": FRESH_OPS}
+            stream = self._fresh_stream(seed, rng, super().worker_info(tier)["chains"])
+            plan = {"stream": stream, "knobs": knobs, "r2t": sequence_r2t_dtype(seed), "how": ["fresh"], "length": FRESH_OPS}
         else:
             front = rng.random() < FRONTIER and corpus.frontier(rng)
             entry, why = front or corpus.pick(rng)
@@ -352,14 +352,9 @@ class GuidedTrack(SmallTrack):
     def _fresh_stream(self, seed: int, rng: random.Random, chains) -> list[float]:
         """A fresh sequence's stream: its pool config (its own RNG's) the least held of a few draws
         (``rare_config``: a corpus grown from its first entries stayed on one grow direction), then
-        the scenario the corpus holds fewest entries of (long rows come from ``long``, chains from
-        theirs), among those the tier runs as themselves (``runnable_scenarios``: aimed at a chain's,
-        never reached on a tier without chains, every fresh sequence drew the three single-pool
-        scenarios those map to)."""
-        names, runnable = scenario_names(), runnable_scenarios(chains)
-        counts = {i: self.corpus.counts.get(feature_id(f"config|scenario|{names[i]}"), 0) for i in runnable}
-        pick = rng.choice([i for i, n in counts.items() if n == min(counts.values())])
-        return [*rare_config(self.corpus.counts, seed), (pick + 0.5) / len(names)]
+        the scenario the corpus holds fewest entries of among those the tier runs (``rare_scenario``)."""
+        pick = rare_scenario(self.corpus.counts, chains, rng)
+        return [*rare_config(self.corpus.counts, seed), (pick + 0.5) / len(scenario_names())]
 
     def rare_knobs(self, kernels, rng: random.Random) -> dict | None:
         """One of the launch-knob combinations the corpus holds fewest entries of (none yet, first):

@@ -129,11 +129,16 @@ def scenario_names() -> list[str]:
     return sorted(SCENARIOS) + sorted(CHAIN_SCENARIOS)
 
 
-def runnable_scenarios(chains) -> list[int]:
-    """The indices in ``scenario_names()`` a tier with ``chains`` runs as themselves: every one, or the
+def rare_scenario(counts, chains, rng) -> int:
+    """The index in ``scenario_names()`` of a scenario the corpus (its feature ``counts``) holds
+    fewest entries of, among those a tier with ``chains`` runs as themselves: every one, or the
     single pool's only (``params_of`` maps a chain scenario of a tier without chains to one of
-    those, so its own name is never reached and must not be aimed at)."""
-    return [i for i, n in enumerate(scenario_names()) if n in SCENARIOS or layouts_of(chains)]
+    those, so its own name is never held: aimed at as the least held, every fresh sequence drew
+    the three single-pool scenarios the chain names map to, never ``inflight`` nor ``long``)."""
+    names = scenario_names()
+    held = {i: counts.get(feature_id(f"config|scenario|{n}"), 0) for i, n in enumerate(names)
+            if n in SCENARIOS or layouts_of(chains)}
+    return rng.choice([i for i, n in held.items() if n == min(held.values())])
 
 
 def data_flow(config, ops, has=(), skips=(), rules=()) -> dict:
