@@ -263,12 +263,14 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
         finished = set()
     earlier: set[str] = set()
     left: set[str] = set()
-    lock, closed = threading.Lock(), []  # the scout's thread and this one both tell the worker
+    # The scout's thread and this one both tell the worker (a lock keeps their messages whole); once
+    # the scouting is over, a scout left behind that comes back queues nothing more.
+    lock, scouting = threading.Lock(), threading.Event()
+    scouting.set()
 
     def say(msg) -> None:
         with lock:
-            if not closed:
-                tell(msg)
+            tell(msg)
 
     def on_launch(launch) -> None:
         before = len(book.recipes)
@@ -279,7 +281,7 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
                 earlier.add(key)
                 return
             with lock:
-                if closed:  # a scout left behind that came back: its compiles are nobody's now
+                if not scouting.is_set():
                     return
                 queued.append(key)
                 left.add(key)
@@ -314,7 +316,7 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
         thread.join(0.005)
     with lock:
         stuck = thread.is_alive()
-        closed.append(stuck)
+        scouting.clear()
     done = dict(box) or {"sequences": 0, "ops": 0, "cut": 0, "skipped": 0}
     if stuck:
         done["stuck"] = where_now(thread)
@@ -346,8 +348,7 @@ def _coordinate(module, name: str, seeds, knobs, params: dict, children: int, te
             tmp = marker.with_name(marker.name + f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(report))
             os.replace(tmp, marker)
-    with lock:
-        tell(("end", report))
+    say(("end", report))
     return 0
 
 

@@ -50,10 +50,29 @@ from fuzz.engine.options import CampaignOptions
 opts = CampaignOptions(backend="cuda", ops_per_sequence=int(sys.argv[1]))
 note = head_start.begin(opts, 0, 0, True)
 gate = head_start._GATE[0]
+
+
+class Told:  # the worker's end of the pipe, counting each compile it is told done
+    def __init__(self, conn):
+        self.conn, self.done = conn, 0
+
+    def poll(self, timeout):
+        return self.conn.poll(timeout)
+
+    def recv(self):
+        msg = self.conn.recv()
+        self.done += msg[0] == "done"
+        return msg
+
+    def close(self):
+        self.conn.close()
+
+
+gate.conn = told = Told(gate.conn)
 end = time.monotonic() + 500
 while gate.report is None and time.monotonic() < end:
     gate._drain(0.1)
-first = head_start.state()
+first = {**head_start.state(), "told_done": told.done}
 again = head_start.begin(opts, 0, 0, True)
 # Cut short: the marker gone, what it finished kept (a campaign that ended before its head start did).
 marker = next(p for p in head_start._marker_dir().iterdir() if not p.name.endswith(".done"))
@@ -138,6 +157,7 @@ def test_a_head_start_compiles_what_it_scouted_and_its_marker_makes_the_next_one
     assert got["note"].startswith("head start: the smoke test and 10 sequences scouted"), got["note"]
     assert state["specializations"] >= 10 and state["failed"] == 0 and state["lost"] == 0, state
     assert state["compiled"] + state["cached"] == state["specializations"]
+    assert state["told_done"] == state["specializations"], state  # each relayed as it ended, not only at the end
     assert got["again"] is None
     assert len(list((cache / "kvfuzz-head-start").iterdir())) == 2  # the marker, and the digests it finished
     resumed = got["resumed"]  # after the marker was lost: nothing queued, nothing waited for, the marker back
