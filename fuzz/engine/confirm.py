@@ -58,6 +58,7 @@ from .case import Case
 from .lanes import Lanes
 from .minimize import Minimizer, NotReproducible, hostile_kind
 from .supervise import Executor, NotRun
+from .verdict import never_again
 
 DEFAULT_TRIES = 5
 # A finding none of whose first replays reproduced (nor its worker's history) is replayed this
@@ -475,7 +476,7 @@ def set_mark(cases, kernels: str) -> dict | None:
         return None
     # by_chance: some case failed in some fresh replays of its own and not in others (not only after
     # a history it needs, with which it fails every time): a minimizer's candidates take tries too
-    chance = any(c.flaky or ((c.reproduced or {}).get("n") and not (c.reproduced or {}).get("k")) for c in cases)
+    chance = any(c.flaky or never_again(c.reproduced) for c in cases)
     return {"seen": seen, "by_chance": bool(chance),
             "note": f"this campaign saw {kernels} fail other than deterministically from a case's "
                     f"own ops: a single passing replay of any of its cases proves nothing"}
@@ -490,7 +491,7 @@ def nondeterminism(case: Case) -> str | None:
         return f"{case.signature} reproduced {r.get('k')}/{r.get('n')}"
     if history.get("reproduced"):
         return f"{case.signature} fails only after {len(history.get('sequences') or [])} sequences of its worker's history"
-    if r.get("n") and not r.get("k"):
+    if never_again(r):
         return f"{case.signature} did not fail again in {r.get('n')} fresh replays"
     return None
 

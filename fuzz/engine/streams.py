@@ -133,8 +133,9 @@ def rare_scenario(counts, chains, rng) -> int:
     """The index in ``scenario_names()`` of a scenario the corpus (its feature ``counts``) holds
     fewest entries of, among those a tier with ``chains`` runs as themselves: every one, or the
     single pool's only (``params_of`` maps a chain scenario of a tier without chains to one of
-    those, so its own name is never held: aimed at as the least held, every fresh sequence drew
-    the three single-pool scenarios the chain names map to, never ``inflight`` nor ``long``)."""
+    those, so its own name is never held: aimed at, it would always be the least held, and fresh
+    sequences would draw only the three single-pool scenarios the chain names map to, never
+    ``inflight`` nor ``long``)."""
     names = scenario_names()
     held = {i: counts.get(feature_id(f"config|scenario|{n}"), 0) for i, n in enumerate(names)
             if n in SCENARIOS or layouts_of(chains)}

@@ -156,12 +156,12 @@ class Child:
             self._seen, self._since, self._launched = seen, now, self.slots[LAUNCH_MS]
             return False
         phase, setting_up = self.slots[PHASE], max(4 * timeout, 120.0)
-        if phase == RUNNING and self.slots[OP] < 0:  # a sequence's own set-up (its runner, pools, buffers) before op 0
+        # setting up: the worker's (its launches, the smoke test's compiles and a head start's waits, left
+        # out as an op's are), or a sequence's own before its op 0 (its runner, pools, buffers)
+        if phase == SETUP or phase == RUNNING and self.slots[OP] < 0:
             return self._op_seconds(now) > setting_up
         if phase == RUNNING:
             return self._op_seconds(now) > timeout
-        if phase == SETUP:  # its launches (the smoke test's compiles, a head start's waits) left out as an op's are
-            return self._op_seconds(now) > setting_up
         return phase == LAUNCHING and now - self._since > setting_up
 
     def running_for(self) -> float:

@@ -229,6 +229,13 @@ class Fault:
                 "stderr_tail": list(self.stderr), **({"stack": list(self.stack)} if self.stack else {})}
 
 
+def never_again(reproduced: dict | None) -> bool:
+    """A rate (``{"k", "n"}``, a case's ``reproduced``) of replays none of which failed again: the case
+    is kept as found, evidence only (a rare race, or a loaded host's stall)."""
+    r = reproduced or {}
+    return bool(r.get("n")) and not r.get("k")
+
+
 EXIT_DEVICE = 76  # a child whose device error surfaced outside any op (it prints the traceback first)
 
 

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..engine.stacks import brief
+from ..engine.verdict import never_again
 
 RUN = "kvfuzz-summary/1"
 MERGE = "kvfuzz-merge/1"
@@ -85,12 +86,6 @@ def _case_path(given, summary_dir: Path) -> Path | None:
         if cand.is_file():
             return cand.resolve()
     return None
-
-
-def unreproduced(finding: dict) -> bool:
-    """Rated, and no fresh replay of it failed again (``reproduced`` 0/n): kept as found, evidence only."""
-    r = finding.get("reproduced") or {}
-    return bool(r.get("n")) and not r.get("k")
 
 
 def _findings(raw: dict, campaign: dict, summary_dir: Path) -> list[dict]:
@@ -269,8 +264,8 @@ def read_night(path) -> dict:
         digest.update(f.read_bytes())
     # within new and known, a finding none of whose fresh replays failed again comes after every one
     # that did: a stall of a loaded host reads last, not first because it was met often
-    findings.sort(key=lambda x: (x["status"] != "new", unreproduced(x), -x["occurrences"], x["signature"],
-                                 x["campaign"]))
+    findings.sort(key=lambda x: (x["status"] != "new", never_again(x["reproduced"]), -x["occurrences"],
+                                 x["signature"], x["campaign"]))
     for f in findings[:DETAILED]:
         _detail(f)
     mtime = max(f.stat().st_mtime for f, _ in found)

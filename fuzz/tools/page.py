@@ -15,8 +15,9 @@ from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
+from ..engine.verdict import never_again
 from . import svg
-from .night import DETAILED, LISTED, exit_code, unreproduced
+from .night import DETAILED, LISTED, exit_code
 from .nights import SHOWN_NIGHTS, since
 
 CAPPED = 50  # signatures named in one verdict list
@@ -179,7 +180,7 @@ class Page:
         r = f["reproduced"]
         if not r:
             return "-"
-        if unreproduced(f):
+        if never_again(r):
             return f'0/{r.get("n")} <span class="muted">not reproduced</span>'
         return f"{r.get('k')}/{r.get('n')}" + (' <span class="new">flaky</span>' if f["flaky"] else "")
 

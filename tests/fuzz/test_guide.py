@@ -547,10 +547,10 @@ def test_energy_favours_rare_features_and_entries_that_keep_paying_per_cpu_secon
 
 def test_a_fresh_sequence_draws_every_scenario_its_tier_runs(tmp_path):
     """On a tier without chains a chain scenario stands for a single pool's (``params_of``), so the
-    corpus never holds its name: aimed at as the one held least, every fresh sequence drew the
-    three single-pool scenarios the chain names map to, never ``inflight`` (a reader in flight,
-    what a flush bug behind a reader needs) nor ``long``. With every scenario held once, fresh
-    sequences draw all seven; with chains, the chain scenarios no entry holds come first."""
+    corpus never holds its name: were it aimed at as the one held least, fresh sequences would draw
+    only the three single-pool scenarios the chain names map to, never ``inflight`` (a reader in
+    flight, what a flush bug behind a reader needs) nor ``long``. With every scenario held once,
+    fresh sequences draw all seven; with chains, the chain scenarios no entry holds come first."""
     from types import SimpleNamespace
 
     track = guide.GuidedTrack(tmp_path / "corpus")
