@@ -61,8 +61,9 @@ def _positive(kind):
 def _shrink_jobs(p) -> None:
     p.add_argument("--shrink-jobs", type=_positive(int), default=None, metavar="N",
                    help="shrink candidates that each need a fresh child (a crash, a hang, a case with history) N at "
-                        "once, each in a child of its own (default: half the cores, 1 to 4); the minimized case, its "
-                        "1-minimal check and the candidates counted against the cap are the same at any N")
+                        "once, each in a child of its own (default: half the cores, 1 to 4); a campaign's cases "
+                        "share the N - 1 extra children; the minimized case, its 1-minimal check and the "
+                        "candidates counted against the cap are the same at any N")
 
 
 def _version() -> str:

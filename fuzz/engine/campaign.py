@@ -44,7 +44,7 @@ import kvref
 from .case import Case, write_case
 from .confirm import Confirmer, set_mark
 from .kinds import parse_ops
-from .lanes import default_width
+from .lanes import LanePool, default_width
 from .options import CampaignOptions
 from .procfs import a_core_is_free, process_age
 from .slot import Slot, compile_ahead, same_boundaries, stop_reason, stopped_by
@@ -94,6 +94,9 @@ class Campaign:
         self._gpu_turn = 0
         self.env = opts.child_env()  # every child's extra environment
         self._spare: Executor | None = None
+        # the siblings every case's shrink shares: --shrink-jobs fresh children at once for the first case
+        # found, not for each of the cases confirmed side by side (``lanes.LanePool``)
+        self.lane_pool = LanePool((opts.shrink_jobs or default_width()) - 1)
         self._ahead = None  # a compile-ahead child that follows the workers (--compile-ahead follow)
         self._overrun_said = False
         self.clock = FeatureClock(opts.track.root) if opts.guided else None  # features over time
@@ -409,7 +412,7 @@ class Campaign:
         confirmer = Confirmer(executor, tries=max(1, self.opts.reproduce), deadline=deadline,
                               minimize=self.opts.minimize, rate_deadline=rate_by, helper=helper,
                               shrink_jobs=self.opts.shrink_jobs or default_width(),
-                              sibling=lambda: self._executor(turn, timeout))
+                              sibling=lambda: self._executor(turn, timeout), pool=self.lane_pool)
         confirmer.mark = self.summary.marker(case.signature, self.start, executor, helper, confirmer.lanes.siblings)
         def publish(better: Case) -> None:
             with self.lock:

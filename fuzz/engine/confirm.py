@@ -115,10 +115,11 @@ class Confirmer:
 
     def __init__(self, executor: Executor, *, tries: int = DEFAULT_TRIES, deadline: float | None = None,
                  minimize: bool = True, rate_deadline: float | None = None, helper: Executor | None = None,
-                 cap: int | None = None, shrink_jobs: int = 1, sibling=None):
+                 cap: int | None = None, shrink_jobs: int = 1, sibling=None, pool=None):
         self.executor = executor
-        # candidates that each need a fresh child, ``shrink_jobs`` at once (``sibling()``: another executor)
-        self.lanes = Lanes(executor, shrink_jobs, sibling)
+        # candidates that each need a fresh child, ``shrink_jobs`` at once (``sibling()``: another executor;
+        # ``pool``: the campaign's ``lanes.LanePool``, which the siblings come out of)
+        self.lanes = Lanes(executor, shrink_jobs, sibling, pool)
         self.helper = helper  # a second executor for the first rate's replays (``_replays``), closed after it
         self.tries = max(1, tries)
         self.deadline = deadline  # for minimizing
@@ -406,7 +407,7 @@ class Confirmer:
             m = Minimizer(None, case.signature, deadline=self.deadline, hostile=hostile_kind(case),
                           judge=lambda c, o, judge=judge: judge(c, o, fresh=fresh),
                           tries=self.tries if flaky else 1, max_replays=self.cap - used,
-                          batch=on_lane if fresh else None, width=self.lanes.width)
+                          batch=on_lane if fresh else None, width=self.lanes.reserve())
             try:
                 config, ops, failure = m.run(case.config, case.ops, known=known)
             except NotReproducible:

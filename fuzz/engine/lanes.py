@@ -18,8 +18,8 @@ import threading
 from typing import Callable
 
 # A fresh child per candidate is a core's work while it sets up (and a CUDA context on a GPU):
-# half the cores, and no more than this many at once per case (a campaign confirms its cases side
-# by side, each with its own lanes).
+# half the cores, and no more than this many at once (a campaign's cases, confirmed side by side,
+# share them: ``LanePool``).
 SHRINK_JOBS_CAP = 4
 
 
@@ -53,20 +53,56 @@ def side_by_side(calls: list[Callable[[], object]]) -> list:
     return answers
 
 
+class LanePool:
+    """The siblings a campaign's confirmations may hold at once, in all: a campaign that finds ten
+    faults at once confirms ten cases side by side, and at ``--shrink-jobs`` each that was ten
+    times the fresh children (each a CUDA context, twice that many with the ones started ahead)
+    on a GPU other workers share. Each case keeps its own executor; the siblings beyond it come
+    from here, first come first served, and go back when its search ends (``Lanes.close``)."""
+
+    def __init__(self, siblings: int):
+        self.free = max(0, siblings)
+        self._lock = threading.Lock()
+
+    def take(self, want: int) -> int:
+        with self._lock:
+            got = min(max(0, want), self.free)
+            self.free -= got
+            return got
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.free += n
+
+
 class Lanes:
     """The confirmer's ``executor`` and up to ``width - 1`` siblings (``sibling()`` makes one;
-    without it, one lane), started when first needed and stopped by ``close``."""
+    without it, one lane), started when first needed and stopped by ``close``. With a ``pool``
+    the siblings are those it grants when a search begins (``reserve``), kept until ``close``: a
+    search's width is fixed from its first batch to its end, and the answer is the same at any."""
 
-    def __init__(self, executor, width: int = 1, sibling: Callable | None = None):
+    def __init__(self, executor, width: int = 1, sibling: Callable | None = None, pool: LanePool | None = None):
         self.executor = executor
-        self.width = max(1, width) if sibling is not None else 1
+        self.wanted = max(1, width) if sibling is not None else 1
+        self.width = self.wanted
         self.sibling = sibling
+        self.pool = pool
+        self._granted: int | None = None  # the siblings the pool granted this search (None: none asked yet)
         self.open_siblings: list = []
         self.siblings: list = []  # every sibling ever started: their children and jobs are the confirmation's work
+
+    def reserve(self) -> int:
+        """The width of the search beginning now: with a pool, 1 + the siblings it grants (asked
+        once per search, until ``close``)."""
+        if self.pool is not None and self._granted is None:
+            self._granted = self.pool.take(self.wanted - 1)
+            self.width = 1 + self._granted
+        return self.width
 
     def open(self) -> None:
         """Start the siblings (each child set up now, idle until its first job, one more started
         ahead of the next): a batch's first candidates then wait for no set-up."""
+        self.reserve()
         while 1 + len(self.open_siblings) < self.width:
             executor = self.sibling()
             executor.prestart()
@@ -91,6 +127,7 @@ class Lanes:
         of its own, a batch of ``width`` at once; how many of them the order reached). A test
         after the first that holds counts for nothing, its exception included; ``late()``
         before a batch ends the search (None)."""
+        self.reserve()
         for start in range(0, len(tests), self.width):
             if late():
                 return None, start
@@ -106,7 +143,11 @@ class Lanes:
         return None, len(tests)
 
     def close(self) -> None:
-        """Stop the siblings and their children (the confirmer's own executor stays)."""
+        """Stop the siblings and their children (the confirmer's own executor stays); the pool's
+        grant goes back."""
         open_siblings, self.open_siblings = self.open_siblings, []
         for executor in open_siblings:
             executor.close()
+        if self._granted is not None:
+            self.pool.give(self._granted)
+            self._granted, self.width = None, self.wanted

@@ -15,7 +15,7 @@ import kvref
 from fuzz.engine import supervise
 from fuzz.engine.case import Case, load_case
 from fuzz.engine.confirm import Confirmer
-from fuzz.engine.lanes import Lanes, default_width, side_by_side
+from fuzz.engine.lanes import LanePool, Lanes, default_width, side_by_side
 from fuzz.engine.minimize import Minimizer
 from fuzz.engine.ops import Alloc, Free
 from fuzz.engine.tiers import TierSpec
@@ -232,6 +232,47 @@ def test_a_batch_runs_its_candidates_in_fresh_children_of_their_own_at_the_same_
     assert lanes.open_siblings == [] and len(lanes.siblings) == 2
 
 
+class _Idle:
+    """An executor that only counts: what ``Lanes`` asks of a sibling (its child started ahead,
+    stood by, closed), and each candidate answered by the lane it ran on."""
+
+    def __init__(self, name: str, started: list):
+        self.name, self.closed = name, False
+        started.append(self)
+
+    def prestart(self):
+        pass
+
+    def standby(self, depth: int = 1):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_campaigns_cases_share_its_siblings_and_each_search_keeps_its_width_to_its_end():
+    """Two cases confirmed side by side, each asking for 3 lanes, from a campaign pool of 2
+    siblings: the first search gets its 3, the second 1 (its own executor: every candidate still
+    answered, one at a time) until the first closes; then the next search gets the 3 again."""
+    pool, started = LanePool(2), []
+    a = Lanes(_Idle("a", []), 3, lambda: _Idle("a-sib", started), pool)
+    b = Lanes(_Idle("b", []), 3, lambda: _Idle("b-sib", started), pool)
+    cands = [(None, [i]) for i in range(3)]
+    lane_of = lambda e: lambda config, ops: (e.name, ops[0])  # noqa: E731 - a judge per lane
+    assert a.batch(lane_of)(cands) == [("a", 0), ("a-sib", 1), ("a-sib", 2)]
+    assert (a.width, pool.free) == (3, 0)
+    assert b.reserve() == 1 and b.batch(lane_of)(cands[:1]) == [("b", 0)]
+    at, reached = b.first([lambda e, i=i: (e.name == "b" and i == 2) for i in range(3)])
+    assert (at, reached) == (2, 3)  # one lane: each test in turn, all reached
+    a.close()
+    assert pool.free == 2 and all(e.closed for e in started) and a.width == 3
+    assert b.width == 1  # granted when its search began; kept to its end
+    b.close()
+    assert b.reserve() == 3 and pool.free == 0
+    b.close()
+    assert pool.free == 2 and [e.name for e in started] == ["a-sib", "a-sib"]
+
+
 @pytest.mark.slow
 @needs_interpreter
 def test_a_fault_fixture_case_shrinks_to_the_same_case_at_width_1_and_3():
@@ -255,16 +296,18 @@ def test_a_fault_fixture_case_shrinks_to_the_same_case_at_width_1_and_3():
     assert found is not None and found.fault is not None, found
     case = Case.found(config=config, ops=ops[:found.step + 1], divergence=found, original_len=found.step + 1)
     done = {}
-    for width in (1, 3):
+    for width, pool in ((1, None), (3, None), ("3 of a spent pool", LanePool(0))):
         executor = make()
-        confirmer = Confirmer(executor, tries=3, shrink_jobs=width, sibling=make)
+        confirmer = Confirmer(executor, tries=3, shrink_jobs=3 if pool else width, sibling=make, pool=pool)
         try:
             done[width] = confirmer.confirm(case)
         finally:
             executor.close()
         assert all(e.jobs <= e.children for e in [executor, *confirmer.lanes.siblings])
-        assert bool(confirmer.lanes.siblings) == (width > 1)
-    one, three = done[1], done[3]
+        assert bool(confirmer.lanes.siblings) == (width == 3)
+    one, three, spent = done[1], done[3], done["3 of a spent pool"]
+    assert (spent.config, spent.ops, spent.minimal, spent.reproduced) == (one.config, one.ops, one.minimal,
+                                                                          one.reproduced)
     assert one.minimal["one_minimal"] and len(one.ops) < len(case.ops), one.minimal
     assert (three.config, three.ops, three.minimal, three.reproduced) == (one.config, one.ops, one.minimal,
                                                                           one.reproduced)
