@@ -76,21 +76,24 @@ def kvfuzz(*args, env: dict, timeout: float = 900, log: Path | None = None) -> t
         return None, "timed out"
 
 
-def needless(case, backend: str, env: dict) -> list[str]:
-    """``confirm.needless_parts`` of a case, in an executor of its own with the fixture's environment."""
+def needless(case, backend: str, env: dict, jobs: int = 1) -> list[str]:
+    """``confirm.needless_parts`` of a case, on ``jobs`` executors of its own (parts at once) with
+    the fixture's environment."""
     from fuzz.engine.case import resolve_kernels
     from fuzz.engine.confirm import needless_parts
     from fuzz.engine.supervise import Executor
     from fuzz.engine.tiers import TierSpec
 
     kernels = resolve_kernels(case.kernels, case.path, case.kernels_file)
-    ex = Executor(TierSpec(backend, kernels), op_timeout=REPLAY_OP_TIMEOUT_S, log_dir=Path(tempfile.gettempdir()),
-                  env=env)
-    ex.standby()
+    exs = [Executor(TierSpec(backend, kernels), op_timeout=REPLAY_OP_TIMEOUT_S, log_dir=Path(tempfile.gettempdir()),
+                    env=env) for _ in range(max(1, jobs))]
+    for ex in exs:
+        ex.standby()
     try:
-        return needless_parts(case, ex)
+        return needless_parts(case, exs[0], exs[1:])
     finally:
-        ex.close()
+        for ex in exs:
+            ex.close()
 
 
 def replays_of(path: Path, n: int, env: dict, jobs: int = 1) -> list[int | None]:
@@ -136,7 +139,7 @@ def campaign(name: str, seed: int, backend: str, out: Path, replays: int | None 
                  **({"fault": case.fault.get("message"), "stack": (case.fault.get("stack") or [])[:20]}
                     if case.fault else {})}
         if case.fault is not None and (case.reproduced or {}).get("k"):
-            entry["needless"] = needless(case, backend, env)
+            entry["needless"] = needless(case, backend, env, replay_jobs)
         entry["ok"] = bool(codes) and all(c == 1 for c in codes) and not (deterministic and case.flaky) and (
             case.fault is None or (entry.get("needless") == [] and (case.minimal or {}).get("one_minimal") is True))
         row["cases"].append(entry)
@@ -225,7 +228,8 @@ def main(argv=None) -> int:
                     help="campaigns at once, each in a process of its own (a GPU host's cores; the hang and flaky "
                          "campaigns, the longest, start first)")
     ap.add_argument("--replay-jobs", type=int, default=1,
-                    help="a case's kvfuzz replay runs this many at once (each a process of its own)")
+                    help="a case's kvfuzz replay runs, and its needless-part checks, this many at once (each a "
+                         "process of its own)")
     ap.add_argument("--shrink-jobs", type=int, default=None,
                     help="the campaigns' --shrink-jobs: fault candidates this many at once (default: kvfuzz run's)")
     args = ap.parse_args(argv)

@@ -55,7 +55,7 @@ import time
 from dataclasses import dataclass, field
 
 from .case import Case
-from .lanes import Lanes
+from .lanes import Lanes, side_by_side
 from .minimize import Minimizer, NotReproducible, hostile_kind
 from .supervise import Executor, NotRun
 from .verdict import never_again
@@ -497,25 +497,30 @@ def nondeterminism(case: Case) -> str | None:
     return None
 
 
-def needless_parts(case: Case, executor: Executor) -> list[str]:
+def needless_parts(case: Case, executor: Executor, siblings=()) -> list[str]:
     """The single ops (``"op 3"``) and history sequences (``"history 0"``) without which the
     case still fails alike, each replayed once in a fresh process: empty for a 1-minimal case
-    of a deterministic fault (the check ``benchmarks/replay_matrix.py`` and the tests make)."""
-    history, found = (case.history or {}).get("sequences") or [], []
+    of a deterministic fault (the check ``benchmarks/replay_matrix.py`` and the tests make).
+    ``siblings``: more executors, each part run on one of them at once (``lanes.side_by_side``)."""
+    history = (case.history or {}).get("sequences") or []
+    parts = [(f"op {i}", case.ops[:i] + case.ops[i + 1:], history) for i in range(len(case.ops) if len(case.ops) > 1 else 0)]
+    parts += [(f"history {i}", case.ops, history[:i] + history[i + 1:]) for i in range(len(history))]
 
-    def fails(ops, hist) -> bool:
+    def fails(ex: Executor, ops, hist) -> bool:
         try:
-            return alike(case, executor.run(case.config, ops, case.knobs, case.run_mode, history=hist or None,
-                                            fresh=True))
+            return alike(case, ex.run(case.config, ops, case.knobs, case.run_mode, history=hist or None, fresh=True))
         except NotRun:
             return False
 
-    for i in range(len(case.ops)) if len(case.ops) > 1 else ():
-        if fails(case.ops[:i] + case.ops[i + 1:], history):
-            found.append(f"op {i}")
-    for i in range(len(history)):
-        if fails(case.ops, history[:i] + history[i + 1:]):
-            found.append(f"history {i}")
+    lanes, found = [executor, *siblings], []
+    for start in range(0, len(parts), len(lanes)):
+        chunk = parts[start:start + len(lanes)]
+        for (name, _, _), answer in zip(chunk, side_by_side([lambda e=e, p=p: fails(e, p[1], p[2])
+                                                              for e, p in zip(lanes, chunk)])):
+            if isinstance(answer, BaseException):
+                raise answer
+            if answer:
+                found.append(name)
     return found
 
 

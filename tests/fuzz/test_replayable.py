@@ -116,6 +116,9 @@ def test_a_fault_case_is_probed_once_shrunk_in_fresh_children_then_rated_and_is_
     assert done.minimal["one_minimal"] and done.minimal["fresh"], done.minimal
     assert needless_parts(done, TwoOps(needed)) == []
     assert needless_parts(case, TwoOps(needed)) == [f"op {i}" for i in (0, 1, 2, 3, 4, 5, 7)]  # Alloc(2) twice
+    lanes = [TwoOps(needed) for _ in range(3)]  # the parts three at once: the same answer, each part once
+    assert needless_parts(case, lanes[0], lanes[1:]) == [f"op {i}" for i in (0, 1, 2, 3, 4, 5, 7)]
+    assert [len(e.jobs) for e in lanes] == [3, 3, 2] and all(fresh for e in lanes for _, fresh in e.jobs)
 
 
 HANG = Signature("free", "timeout", "no-progress")
