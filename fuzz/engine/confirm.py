@@ -407,7 +407,7 @@ class Confirmer:
             m = Minimizer(None, case.signature, deadline=self.deadline, hostile=hostile_kind(case),
                           judge=lambda c, o, judge=judge: judge(c, o, fresh=fresh),
                           tries=self.tries if flaky else 1, max_replays=self.cap - used,
-                          batch=on_lane if fresh else None, width=self.lanes.reserve())
+                          batch=on_lane if fresh else None, width=self.lanes.reserve() if fresh and not flaky else 1)
             try:
                 config, ops, failure = m.run(case.config, case.ops, known=known)
             except NotReproducible:

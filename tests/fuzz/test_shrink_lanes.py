@@ -273,6 +273,31 @@ def test_a_campaigns_cases_share_its_siblings_and_each_search_keeps_its_width_to
     assert pool.free == 2 and [e.name for e in started] == ["a-sib", "a-sib"]
 
 
+def test_a_shrink_in_one_child_takes_no_sibling_from_the_campaigns_pool():
+    """A state divergence (no fault, no history) shrinks in the confirmer's own child: the pool's
+    siblings stay free for the fault cases confirmed beside it."""
+    pool, free_seen = LanePool(2), []
+    needed = [Alloc(2), Free((2,))]
+
+    class StateOnly:
+        def standby(self, fresh=None, depth=1):
+            pass
+
+        def run(self, config, ops, knobs=None, mode=None, history=None, fresh=False, **kw):
+            free_seen.append(pool.free)
+            if all(n in ops for n in needed):
+                step = max(ops.index(n) for n in needed)
+                return Finding(SIG, step, {"step": step, "op": {"op": "free"}, "oracle": "state", "field": "p2v"})
+            return None
+
+    ops = [Alloc(1), Alloc(2), Alloc(3), Free((1,)), Free((2,))]
+    case = Case.found(config=kvref.PoolConfig(num_pages=16), ops=ops,
+                      divergence=StateOnly().run(None, ops), original_len=len(ops))
+    done = Confirmer(StateOnly(), tries=2, shrink_jobs=3, sibling=lambda: pytest.fail("a sibling started"),
+                     pool=pool).confirm(case)
+    assert done.ops == needed and free_seen and set(free_seen) == {2} and pool.free == 2
+
+
 @pytest.mark.slow
 @needs_interpreter
 def test_a_fault_fixture_case_shrinks_to_the_same_case_at_width_1_and_3():
