@@ -402,12 +402,14 @@ class Confirmer:
         used, first = 0, case
         for _ in range(MAX_HISTORY_ROUNDS):
             judge = self._judge(case, history)
-            on_lane = self.lanes.batch(lambda e, c=case, h=history: lambda *cand: self._judge(c, h, executor=e)(
-                *cand, fresh=True))
+            # side by side only where each candidate needs a fresh child and runs once (a flaky case's
+            # take tries, one at a time): only such a search takes siblings from the campaign's pool
+            batch = self.lanes.batch(lambda e, c=case, h=history: lambda *cand: self._judge(c, h, executor=e)(
+                *cand, fresh=True)) if fresh and not flaky else None
             m = Minimizer(None, case.signature, deadline=self.deadline, hostile=hostile_kind(case),
                           judge=lambda c, o, judge=judge: judge(c, o, fresh=fresh),
                           tries=self.tries if flaky else 1, max_replays=self.cap - used,
-                          batch=on_lane if fresh else None, width=self.lanes.reserve() if fresh and not flaky else 1)
+                          batch=batch, width=self.lanes.reserve() if batch else 1)
             try:
                 config, ops, failure = m.run(case.config, case.ops, known=known)
             except NotReproducible:

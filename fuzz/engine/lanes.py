@@ -55,8 +55,8 @@ def side_by_side(calls: list[Callable[[], object]]) -> list:
 
 class LanePool:
     """The siblings a campaign's confirmations may hold at once, in all: a campaign that finds ten
-    faults at once confirms ten cases side by side, and at ``--shrink-jobs`` each that was ten
-    times the fresh children (each a CUDA context, twice that many with the ones started ahead)
+    faults at once confirms ten cases side by side, and ``--shrink-jobs`` lanes for each would be
+    ten times the fresh children (each a CUDA context, twice that many with the ones started ahead)
     on a GPU other workers share. Each case keeps its own executor; the siblings beyond it come
     from here, first come first served, and go back when its search ends (``Lanes.close``)."""
 
@@ -84,19 +84,22 @@ class Lanes:
     def __init__(self, executor, width: int = 1, sibling: Callable | None = None, pool: LanePool | None = None):
         self.executor = executor
         self.wanted = max(1, width) if sibling is not None else 1
-        self.width = self.wanted
         self.sibling = sibling
         self.pool = pool
         self._granted: int | None = None  # the siblings the pool granted this search (None: none asked yet)
         self.open_siblings: list = []
         self.siblings: list = []  # every sibling ever started: their children and jobs are the confirmation's work
 
+    @property
+    def width(self) -> int:
+        """Lanes at once: 1 + the siblings the pool granted this search, or as many as wanted."""
+        return self.wanted if self._granted is None else 1 + self._granted
+
     def reserve(self) -> int:
         """The width of the search beginning now: with a pool, 1 + the siblings it grants (asked
         once per search, until ``close``)."""
         if self.pool is not None and self._granted is None:
             self._granted = self.pool.take(self.wanted - 1)
-            self.width = 1 + self._granted
         return self.width
 
     def open(self) -> None:
@@ -150,4 +153,4 @@ class Lanes:
             executor.close()
         if self._granted is not None:
             self.pool.give(self._granted)
-            self._granted, self.width = None, self.wanted
+            self._granted = None
