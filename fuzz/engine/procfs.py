@@ -40,6 +40,22 @@ def exiting(pid: int) -> bool:
         return False
 
 
+def exit_status(pid: int) -> int | None:
+    """The exit status of a process inside its exit, as ``multiprocessing`` gives one (``-SIG``
+    or the code), read from ``/proc/PID/stat`` (its 52nd field) before its parent can reap it; None
+    for a process not exiting, or where the kernel does not say. The kernel sets it before it
+    closes the process's files and tears down its memory, and a CUDA process's teardown on a GPU
+    other processes share can take its parent's wait for the status past any short deadline."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if not (fields[0] in ("Z", "X", "x") or int(fields[6]) & 0x4):
+            return None
+        code = int(fields[49])
+    except (OSError, ValueError, IndexError):
+        return None
+    return -(code & 0x7F) if code & 0x7F else (code >> 8) & 0xFF
+
+
 def waited_for_cpu(pid: int | None) -> float:
     """Seconds the process's main thread spent runnable but waiting for a CPU (Linux
     ``/proc/PID/schedstat``, its second field); 0 where the kernel does not say."""

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from . import stacks, zygote
 from .ops import Op
-from .procfs import exiting, waited_for_cpu
+from .procfs import exit_status, exiting, waited_for_cpu
 from .verdict import EXIT_DEVICE, Fault, Finding, describe_exit
 
 __all__ = ["EXIT_DEVICE", "Beat", "Cancelled", "Child", "Executor", "Fault", "Finding", "HarnessFailed", "NotRun",
@@ -177,10 +177,11 @@ class Child:
     def kill_hung(self) -> None:
         """Kill a child that made no progress, its Python stacks asked for first (``stacks``);
         a child inside its own exit (``exiting``) is waited for instead (``EXIT_WAIT_S``): it
-        ended as a crash would, its exit status the fault's."""
+        ended as a crash would, its exit status the fault's (read from the kernel where its
+        teardown outlasts the wait: ``exit_status``)."""
         if self.proc.is_alive() and exiting(self.proc.pid):
             self.proc.join(timeout=EXIT_WAIT_S)
-            if not self.proc.is_alive():
+            if not self.proc.is_alive() or exit_status(self.proc.pid) is not None:
                 self.exited = True
                 return
         if self.proc.is_alive():
@@ -200,8 +201,14 @@ class Child:
                          + (f" in {place}" if place else ""), None, tail(self.log, end=self._dumped_at),
                          list(self.stack))
         self.proc.join(timeout=5)
-        reason, message = describe_exit(self.proc.exitcode)
-        return Fault("crash", reason, message, self.proc.exitcode, tail(self.log))
+        code = self.proc.exitcode
+        if code is None:  # ended but not yet reaped (its teardown slow): the status its kernel holds
+            code = exit_status(self.proc.pid)
+        if code is None and exiting(self.proc.pid):
+            self.proc.join(timeout=EXIT_WAIT_S)
+            code = self.proc.exitcode
+        reason, message = describe_exit(code)
+        return Fault("crash", reason, message, code, tail(self.log))
 
     def close(self) -> None:
         self.stop()

@@ -504,6 +504,58 @@ def test_exiting_reads_the_kernels_word_for_a_process():
     assert not supervise.exiting(done.pid)
 
 
+def _zombie(code: str) -> subprocess.Popen:
+    """A process that ran ``code`` and is a zombie now (ended, not yet reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return proc
+
+
+def test_exit_status_is_read_from_the_kernel_before_the_parent_reaps_it():
+    """``procfs.exit_status``: a zombie's status as multiprocessing words it (a code, or minus
+    the signal); None for a process still running."""
+    from fuzz.engine.procfs import exit_status
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    zombies = [_zombie("import sys; sys.exit(3)"), _zombie("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")]
+    try:
+        assert [exit_status(z.pid) for z in zombies] == [3, -signal.SIGKILL]
+        assert exit_status(sleeper.pid) is None
+    finally:
+        sleeper.kill()
+        for p in (sleeper, *zombies):
+            p.wait()
+
+
+def test_a_child_killed_but_not_yet_reaped_is_named_by_its_signal_not_exit_none(tmp_path):
+    """A fault case's child SIGKILLed on a GPU host under load: its pipe closed, but the CUDA
+    teardown kept its status from its parent past the short wait (on an H100 at a load of 50, a
+    replay of a ``crash/SIGKILL`` case failed as ``crash/exit-None`` and did not count). The
+    status the kernel already holds names it."""
+    zombie = _zombie("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+
+    class Unreaped:  # the daemon has not relayed the status yet
+        pid, exitcode = zombie.pid, None
+
+        def join(self, timeout=None):
+            pass
+
+        def is_alive(self):
+            return True
+
+    child = object.__new__(supervise.Child)
+    child.proc, child.log, child.exited = Unreaped(), tmp_path / "child.log", False
+    child.log.write_text("")
+    try:
+        fault = child.fault()
+    finally:
+        zombie.wait()
+    assert (fault.kind, fault.reason, fault.exitcode) == ("crash", "SIGKILL", -signal.SIGKILL), fault
+
+
 def test_seconds_inside_compiled_launches_are_not_the_ops_own(tmp_path, monkeypatch):
     """A compile inside an op (or its wait for the head start's) is not the op's work: with an
     op-timeout of seconds, a cold compile on a GPU host crowded with other campaigns' compiles would
