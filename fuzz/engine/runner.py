@@ -164,6 +164,18 @@ def _surfacing(step: int, op):
         raise d from None
 
 
+def _settle() -> None:
+    """A CUDA sequence's set-up (its pools', tables' and red zones' fills, queued) done, and the
+    process's pinned host memory made, before op 0 begins: op 0's clock is the op-timeout's, and
+    on a GPU shared with many other processes the first read of the device waited for every fill
+    queued before it (1.5 s and more on an H100 at a load of 50: a ``timeout`` at op 0 that no
+    fresh replay repeats). Before op 0 the set-up has the setting-up allowance (``supervise``)."""
+    import torch
+
+    torch.empty((), dtype=torch.bool, pin_memory=True)
+    torch.cuda.synchronize()
+
+
 class PoolRun:
     """A spec allocator and a target allocator (ours, DeviceAllocator, unless the tier names
     another) fed the same ops; the target is driven through the allocator protocol
@@ -199,6 +211,9 @@ class PoolRun:
         self.known_hits = 0  # pure ops whose target result was known, not run again (``_known_step``)
         self.history = None if self.known is None else self.known.begin(
             tier, repr((config, sorted((knobs or {}).items()), hostile, guard_rows)))
+        if tier.device == "cuda":
+            _settle()
+
 
     @property
     def spec(self) -> kvref.Allocator:

@@ -556,6 +556,23 @@ def test_a_child_killed_but_not_yet_reaped_is_named_by_its_signal_not_exit_none(
     assert (fault.kind, fault.reason, fault.exitcode) == ("crash", "SIGKILL", -signal.SIGKILL), fault
 
 
+@pytest.mark.cuda
+def test_a_cuda_sequence_has_its_set_up_done_before_op_0():
+    """Op 0's clock is the op-timeout's: the device work a sequence's set-up queued (and any queued
+    before it) is finished, and pinned memory made, before its runner returns, so op 0's first read
+    of the device does not wait for it (on a GPU shared with many processes, a false timeout at op
+    0). Here a ~1 s spin queued first stands for that wait; no interpreter twin: a CPU has no queue."""
+    import torch
+
+    from fuzz.engine.runner import PoolRun
+
+    tier = make_tier("cuda")
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9))
+    PoolRun(kvref.PoolConfig(num_pages=8, page_size=2, multiplier=3), tier)
+    assert torch.cuda.current_stream().query()
+
+
 def test_seconds_inside_compiled_launches_are_not_the_ops_own(tmp_path, monkeypatch):
     """A compile inside an op (or its wait for the head start's) is not the op's work: with an
     op-timeout of seconds, a cold compile on a GPU host crowded with other campaigns' compiles would
