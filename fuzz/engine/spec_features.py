@@ -118,11 +118,13 @@ def block_of(constexprs: dict, page_size: int, per_row: int, cap: int) -> int | 
     """The launch's column block: among its int constexprs the powers of two from 2 (the page
     size's value set aside where another is there), the largest under which the last program of
     a row still starts inside the table (``(per_row - 1) * B < cap``: a grid is never sized past
-    its table). None: no candidate."""
-    cands = sorted({v for v in constexprs.values() if v >= 2 and not v & (v - 1)}, reverse=True)
-    if len(cands) > 1 and page_size in cands:
-        cands.remove(page_size)
-    for b in cands:
+    its table). The page size is set aside once, as the one constexpr it is: a block of as many
+    tokens as a page stays (a page of 16 and a block of 16 beside a flag of 2 is a block of 16).
+    None: no candidate."""
+    vals = [v for v in constexprs.values() if v >= 2 and not v & (v - 1)]
+    if len(set(vals)) > 1 and page_size in vals:
+        vals.remove(page_size)
+    for b in sorted(set(vals), reverse=True):
         if (per_row - 1) * b < cap:
             return b
     return None
