@@ -189,14 +189,14 @@ class Corpus:
         "favoured" entries: the few that hold the furthest progress get tries of their own,
         where rarity spreads them over every domain's singletons); None while no entry has one.
         Per kernel, one drawn at random among those whose next trip features (``missing``) some
-        entry still lacks: the packed table counts tokens and makes eight trips where the
-        paged one makes one (benchmarks/results/guided-vs-blind/README.md), and a
-        frontier over both stayed on it. Packed rows with an unaligned ``kv_start`` are a frontier
-        of their own (``KERNEL kv_start``): the table's trips, reached by aligned rows, hide them."""
+        entry still lacks: the packed table counts tokens and makes eight trips where the paged
+        one makes one (guided-vs-blind/README.md), and a frontier over both stayed on it. Packed
+        rows' ``kv_start`` are a frontier of their own (``KERNEL kv_start``: unaligned, aligned at
+        2+ trips, whose ``missing`` is an unaligned row as long): the table's trips hide them."""
         best: dict[str, tuple[tuple, list]] = {}  # kernel -> ((most trips, -stride), [(entry, feature)])
         for e in self.entries:
             for name, goal in (e.get("goals") or {}).items():
-                if name.startswith("trips|") or name.startswith("start|") and "|unaligned|" in name:
+                if name.startswith("trips|") or name.startswith("start|") and "|page size 1|" not in name:
                     kernel = name.split("|")[1] + (" kv_start" if name.startswith("start|") else "")
                     top, held = best.get(kernel, ((-1, 0), []))
                     key = (goal[3], -goal[4] if len(goal) > 4 else 0)  # most trips, then the shortest stride
@@ -463,10 +463,12 @@ def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
 
 
 def aimed_edit(entry: dict, why: str, kernels) -> str:
-    """A frontier plan's one edit: an aimed ``resize``, or where the stone's stride spans its
-    row (the grid covers any length of it: at the largest programs per row, one trip whatever
-    the row) and its knobs are not yet their smallest, ``shrink`` them (``streams.smallest``)."""
+    """A frontier plan's one edit: an aimed ``resize``; where the stone's stride spans its row (one
+    trip whatever the row) and its knobs are not yet their smallest, ``shrink`` them; for a packed
+    row of 2+ trips from an aligned ``kv_start``, ``realign`` it (``streams.realign``)."""
     goal, mod = (entry.get("goals") or {}).get(why) or [], knob_module(kernels)
+    if "|aligned|" in why:
+        return "realign"
     if len(goal) > 4 and goal[4] >= goal[0] and mod is not None and entry.get("knobs") != smallest(mod):
         return "shrink"
     return "resize"
@@ -476,13 +478,12 @@ def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
     """The trip features next to ``goal`` (``why``'s, a trip or progress feature) that no entry
     holds, as (trips, last block): one more trip with a partial or a full last block, or the
     same trips with the other edge. The kill of a third-trip bug is such a conjunction (3+ trips
-    AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips
-    partial, and one at 3 trips partial at 3 trips full. Never past 3+ (each interpreted trip is paid
-    for: aims at 8+ spent a campaign on long rows, benchmarks/results/guided-vs-blind-foreign/README.md)."""
+    AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips partial, and
+    one at 3 trips partial at 3 trips full. Never past 3+ (aims at 8+ spent a campaign on long rows)."""
     kernel, have = why.split("|")[1], goal[3]
-    if why.startswith("start|"):  # a packed row's kv_start: the same start one trip further
-        want = f"start|{kernel}|{why.split('|')[2]}|trips {trip_bucket(have + 1)}"
-        return [(have + 1, None)] if have < 3 and feature_id(want) not in counts else []
+    if why.startswith("start|"):  # a packed row's kv_start unaligned one trip further; aligned at 2+ trips, unaligned
+        trips = (have if have >= 2 else 0) if "|aligned|" in why else have + 1 if have < 3 else 0
+        return [(trips, None)] if trips and feature_id(f"start|{kernel}|unaligned|trips {trip_bucket(trips)}") not in counts else []
     more = [(have + 1, "partial"), (have + 1, "full")] if have < 3 else []  # past 3+: no bucket the report expects
     wants = more + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]
     return [w for w in wants if feature_id(f"trips|{kernel}|{trip_bucket(w[0])}|{w[1]}") not in counts]

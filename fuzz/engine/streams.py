@@ -40,6 +40,7 @@ from .spec_features import table_lengths
 from .spec_side import Capabilities, SpecSide, unsupported
 
 MUTATIONS = ("delete", "insert", "repeat", "splice", "swap", "nudge", "knob", "config", "resize", "clone", "room")
+REALIGN_TRIES = 8  # shadow runs per realign: kv_start draws of the packed table tried
 # a config draw changes every op after it: seldom; a knob changes launches, not ops (the state is kept);
 # resize/clone only where data flow is known
 WEIGHTS = (1, 1, 3, 1, 1, 3, 2, 0.5, 4, 1, 1.5)
@@ -311,6 +312,31 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None, goa
     return segs if abs(target - cur) < abs(target - start) else None
 
 
+def realign(segs, rng: random.Random, shadow, focus: int | None, goal):
+    """Segments in which the packed table at ``focus``, whose row of ``goal[0]`` tokens made two or
+    more trips from a ``kv_start`` on a page's first token, has a row as long starting inside its
+    page: one of its ``kv_start`` draws (``integer(0, page_size)``) set to 1 .. page_size - 1, each
+    try checked on the shadow run. An offset a later trip loses needs both, and a corpus reaches
+    each apart (long rows aligned, unaligned rows of one trip); growing a row changes its other
+    draws. A try that moves the table's rows or requests is none. None: no try does."""
+    if shadow is None or focus is None or not goal or focus + 1 >= len(segs):
+        return None
+    ops, config, _ = shadow(flat(segs), marks_of(segs))
+    ps, was = config.page_size, ops[focus] if focus < len(ops) else None
+    if ps < 2 or was is None or was.kind != "read_table_packed" or was.kv_start is None:
+        return None
+    draws = [i for i, d in enumerate(segs[focus + 1]) if i >= 2 and d[1] == ps + 1]
+    for i in rng.sample(draws, min(len(draws), REALIGN_TRIES)):
+        trial = [[list(d) for d in seg] for seg in segs]
+        _set(trial[focus + 1][i], rng.randrange(1, ps))
+        ops, config, drawn = shadow(flat(trial), marks_of(trial))
+        op = ops[focus] if focus < len(ops) else None
+        if op is not None and op.kind == "read_table_packed" and op.kv_start is not None and (op.rows, op.req_idx) == (
+                was.rows, was.req_idx) and any(s % ps and n >= goal[0] for s, n in zip(op.kv_start, table_lengths(op, ps))):
+            return segments(drawn)
+    return None
+
+
 def aim_row(segs, pages: dict, fed: list, rng: random.Random, shadow, focus: int, goal):
     """Segments in which the table op at ``focus`` reads a row of exactly ``goal[1]`` (pages, or
     tokens for the packed form), from one that read ``goal[0]``, or None: the fed alloc nearest
@@ -415,6 +441,8 @@ def mutate(entry: dict, other: dict, rng: random.Random, kernels, focus: int | N
             pass
         elif kind == "resize" and not done and (resized := resize(segs, entry, rng, shadow, focus, goal)) is not None:
             segs = resized  # first of a round: the entry's op indices still hold
+        elif kind == "realign" and not done and (moved := realign(segs, rng, shadow, focus, goal)) is not None:
+            segs = moved
         elif kind == "clone" and not done and (fed := (entry.get("feeds") or {}).get(str(focus))):
             a = rng.choice(fed) + 1
             if a < len(segs):

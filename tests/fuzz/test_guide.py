@@ -479,6 +479,39 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
     assert aimed >= 12 and hit >= 0.4 * aimed, (aimed, hit)
 
 
+def test_realign_moves_an_aligned_kv_start_inside_its_page_and_leaves_what_came_before(tmp_path):
+    """``streams.realign`` (a frontier plan for ``start|K|aligned|trips 2+``): a packed table whose row
+    started on a page's first token gets a row as long starting inside its page, by one of its own
+    ``kv_start`` draws; the pool, every earlier op and the table's rows and requests are unchanged."""
+    tier = make_tier("torch")
+    track = guide.GuidedTrack(tmp_path)
+    for seed in range(48):
+        track.plan(tier, seed)
+        track.run_sequence(tier, seed, 100)
+    tried = hit = 0
+    for n, entry in enumerate(track.corpus.entries):
+        shadow = track._shadow(tier, 10**6 + n, entry)
+        ops, config, _ = shadow(entry["stream"], entry["marks"])
+        ps = config.page_size
+        for t, op in enumerate(ops):
+            if ps < 2 or op.kind != "read_table_packed" or op.kv_start is None:
+                continue
+            aligned = [m for s, m in zip(op.kv_start, streams.table_lengths(op, ps)) if s % ps == 0 and m > 0]
+            if not aligned:
+                continue
+            tried += 1
+            segs = streams.realign(streams.segments(entry), random.Random(t), shadow, t, (max(aligned), max(aligned)))
+            if segs is None:
+                continue
+            hit += 1
+            new_ops, new_config, _ = shadow(streams.flat(segs), streams.marks_of(segs))
+            assert new_config == config and [o.to_json() for o in new_ops[:t]] == [o.to_json() for o in ops[:t]]
+            new = new_ops[t]
+            assert (new.rows, new.req_idx) == (op.rows, op.req_idx)
+            assert any(s % ps and m >= max(aligned) for s, m in zip(new.kv_start, streams.table_lengths(new, ps)))
+    assert tried >= 3 and hit >= 0.5 * tried, (tried, hit)  # 3 of 3 at these seeds
+
+
 def test_a_stepping_stone_is_emitted_two_trips_in_and_nearer_is_another_feature():
     """Two trips of BLOCK 4 (col_stride 4) over 8 pages: one page short of a third trip; over 6
     pages: three short. Distinct progress features, and neither is a third trip. A row far
