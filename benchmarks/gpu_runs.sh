@@ -196,6 +196,24 @@ run_part() {
     # each campaign's --shrink-jobs (empty: kvfuzz run's default, half the cores up to 4); RM_JOBS x RM_SHRINK_JOBS
     # fresh children (each a CUDA context) shrink at once, twice that many alive with the ones started ahead;
     # RM_REPLAY_JOBS: a case's replays (20 for flaky) this many at once
+    # RM_SPECS ("FIXTURE:FIRST:CAMPAIGNS ..."): instead, one replay_matrix.py per spec, all at once (each its campaigns
+    # at once), their tables merged; every case they wrote comes back in replay-matrix-cases.tgz
+    if [ -n "${RM_SPECS:-}" ]; then
+      local spec f first n pids=() outs=()
+      for spec in $RM_SPECS; do
+        IFS=: read -r f first n <<< "$spec"
+        outs+=("/tmp/gpu-runs-rm-$f-$first/replay_matrix.json")
+        timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --only "$f" --first-seed "$first" \
+          --campaigns "$n" --jobs "$n" ${RM_SHRINK_JOBS:+--shrink-jobs "$RM_SHRINK_JOBS"} --replay-jobs "${RM_REPLAY_JOBS:-4}" \
+          --op-timeout "${RM_OP_TIMEOUT:-1.5}" --out "/tmp/gpu-runs-rm-$f-$first" > "/tmp/gpu-runs-rm-$f-$first.log" 2>&1 &
+        pids+=($!)
+      done
+      wait "${pids[@]}"
+      $PY benchmarks/replay_matrix.py --merge $(ls "${outs[@]}" 2>/dev/null) --out "$OUT" > /dev/null 2>&1
+      tar czf "$OUT/replay-matrix-cases.tgz" -C /tmp $(cd /tmp && ls -d gpu-runs-rm-*) 2>/dev/null
+      grep -hE "seed [0-9]+:" /tmp/gpu-runs-rm-*.log | head -60
+      return
+    fi
     timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --campaigns "${RM_CAMPAIGNS:-10}" \
       --first-seed "${RM_FIRST:-0}" --only "${RM_ONLY:-exit_nth,kill_nth,hang_nth,flaky}" --jobs "${RM_JOBS:-12}" \
       ${RM_SHRINK_JOBS:+--shrink-jobs "$RM_SHRINK_JOBS"} --replay-jobs "${RM_REPLAY_JOBS:-4}" \
