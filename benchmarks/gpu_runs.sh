@@ -198,14 +198,15 @@ run_part() {
     # RM_REPLAY_JOBS: a case's replays (20 for flaky) this many at once
     # RM_SPECS ("FIXTURE:FIRST:CAMPAIGNS ..."): instead, one replay_matrix.py per spec, all at once (each its campaigns
     # at once), their tables merged; every case they wrote comes back in replay-matrix-cases.tgz
+    local rm=(timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --replay-jobs "${RM_REPLAY_JOBS:-4}"
+              --op-timeout "${RM_OP_TIMEOUT:-1.5}" ${RM_SHRINK_JOBS:+--shrink-jobs "$RM_SHRINK_JOBS"})
     if [ -n "${RM_SPECS:-}" ]; then
       local spec f first n pids=() outs=()
       for spec in $RM_SPECS; do
         IFS=: read -r f first n <<< "$spec"
         outs+=("/tmp/gpu-runs-rm-$f-$first/replay_matrix.json")
-        timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --only "$f" --first-seed "$first" \
-          --campaigns "$n" --jobs "$n" ${RM_SHRINK_JOBS:+--shrink-jobs "$RM_SHRINK_JOBS"} --replay-jobs "${RM_REPLAY_JOBS:-4}" \
-          --op-timeout "${RM_OP_TIMEOUT:-1.5}" --out "/tmp/gpu-runs-rm-$f-$first" > "/tmp/gpu-runs-rm-$f-$first.log" 2>&1 &
+        "${rm[@]}" --only "$f" --first-seed "$first" --campaigns "$n" --jobs "$n" --out "/tmp/gpu-runs-rm-$f-$first" \
+          > "/tmp/gpu-runs-rm-$f-$first.log" 2>&1 &
         pids+=($!)
       done
       wait "${pids[@]}"
@@ -214,10 +215,9 @@ run_part() {
       grep -hE "seed [0-9]+:" /tmp/gpu-runs-rm-*.log | head -60
       return
     fi
-    timeout "${RM_TIMEOUT:-540}" $PY benchmarks/replay_matrix.py --backend cuda --campaigns "${RM_CAMPAIGNS:-10}" \
-      --first-seed "${RM_FIRST:-0}" --only "${RM_ONLY:-exit_nth,kill_nth,hang_nth,flaky}" --jobs "${RM_JOBS:-12}" \
-      ${RM_SHRINK_JOBS:+--shrink-jobs "$RM_SHRINK_JOBS"} --replay-jobs "${RM_REPLAY_JOBS:-4}" \
-      --op-timeout "${RM_OP_TIMEOUT:-1.5}" --deadline-s "${RM_DEADLINE:-300}" --out /tmp/gpu-runs-rm > "$OUT/replay-matrix-runs.log" 2>&1
+    "${rm[@]}" --campaigns "${RM_CAMPAIGNS:-10}" --first-seed "${RM_FIRST:-0}" \
+      --only "${RM_ONLY:-exit_nth,kill_nth,hang_nth,flaky}" --jobs "${RM_JOBS:-12}" --deadline-s "${RM_DEADLINE:-300}" \
+      --out /tmp/gpu-runs-rm > "$OUT/replay-matrix-runs.log" 2>&1
     echo "exit $?"; cp /tmp/gpu-runs-rm/replay_matrix.json /tmp/gpu-runs-rm/replay_matrix.md "$OUT/" 2>/dev/null
     grep -E "seed" "$OUT/replay-matrix-runs.log" | head -60 ;;
   shrink-width)  # SW_ONLY fixtures (default hang_nth) at seeds SW_SEEDS (default 1: 28 -> 9 ops, 137 candidates on an

@@ -9,11 +9,21 @@ import time
 from pathlib import Path
 
 
+def _stat(pid: int | str) -> list[str]:
+    """``/proc/PID/stat``'s fields from the third (its state) on, past the command name, which may
+    hold spaces and parentheses. Raises OSError where there is none (off Linux, a pid gone)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _in_exit(fields: list[str]) -> bool:
+    """A zombie, or its main thread flagged ``PF_EXITING``."""
+    return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & 0x4)
+
+
 def process_age(pid: int | str = "self") -> float | None:
     """Seconds since the process started (``/proc/PID/stat``'s start time), or None off Linux."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(_stat(pid)[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
         return None
 
@@ -34,8 +44,7 @@ def exiting(pid: int) -> bool:
     """Whether the process is inside its exit (Linux ``/proc/PID/stat``: a zombie, or its main
     thread flagged ``PF_EXITING``): it stopped making progress because it is ending, not hung."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & 0x4)
+        return _in_exit(_stat(pid))
     except (OSError, ValueError, IndexError):
         return False
 
@@ -47,8 +56,8 @@ def exit_status(pid: int) -> int | None:
     closes the process's files and tears down its memory, and a CUDA process's teardown on a GPU
     other processes share can take its parent's wait for the status past any short deadline."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        if not (fields[0] in ("Z", "X", "x") or int(fields[6]) & 0x4):
+        fields = _stat(pid)
+        if not _in_exit(fields):
             return None
         code = int(fields[49])
     except (OSError, ValueError, IndexError):

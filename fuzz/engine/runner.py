@@ -214,7 +214,6 @@ class PoolRun:
         if tier.device == "cuda":
             _settle()
 
-
     @property
     def spec(self) -> kvref.Allocator:
         return self.side.spec

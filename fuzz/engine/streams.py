@@ -313,26 +313,27 @@ def resize(segs, entry: dict, rng: random.Random, shadow, focus: int | None, goa
 
 
 def realign(segs, rng: random.Random, shadow, focus: int | None, goal):
-    """Segments in which the packed table at ``focus``, whose row of ``goal[0]`` tokens made two or
-    more trips from a ``kv_start`` on a page's first token, has a row as long starting inside its
-    page: one of its ``kv_start`` draws (``integer(0, page_size)``) set to 1 .. page_size - 1, each
-    try checked on the shadow run. An offset a later trip loses needs both, and a corpus reaches
-    each apart (long rows aligned, unaligned rows of one trip); growing a row changes its other
-    draws. A try that moves the table's rows or requests is none. None: no try does."""
+    """Segments in which the packed table at ``focus``, whose row of ``goal[0]`` tokens made 2+ trips
+    from a page's first token, has a row as long starting inside its page: one of its ``kv_start``
+    draws set to 1 .. page_size - 1, its rows and requests kept, checked on the shadow run (None:
+    no try does). An offset a later trip loses needs both, which a corpus reaches apart."""
     if shadow is None or focus is None or not goal or focus + 1 >= len(segs):
         return None
+    def packed(ops):  # the table at focus, where it is a packed one with kv_start
+        op = ops[focus] if focus < len(ops) else None
+        return op if op is not None and op.kind == "read_table_packed" and op.kv_start is not None else None
+
     ops, config, _ = shadow(flat(segs), marks_of(segs))
-    ps, was = config.page_size, ops[focus] if focus < len(ops) else None
-    if ps < 2 or was is None or was.kind != "read_table_packed" or was.kv_start is None:
+    ps, was = config.page_size, packed(ops)
+    if ps < 2 or was is None:
         return None
     draws = [i for i, d in enumerate(segs[focus + 1]) if i >= 2 and d[1] == ps + 1]
     for i in rng.sample(draws, min(len(draws), REALIGN_TRIES)):
         trial = [[list(d) for d in seg] for seg in segs]
         _set(trial[focus + 1][i], rng.randrange(1, ps))
         ops, config, drawn = shadow(flat(trial), marks_of(trial))
-        op = ops[focus] if focus < len(ops) else None
-        if op is not None and op.kind == "read_table_packed" and op.kv_start is not None and (op.rows, op.req_idx) == (
-                was.rows, was.req_idx) and any(s % ps and n >= goal[0] for s, n in zip(op.kv_start, table_lengths(op, ps))):
+        if (op := packed(ops)) is not None and (op.rows, op.req_idx) == (was.rows, was.req_idx) and any(
+                s % ps and n >= goal[0] for s, n in zip(op.kv_start, table_lengths(op, ps))):
             return segments(drawn)
     return None
 

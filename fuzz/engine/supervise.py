@@ -204,9 +204,6 @@ class Child:
         code = self.proc.exitcode
         if code is None:  # ended but not yet reaped (its teardown slow): the status its kernel holds
             code = exit_status(self.proc.pid)
-        if code is None and exiting(self.proc.pid):
-            self.proc.join(timeout=EXIT_WAIT_S)
-            code = self.proc.exitcode
         reason, message = describe_exit(code)
         return Fault("crash", reason, message, code, tail(self.log))
 

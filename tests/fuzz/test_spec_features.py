@@ -29,7 +29,7 @@ def test_the_block_is_the_largest_power_of_two_constexpr_whose_grid_starts_insid
     assert spec_features.block_of({"B": 128}, 1, 2, 100) is None  # a second program would start past the table
     assert spec_features.block_of({"PS": 1, "BUG": 2}, 1, 1, 9) == 2  # a 0/1/2 flag is a candidate at worst
     # a block as long as the page beside a flag of 2: the page size set aside once, not the block with it
-    # (team_tables_kv_start.py at page size 16 was read as a block of 2: trips eight times too many)
+    # (team_tables_kv_start.py at page size 16 passes W=16, STEP=16, BUG=2: a block of 2 counts eight times the trips)
     assert spec_features.block_of({"W": 16, "STEP": 16, "BUG": 2}, 16, 3, 34) == 16
     assert spec_features.block_of({"N": 6}, 1, 1, 9) is None
 

@@ -532,9 +532,9 @@ def test_exit_status_is_read_from_the_kernel_before_the_parent_reaps_it():
 
 def test_a_child_killed_but_not_yet_reaped_is_named_by_its_signal_not_exit_none(tmp_path):
     """A fault case's child SIGKILLed on a GPU host under load: its pipe closed, but the CUDA
-    teardown kept its status from its parent past the short wait (on an H100 at a load of 50, a
-    replay of a ``crash/SIGKILL`` case failed as ``crash/exit-None`` and did not count). The
-    status the kernel already holds names it."""
+    teardown keeps its status from its parent past the short wait. An unknown status would be
+    ``crash/exit-None``, another signature, and no replay of a ``crash/SIGKILL`` case would count.
+    The status the kernel already holds names it."""
     zombie = _zombie("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
 
     class Unreaped:  # the daemon has not relayed the status yet
