@@ -71,11 +71,13 @@ _TABLE: list[Table | None] = [None]
 def note_op(op, spec, error) -> None:
     """The runner, once the spec has run ``op`` (``error``: what it refused with, or None):
     note a read table for the launches that follow, and add a flush's features to the
-    collector running (none running: nothing, at the cost of one test)."""
+    collector running (none running: nothing, at the cost of one test). A table the spec
+    refused is noted as none: its launches are a probe judged for memory safety alone, so a trip
+    it makes is not one the oracle checked, and the report must not name it reached."""
     if not ACTIVE:
         return
     kind = op.kind
-    if kind in ("read_table", "read_table_packed"):
+    if kind in ("read_table", "read_table_packed") and error is None:
         ps = spec.config.page_size
         packed = kind == "read_table_packed"
         starts = tuple(op.kv_start) if packed and op.kv_start is not None else None

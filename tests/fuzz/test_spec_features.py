@@ -103,6 +103,20 @@ def test_a_teams_read_table_reaches_three_trips_with_a_partial_block_as_its_bug_
 
 
 @interpret
+def test_a_table_the_spec_refuses_is_probed_but_names_no_trip_reached():
+    """seq_lens past max_pages: SPEC promises memory safety, so the kernel runs as a probe (its grid
+    is seen), but no oracle checks what it reads: its trips must not count as reached."""
+    def op(max_pages):
+        return lambda toks: ReadTable([toks[:24]], [0] * 17, [20] * 17, max_pages, 24, False)
+
+    checked, _ = _run_table("team_tables.py", op(20))
+    probed, _ = _run_table("team_tables.py", op(8))
+    assert "trips|_gather_pages|3+|partial" in checked
+    assert "grid|_gather_pages|dim0|5" in probed  # the probe launched
+    assert not [n for n in probed if n.split("|")[0] in ("trips", "mask", "progress", "start")]
+
+
+@interpret
 @pytest.mark.parametrize("start", [1, 0])
 def test_a_teams_packed_table_loses_an_unaligned_kv_start_on_its_second_trip(start):
     def op(toks):
