@@ -185,18 +185,17 @@ class Corpus:
         return entry, next((n for n in entry["features"] if feature_id(n) == fid), None)
 
     def frontier(self, rng: random.Random) -> tuple[dict, str] | None:
-        """(an entry, its trip feature) among those whose read table made the most trips (AFL's
-        "favoured" entries: the few that hold the furthest progress get tries of their own,
-        where rarity spreads them over every domain's singletons); None while no entry has one.
+        """(an entry, its trip feature) among those whose read table made the most trips (AFL's "favoured"
+        entries: the furthest progress gets tries of its own, where rarity spreads them); None: no entry has one.
         Per kernel, one drawn at random among those whose next trip features (``missing``) some
         entry still lacks: the packed table counts tokens and makes eight trips where the paged
         one makes one (guided-vs-blind/README.md), and a frontier over both stayed on it. Packed
         rows' ``kv_start`` are a frontier of their own (``KERNEL kv_start``: unaligned, aligned at
-        2+ trips, whose ``missing`` is an unaligned row as long): the table's trips hide them."""
+        2+ trips or page size 1, whose ``missing`` is an unaligned row): the table's trips hide them."""
         best: dict[str, tuple[tuple, list]] = {}  # kernel -> ((most trips, -stride), [(entry, feature)])
         for e in self.entries:
             for name, goal in (e.get("goals") or {}).items():
-                if name.startswith("trips|") or name.startswith("start|") and "|page size 1|" not in name:
+                if name.startswith("trips|") or name.startswith("start|"):
                     kernel = name.split("|")[1] + (" kv_start" if name.startswith("start|") else "")
                     top, held = best.get(kernel, ((-1, 0), []))
                     key = (goal[3], -goal[4] if len(goal) > 4 else 0)  # most trips, then the shortest stride
@@ -481,8 +480,9 @@ def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
     AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips partial, and
     one at 3 trips partial at 3 trips full. Never past 3+ (aims at 8+ spent a campaign on long rows)."""
     kernel, have = why.split("|")[1], goal[3]
-    if why.startswith("start|"):  # a packed row's kv_start unaligned one trip further; aligned at 2+ trips, unaligned
-        trips = (have if have >= 2 else 0) if "|aligned|" in why else have + 1 if have < 3 else 0
+    if why.startswith("start|"):  # unaligned one trip further; from aligned 2+ trips as long; page size 1: 2+, as long
+        trips = {"aligned": have if have >= 2 else 0, "page size 1": max(have, 2) if have else 0}.get(
+            why.split("|")[2], have + 1 if have < 3 else 0)
         return [(trips, None)] if trips and feature_id(f"start|{kernel}|unaligned|trips {trip_bucket(trips)}") not in counts else []
     more = [(have + 1, "partial"), (have + 1, "full")] if have < 3 else []  # past 3+: no bucket the report expects
     wants = more + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]

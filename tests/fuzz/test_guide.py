@@ -631,3 +631,8 @@ def test_the_frontier_is_the_entries_whose_read_table_made_the_most_trips(tmp_pa
     picked = {c.frontier(random.Random(i))[1] for i in range(20)}
     assert picked == {"trips|k|2|partial", "trips|j|2|full"}, picked  # a progress goal's trips do not count
     assert sum(e["picks"] for e in c.entries) == 20
+    # a packed row at page size 1 is a kv_start stone of its own kernel group (reconfig pages it)
+    c.add({**_entry({"start|p|page size 1|trips 2"}), "goals": {"start|p|page size 1|trips 2": [20, 13, 16, 2, 16]}})
+    picked = {c.frontier(random.Random(i))[1] for i in range(30)}
+    assert "start|p|page size 1|trips 2" in picked, picked
+    assert streams.reconfig_wants("start|p|page size 1|trips 2", c.counts)  # ... and reconfig asks for pages

@@ -69,6 +69,12 @@ def test_a_packed_rows_kv_start_is_named_against_its_trips_with_a_goal():
                          [70, 11, 16, 5, 16]) == []
     assert guide.missing({}, "start|k|aligned|trips 1", goals["start|k|aligned|trips 1"]) == []
     assert guide.aimed_edit({"goals": goals}, "start|k|aligned|trips 1", None) == "realign"
+    # at page size 1 no start is unaligned: a row of one trip aims at two, one of 2+ at as long (paged by reconfig)
+    assert guide.missing({}, "start|k|page size 1|trips 1", [10, 7, 16, 1, 16]) == [(2, None)]
+    assert guide.missing({}, "start|k|page size 1|trips 4-7", [70, 11, 16, 5, 16]) == [(5, None)]
+    assert guide.missing({}, "start|k|page size 1|trips 0", [0, 1, 16, 0, 16]) == []
+    assert guide.missing({features.feature_id("start|k|unaligned|trips 2")}, "start|k|page size 1|trips 2",
+                         [20, 13, 16, 2, 16]) == []
 
 
 def _run_table(kernels, op, page_size=1, tokens=40):
