@@ -18,8 +18,9 @@ import pytest  # noqa: E402
 def pytest_collection_modifyitems(config, items):
     skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU; the interpreter-tier twin covers this on the CPU")
     for item in items:
-        if "cuda" in item.keywords and not HAS_CUDA:
-            item.add_marker(skip_cuda)
+        if "cuda" in item.keywords and not HAS_CUDA:  # cuda(no_twin=WHY): a GPU-only behaviour, and why
+            why = item.get_closest_marker("cuda").kwargs.get("no_twin")
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU; no CPU twin: {why}") if why else skip_cuda)
     workers = getattr(config, "workerinput", {}).get("workercount", 1)  # in an xdist worker (it sees dist "no")
     if workers > 1:  # ci/test.sh's --dist worksteal: the long tests first (tests/scheduling.py)
         from tests.scheduling import long_first, weight

@@ -556,7 +556,7 @@ def test_a_child_killed_but_not_yet_reaped_is_named_by_its_signal_not_exit_none(
     assert (fault.kind, fault.reason, fault.exitcode) == ("crash", "SIGKILL", -signal.SIGKILL), fault
 
 
-@pytest.mark.cuda
+@pytest.mark.cuda(no_twin="a CPU has no queue of device work to wait for")
 def test_a_cuda_sequence_has_its_set_up_done_before_op_0():
     """Op 0's clock is the op-timeout's: the device work a sequence's set-up queued (and any queued
     before it) is finished, and pinned memory made, before its runner returns, so op 0's first read
