@@ -119,10 +119,18 @@ class Case:
         3 of 5 times one campaign in five, and ``k/n`` then asks for 8 tries, which all pass
         4% of the time). The chance of ``t`` passes is averaged over what ``k`` of ``n`` says
         the rate may be (a uniform prior, so a Beta(k+1, n-k+1) posterior):
-        prod over i < t of (n-k+1+i) / (n+2+i)."""
+        prod over i < t of (n-k+1+i) / (n+2+i).
+
+        In a set seen failing by chance the rate is the lower of the case's own and the set's least
+        reproduced case's (``lowest``): five runs of one case can be a lucky draw (a 4/5 case of a
+        set whose cases failed 1 call in 3 passed 1 of 20 replays of 11 tries), and its cases share
+        the cause. A rate of 0/n (it failed when found, in no fresh replay since) takes ``cap``."""
         r = self.reproduced or {}
         k, n = r.get("k") or 0, r.get("n") or 0
-        if not (self.flaky or self.nondeterministic) or not k or not n:
+        low = (self.nondeterministic or {}).get("lowest") or {}
+        if low.get("n") and (not n or (low.get("k") or 0) * n < k * low["n"]):
+            k, n = low.get("k") or 0, low["n"]
+        if not (self.flaky or self.nondeterministic) or not n:
             return 1
         t, unseen = 0, 1.0
         while unseen > 0.001 and t < cap:

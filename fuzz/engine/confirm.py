@@ -479,10 +479,14 @@ def set_mark(cases, kernels: str) -> dict | None:
         return None
     # by_chance: some case failed in some fresh replays of its own and not in others (not only after
     # a history it needs, with which it fails every time): a minimizer's candidates take tries too
-    chance = any(c.flaky or never_again(c.reproduced) for c in cases)
-    return {"seen": seen, "by_chance": bool(chance),
+    chance = [c.reproduced or {} for c in cases if c.flaky or never_again(c.reproduced)]
+    mark = {"seen": seen, "by_chance": bool(chance),
             "note": f"this campaign saw {kernels} fail other than deterministically from a case's "
                     f"own ops: a single passing replay of any of its cases proves nothing"}
+    if rated := [r for r in chance if r.get("n")]:  # the set's least reproduced case: its rate is every case's floor
+        low = min(rated, key=lambda r: ((r.get("k") or 0) / r["n"], -r["n"]))
+        mark["lowest"] = {"k": low.get("k") or 0, "n": low["n"]}
+    return mark
 
 
 def nondeterminism(case: Case) -> str | None:

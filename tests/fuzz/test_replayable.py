@@ -219,6 +219,23 @@ def test_a_flaky_rate_marks_every_case_of_its_set_and_a_deterministic_set_none()
     assert flaky.shrink_tries() >= 5 and steady.shrink_tries() == 1
 
 
+def test_a_case_of_a_set_failing_by_chance_replays_as_often_as_the_sets_least_reproduced_case_needs():
+    """On an H100, flaky.py's case rated 4/5 passed 1 of 20 replays of its 11 tries (its set's other
+    case was 3/5); a case rated 0/20 (it failed once, when found) took 1 try and passed 11 of 20."""
+    sig = Signature("free", "state", "p2v")
+    ops = [Alloc(2), Free((1, 2))]
+    lucky = _case(ops, Finding(sig, 1, {"step": 1})).with_fields(reproduced={"k": 4, "n": 5, "fresh": 5}, flaky=True)
+    other = lucky.with_fields(reproduced={"k": 3, "n": 5, "fresh": 5})
+    mark = set_mark([lucky, other], "flaky.py")
+    assert mark["lowest"] == {"k": 3, "n": 5}
+    assert lucky.with_fields(nondeterministic=mark).replay_tries() == other.replay_tries() > lucky.replay_tries()
+    never = lucky.with_fields(reproduced={"k": 0, "n": 20, "fresh": 20}, flaky=False)
+    mark = set_mark([lucky, never], "flaky.py")
+    assert mark["lowest"] == {"k": 0, "n": 20}
+    assert never.with_fields(nondeterministic=mark).replay_tries() == 50  # no rate rules a pass out: the cap
+    assert lucky.with_fields(nondeterministic=mark).replay_tries() == 50
+
+
 KILL_DRIVER = """
 import importlib.util, sys, torch
 spec = importlib.util.spec_from_file_location("kill_nth", sys.argv[1])
