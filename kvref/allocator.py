@@ -153,6 +153,7 @@ class Allocator:
         self.in_flight: InFlight | None = None
         self.written: dict[int, int] = {}
         self._events = 0
+        self.walk_stop: str | None = None  # why the last flush's walk stopped (None: it walked none)
 
     # ---- token <-> page -------------------------------------------------------
     def _live_page(self, page: int, why: str) -> None:
@@ -294,6 +295,7 @@ class Allocator:
 
     # ---- flush ----------------------------------------------------------------
     def flush(self, urgent: bool = False) -> None:
+        self.walk_stop = None
         settles_late = "urgent_settles_when_moving" in self.rules
         gated = self.gate_open is not None and not self.gate_open()
         if urgent and not settles_late and not gated:
@@ -340,19 +342,25 @@ class Allocator:
 
     def _walk(self, urgent: bool) -> list[int] | None:
         """The walk; the sources it freed when they join ``holes`` after it (rule
-        ``walk_release_appended``, not urgent), else None (they joined in sorted place)."""
+        ``walk_release_appended``, not urgent), else None (they joined in sorted place). Why it
+        stopped is kept in ``walk_stop`` (the move cap names the next move it barred: free or pinned)."""
         moves = 0
         batch: list[int] = []
         appended = [] if "walk_release_appended" in self.rules and not urgent else None
         cap = max(1, self.config.max_moves) if "move_cap_floor_1" in self.rules else self.config.max_moves
+        self.walk_stop = "no holes"
         while self.holes:
-            if not urgent and moves >= cap:
-                break
             dst = self.holes[0] if self.up else self.holes[-1]
             src = self._source()
             if src is None or (src <= dst if self.up else src >= dst):
+                self.walk_stop = "frontier met"
                 break
-            if self.reader_in_flight() and self.p2v[src] in self.in_flight.pages:
+            pinned = self.reader_in_flight() and self.p2v[src] in self.in_flight.pages
+            if not urgent and moves >= cap:
+                self.walk_stop = "move limit at a pinned page" if pinned else "move limit"
+                break
+            if pinned:
+                self.walk_stop = "pinned page"
                 break
             self._move(src, dst)
             self.holes.remove(dst)

@@ -94,24 +94,14 @@ def end_op() -> None:
 
 
 def flush_features(spec) -> list[str]:
-    """How kvref's flush just ended (the state after it says where its walk stopped: the next
-    move it would make, and why it did not)."""
+    """How kvref's flush just ended: why its walk stopped (``walk_stop``; ``no walk`` behind a
+    closed move gate), with a reader in flight or not. The move cap is named with the move it
+    barred: a skipped pinned check is met only before the cap, a cap off by one only where the
+    next move was free, so a walk capped at a pinned page is neither bug's conjunction."""
     c = spec.config
     if not c.lazy:
         return []
-    up, reader = c.grow == "up", spec.reader_in_flight()
-    holes = spec.holes
-    if not holes:
-        stop = "no holes"
-    else:
-        dst = holes[0] if up else holes[-1]
-        src = spec._source()
-        if src is None or (src <= dst if up else src >= dst):
-            stop = "frontier met"
-        elif reader and spec.p2v[src] in spec.in_flight.pages:
-            stop = "pinned page"
-        else:
-            stop = "move limit"
+    reader, stop = spec.reader_in_flight(), spec.walk_stop or "no walk"
     who = "reader in flight" if reader else "no reader"
     return [f"spec|flush|{c.grow}|{who}|{stop}", f"spec|flush|{c.grow}|{who}|pending {min(len(spec.pending), 3)}"]
 

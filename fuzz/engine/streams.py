@@ -510,9 +510,10 @@ def reconfig_wants(why: str | None, counts) -> list:
         other = "down" if grow == "up" else "up"
         if feature_id(f"spec|flush|{other}|{who}|{stop}") not in counts:
             wants.append(functools.partial(_pool_shape, grow=other))
-        if stop in ("frontier met", "pinned page") and feature_id(f"spec|flush|{grow}|{who}|move limit") not in counts:
+        if stop in ("frontier met", "pinned page", "move limit at a pinned page") \
+                and feature_id(f"spec|flush|{grow}|{who}|move limit") not in counts:
             wants.append(functools.partial(_pool_shape, grow=grow, moves=(0, 2)))
-        if stop == "move limit" and feature_id(f"spec|flush|{grow}|{who}|pinned page") not in counts:
+        if stop.startswith("move limit") and feature_id(f"spec|flush|{grow}|{who}|pinned page") not in counts:
             wants.append(functools.partial(_pool_shape, grow=grow, moves=(9, 1 << 30)))
     return wants
 

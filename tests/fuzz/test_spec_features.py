@@ -159,6 +159,14 @@ def test_a_flush_is_named_by_how_the_walk_stopped(grow):
     s.flush()
     assert spec_features.flush_features(s)[0] == f"spec|flush|{grow}|reader in flight|move limit"
     assert spec_features.flush_features(s)[1] == f"spec|flush|{grow}|reader in flight|pending 1"
+    for cap, stop in ((1, "move limit at a pinned page"), (8, "pinned page")):  # the cap barred the pinned page, or the pin
+        s = _spec(grow, max_moves=cap)
+        a, b = s.alloc(4), s.alloc(3)
+        s.free(a[:2])
+        second = sorted((s.v2p[v] for v in b), reverse=grow == "up")[1]  # the walk's second source
+        s.forward([s.p2v[second]])  # one move, then a page the forward writes
+        s.flush()
+        assert spec_features.flush_features(s)[0] == f"spec|flush|{grow}|reader in flight|{stop}"
 
 
 @interpret
@@ -192,6 +200,12 @@ def test_a_conjunction_its_config_cannot_reach_asks_for_the_one_config_draw_that
     assert shorter(kvref.PoolConfig(num_pages=8, grow="down", max_moves=1))
     assert not shorter(kvref.PoolConfig(num_pages=8, grow="down", max_moves=64))
     assert streams.reconfig_wants("code|x|1>2", ids) == []
+    # a walk capped at a pinned page: a shorter cap (the next move free) and a longer (the pin) are its siblings
+    capped = "spec|flush|down|reader in flight|move limit at a pinned page"
+    shorter, longer = streams.reconfig_wants(capped, ids | {features.feature_id(capped.replace("down", "up"))})
+    assert shorter(kvref.PoolConfig(num_pages=8, grow="down", max_moves=1))
+    assert longer(kvref.PoolConfig(num_pages=8, grow="down", max_moves=64))
+    assert not longer(kvref.PoolConfig(num_pages=8, grow="down"))  # the default cap, 8
 
     draws = ChoiceRandom((), "kvfuzz-config:0")
     base = random_config(draws)
