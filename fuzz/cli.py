@@ -197,7 +197,11 @@ def _cmd_replay(args) -> int:
         f" after {len(history)} earlier sequences (the worker's history)" if history else "")
     d, tried, unrun = None, 0, []
     if args.in_process:
-        d, dropped, tried = _replay_here(case, spec, mode, history, own), None, 1
+        try:
+            d, dropped, tried = _replay_here(case, spec, mode, history, own), None, 1
+        except NotRun as exc:  # it passed with an op that could not run here: no verdict
+            d, dropped, tried = None, None, 0
+            unrun.append(str(exc))
         dropped = getattr(d, "dropped", None) or []
     else:
         executor = _executor(spec, args.op_timeout)
@@ -265,6 +269,7 @@ def _replay_here(case, spec, mode: dict, history, own: bool):
 
     from .engine.dispatch import replay
     from .engine.kinds import parse_ops
+    from .engine.verdict import unrun_notes
     from .engine.worker import _knobs_of, set_order
 
     tier = spec.make()
@@ -275,6 +280,8 @@ def _replay_here(case, spec, mode: dict, history, own: bool):
     set_order(tier, mode)
     d, run = replay(case.config, case.ops, tier, knobs=case.knobs, strict_knobs=own, hostile=mode["hostile"],
                     check_every=mode.get("check_every", 1))
+    if d is None and (unrun := unrun_notes(run)):
+        raise NotRun("; ".join(unrun[:3]))
     if d is not None:
         d.dropped = run.dropped_knobs
     elif run.dropped_knobs:

@@ -54,11 +54,17 @@ class NotReproducible(Exception):
 
 
 def local_judge(tier, knobs: dict | None = None, **kw) -> Callable:
-    """Replay candidates in this process (fine when nothing can crash it)."""
+    """Replay candidates in this process (fine when nothing can crash it); ``NotRun`` for one that
+    passed with an op that could not run here (a supervised child's "unknown")."""
     def judge(config, ops):
         from .dispatch import replay
+        from .supervise import NotRun
+        from .verdict import unrun_notes
 
-        return replay(config, ops, tier, knobs=knobs, **kw)[0]
+        d, run = replay(config, ops, tier, knobs=knobs, **kw)
+        if d is None and (unrun := unrun_notes(run)):
+            raise NotRun("; ".join(unrun[:3]))
+        return d
     return judge
 
 
@@ -187,8 +193,13 @@ class Minimizer:
         if key in self._ahead:
             d = self._ahead.pop(key)
         elif self.width == 1:
+            from .supervise import NotRun
+
             self.rounds += 1
-            return self.judge(key[0], list(key[1]))
+            try:
+                return self.judge(key[0], list(key[1]))
+            except NotRun:  # a candidate that could not run is not seen to fail
+                return None
         else:
             room = self.width - 1 if self.max_replays is None else min(self.width - 1, self.max_replays - self.replays)
             later = self._likely(key, room) if room > 0 else []

@@ -200,6 +200,12 @@ def poisoned(failure) -> bool:
     return failure is not None and failure.signature.oracle == "crash" and failure.signature.field.startswith("cuda")
 
 
+def unrun_notes(run) -> list[str]:
+    """A runner's notes of ops that could not run (``unrun_kind``): a run that passed with any is
+    no verdict (a far table with no room on a shared GPU passed, and a replay said PASS)."""
+    return [n for n in getattr(run, "notes", ()) if unrun_kind(n) is not None]
+
+
 def unrun_kind(note: str) -> str | None:
     """The op kind of a runner's note ``step I KIND: not applicable: WHY`` (an op counted as
     run that could not run), None for any other note."""

@@ -267,7 +267,7 @@ def _job(beat: Beat, tier, job) -> tuple[str, object, bool]:
     from .dispatch import replay
     from .health import charged, fault_of
     from .kinds import parse_ops
-    from .verdict import poisoned, unrun_kind
+    from .verdict import poisoned, unrun_notes
 
     mode = job.get("mode") or {}
     for k, past in enumerate(job.get("history") or ()):  # what the dead worker ran before
@@ -290,7 +290,7 @@ def _job(beat: Beat, tier, job) -> tuple[str, object, bool]:
         d = charged(ops, exc)
     exiting = exc is not None or poisoned(d)
     notes = {"dropped_knobs": getattr(run, "dropped_knobs", []), "exiting": exiting}
-    unrun = [n for n in getattr(run, "notes", ()) if unrun_kind(n) is not None]
+    unrun = unrun_notes(run)
     if d is None and unrun:  # it passed, but not every op ran: no verdict
         return "unknown", ("; ".join(unrun[:3]), exiting), exiting
     return "result", (None if d is None else d.to_json(), notes), exiting

@@ -202,3 +202,58 @@ def test_a_generator_without_a_far_rng_draws_none():
                          ScaleLimits.production())
     assert not any(isinstance(gen.next_op(), PReadTableFar) for _ in range(40))
     assert Op.registry["p_read_table_far"] is PReadTableFar
+
+
+def test_a_finding_does_not_keep_the_far_tables_buffers_alive(monkeypatch):
+    """A finding's traceback holds the frames that raised it, and they held the op's buffers (16
+    GiB here): a minimizer that keeps its failing candidates kept them all, and on an 80 GiB H100
+    the later far ops of the minimization answered "not applicable" and passed. The frames are
+    cleared as the finding leaves the op."""
+    import gc
+    import weakref
+
+    from fuzz.engine.production import far
+    from fuzz.engine.verdict import Divergence
+
+    alive, real_empty = [], far._empty
+
+    def empty(*args, **kw):
+        t = real_empty(*args, **kw)
+        alive.append(weakref.ref(t))
+        return t
+
+    tier = make_tier("torch")
+    real = tier.kernels.build_kv_read_table
+
+    def one_column_off(**kw):  # the first column wrong: a finding at the first row it writes
+        real(**kw)
+        kw["out"][:, 0] += 1
+
+    monkeypatch.setattr(far, "_empty", empty)
+    monkeypatch.setattr(tier.kernels, "build_kv_read_table", one_column_off)
+    run = ScaleRun(CONFIG, tier)
+    run.step(SETUP)
+    with pytest.raises(Divergence) as found:
+        run.step(OPS["int64"])
+    assert found.value.op == OPS["int64"] and found.value.field == "out"
+    gc.collect()
+    assert alive and not [r for r in alive if r() is not None], "a finding kept the far op's buffers alive"
+
+
+def test_a_replay_whose_far_op_could_not_run_is_no_verdict(tmp_path, capsys):
+    """In this process as in a child: a case that passes only because its far table found no room
+    (a GPU shared with other workers' memory) is UNKNOWN (exit 2), never PASS; a minimizer's
+    candidate of that kind is not seen to fail."""
+    from fuzz.cli import main
+    from fuzz.engine.minimize import local_judge
+    from fuzz.engine.supervise import NotRun
+
+    huge = dataclasses.replace(OPS["int32"], rows=1 << 40)  # no machine maps 4 PiB
+    with pytest.raises(NotRun, match="not applicable"):
+        local_judge(make_tier("torch"))(CONFIG, [SETUP, huge])
+    case = {"schema": "kvfuzz-case/1", "config": CONFIG.to_json(), "ops": [SETUP.to_json(), huge.to_json()],
+            "signature": {"op": "p_read_table_far", "oracle": "result", "field": "out"}}
+    path = tmp_path / "far.json"
+    path.write_text(json.dumps(case))
+    assert main(["replay", str(path), "--backend", "torch", "--in-process"]) == 2
+    assert "UNKNOWN" in capsys.readouterr().out

@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import random
 import time
+import traceback
 from dataclasses import dataclass
 
 from .. import lazy
@@ -197,8 +198,11 @@ class PReadTableFar(ScaleOp):
             except _NoRoom as exc:
                 why = str(exc)
                 mem.release()
-            except BaseException:
-                mem.release()  # a finding: its traceback may still hold the buffers, so the whole cache goes
+            except BaseException as exc:
+                # A finding's traceback holds the frames that raised it, and they the op's buffers: a
+                # minimizer keeping its failing candidates would keep every one (GiBs each) alive.
+                traceback.clear_frames(exc.__traceback__)
+                mem.release()
                 raise
         run.notes.append(f"step {i} {self.kind}: not applicable: {why}")
         return Outcome({"far": "not applicable", "why": why})
