@@ -494,10 +494,10 @@ def reconfig_wants(why: str | None, counts) -> list:
     reached, where its own config cannot reach them (empty: its config can). A packed table whose
     rows reached two trips only with an aligned ``kv_start`` (or at page size 1: aligned by
     construction) needs pages of 2+ tokens. A flush's stop met growing one way needs a lazy pool
-    growing the other; a walk that ended before its move limit, a smaller limit (one cut short
-    where a reader pins nothing), and one cut short by it, no limit (so it reaches a pinned page).
-    Mutations keep their entry's config (a corpus grown from its first entries stayed at page size
-    1, one grow direction), so ``retune`` changes the one draw these need."""
+    growing the other; a walk that ended before its move limit (or at it, by a pinned page), a
+    smaller limit, and one cut short by it, no limit (so it reaches a pinned page). Mutations keep
+    their entry's config (a corpus grown from its first entries stayed on one page size and grow
+    direction), so ``retune`` changes the one draw these need."""
     parts = (why or "").split("|")
     wants = []
     if parts[0] in ("trips", "start") and len(parts) > 1:
@@ -507,11 +507,10 @@ def reconfig_wants(why: str | None, counts) -> list:
             wants.append(_paged)
     if parts[0] == "spec" and len(parts) > 4 and parts[1] == "flush":
         grow, who, stop = parts[2:5]
-        other = "down" if grow == "up" else "up"
+        other, limit = "down" if grow == "up" else "up", f"spec|flush|{grow}|{who}|move limit"
         if feature_id(f"spec|flush|{other}|{who}|{stop}") not in counts:
             wants.append(functools.partial(_pool_shape, grow=other))
-        if stop in ("frontier met", "pinned page", "move limit at a pinned page") \
-                and feature_id(f"spec|flush|{grow}|{who}|move limit") not in counts:
+        if stop in ("frontier met", "pinned page", "move limit at a pinned page") and feature_id(limit) not in counts:
             wants.append(functools.partial(_pool_shape, grow=grow, moves=(0, 2)))
         if stop.startswith("move limit") and feature_id(f"spec|flush|{grow}|{who}|pinned page") not in counts:
             wants.append(functools.partial(_pool_shape, grow=grow, moves=(9, 1 << 30)))
