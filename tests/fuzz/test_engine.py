@@ -455,3 +455,33 @@ def test_torch_run_on_the_correct_kernels_prints_one_summary(tmp_path):
     assert rate and int(rate.group(1)) > 0, lines[0]
     assert "failures=0" in lines[0] and "backend=torch" in lines[0]
     assert not (tmp_path / "cases").exists()
+
+
+def test_a_finding_leaves_the_run_without_the_frames_and_buffers_that_raised_it(monkeypatch):
+    """Minimizers and rates keep every failing candidate's divergence: with its traceback it kept
+    the frames that raised it, and their tensors (on a GPU, a far table's GiBs each)."""
+    import gc
+    import weakref
+
+    from fuzz.engine.ops import Alloc, ReadTable
+    from fuzz.engine.tiers import make_tier
+    from fuzz.engine.tracks import get as get_track
+
+    tier, seen = make_tier("torch"), []
+    real = tier.kernels.build_kv_read_table
+
+    def first_column_off(**kw):
+        real(**kw)
+        kw["out"][:, 0] += 1
+        seen.append(weakref.ref(kw["out"]))
+
+    monkeypatch.setattr(tier.kernels, "build_kv_read_table", first_column_off)
+    config = kvref.PoolConfig(num_pages=64, min_page=1, page_size=1)
+    toks = list(range(1, 25))  # a fresh pool's first alloc of 24 tokens, at page size 1
+    ops = [Alloc(24), ReadTable([toks], [0], [24], 24, 24, False)]
+    d, _ = replay(config, ops, tier)
+    assert d is not None and d.op == ops[1] and d.__traceback__ is None
+    gc.collect()
+    assert seen and all(r() is None for r in seen), "a finding kept the buffers of the op that raised it"
+    seq = get_track("small").run_sequence(tier, 3, 200)  # a campaign's sequence: the same
+    assert seq.divergence is not None and seq.divergence.__traceback__ is None

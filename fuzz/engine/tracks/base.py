@@ -91,6 +91,6 @@ class Track:
             for op in ops:
                 run.step(op)
             run.finish()
-        except Divergence as d:
-            return d, run
+        except Divergence as d:  # kept by minimizers and rates: without the frames (and buffers) that raised it
+            return d.with_traceback(None), run
         return None, run
