@@ -198,9 +198,8 @@ def _cmd_replay(args) -> int:
     d, tried, unrun = None, 0, []
     if args.in_process:
         try:
-            d, dropped, tried = _replay_here(case, spec, mode, history, own), None, 1
+            d, tried = _replay_here(case, spec, mode, history, own), 1
         except NotRun as exc:  # it passed with an op that could not run here: no verdict
-            d, dropped, tried = None, None, 0
             unrun.append(str(exc))
         dropped = getattr(d, "dropped", None) or []
     else:
@@ -267,9 +266,8 @@ def _replay_here(case, spec, mode: dict, history, own: bool):
     """The replay in this process (a debugger's): the same mode and history as a child's."""
     import kvref
 
-    from .engine.dispatch import replay
+    from .engine.dispatch import judge, replay
     from .engine.kinds import parse_ops
-    from .engine.verdict import unrun_notes
     from .engine.worker import _knobs_of, set_order
 
     tier = spec.make()
@@ -278,10 +276,8 @@ def _replay_here(case, spec, mode: dict, history, own: bool):
         replay(kvref.PoolConfig.from_json(past["config"]), parse_ops(past["ops"]), tier, knobs=_knobs_of(tier, past),
                hostile=mode["hostile"], check_every=mode.get("check_every", 1), strict_knobs=False)
     set_order(tier, mode)
-    d, run = replay(case.config, case.ops, tier, knobs=case.knobs, strict_knobs=own, hostile=mode["hostile"],
-                    check_every=mode.get("check_every", 1))
-    if d is None and (unrun := unrun_notes(run)):
-        raise NotRun("; ".join(unrun[:3]))
+    d, run = judge(case.config, case.ops, tier, knobs=case.knobs, strict_knobs=own, hostile=mode["hostile"],
+                   check_every=mode.get("check_every", 1))
     if d is not None:
         d.dropped = run.dropped_knobs
     elif run.dropped_knobs:

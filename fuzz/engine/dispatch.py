@@ -14,3 +14,16 @@ def replay(config: kvref.PoolConfig, ops, tier, **kw):
     ``beat`` (told each op's index before it runs), ``guard_rows``."""
     ops = parse_ops(ops)
     return tracks.of_ops(ops).replay(config, ops, tier, **kw)
+
+
+def judge(config: kvref.PoolConfig, ops, tier, **kw):
+    """``replay`` for a verdict in this process: ``supervise.NotRun`` where it passed with an op
+    that could not run here (a far table with no room on a shared GPU), as a supervised child
+    answers "unknown": such a pass is neither a pass nor a failure."""
+    from .supervise import NotRun
+    from .verdict import unrun_notes
+
+    d, run = replay(config, ops, tier, **kw)
+    if d is None and (unrun := unrun_notes(run)):
+        raise NotRun("; ".join(unrun[:3]))
+    return d, run

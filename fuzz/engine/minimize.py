@@ -57,14 +57,9 @@ def local_judge(tier, knobs: dict | None = None, **kw) -> Callable:
     """Replay candidates in this process (fine when nothing can crash it); ``NotRun`` for one that
     passed with an op that could not run here (a supervised child's "unknown")."""
     def judge(config, ops):
-        from .dispatch import replay
-        from .supervise import NotRun
-        from .verdict import unrun_notes
+        from .dispatch import judge
 
-        d, run = replay(config, ops, tier, knobs=knobs, **kw)
-        if d is None and (unrun := unrun_notes(run)):
-            raise NotRun("; ".join(unrun[:3]))
-        return d
+        return judge(config, ops, tier, knobs=knobs, **kw)[0]
     return judge
 
 

@@ -199,8 +199,8 @@ class PReadTableFar(ScaleOp):
                 why = str(exc)
                 mem.release()
             except BaseException as exc:
-                # A finding's traceback holds the frames that raised it, and they the op's buffers: a
-                # minimizer keeping its failing candidates would keep every one (GiBs each) alive.
+                # A finding's traceback holds the frames that raised it, and they the op's buffers:
+                # cleared, the buffers are gone before release, which then gives their GiBs back now.
                 traceback.clear_frames(exc.__traceback__)
                 mem.release()
                 raise

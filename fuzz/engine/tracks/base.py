@@ -32,6 +32,10 @@ class Sequence:
     elements: int = 0  # result elements diffed against the oracle
     run: object = None  # the runner, for tests and benchmarks
 
+    def __post_init__(self):
+        if self.divergence is not None:  # kept by rates and minimizers: not the frames (and buffers) that raised it
+            self.divergence.with_traceback(None)
+
 
 class Track:
     """The protocol; ``small`` and ``production`` implement it."""

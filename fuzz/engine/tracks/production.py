@@ -69,7 +69,7 @@ class ProductionTrack(Track):
                 run.step(op)
             run.finish()
         except Divergence as exc:
-            d = exc.with_traceback(None)  # not the frames (and device buffers) that raised it
+            d = exc
         run.shapes = gen.summary()
         return Sequence(config, "production", ops, d, run.stats, knobs=knobs,
                         extra={**self.case_extra_of({"scale": info}), "shapes": run.shapes},

@@ -74,7 +74,7 @@ class SmallTrack(Track):
                 gen.observe(op, out)
             run.finish()
         except Divergence as exc:
-            d = exc.with_traceback(None)  # not the frames (and buffers) that raised it
+            d = exc
         return Sequence(config, scenario, ops, d, run.stats, knobs=run.knobs, run=run)
 
     def regenerate(self, seed, n_ops, info, *, hostile="spec"):
