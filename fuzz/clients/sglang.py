@@ -91,6 +91,7 @@ for _rel, _mod in ((_VIRTUAL_SLOT, _vs), (_READ_TABLE, _rt)):
 
 SGLANG_VERSION = _where.version
 SGLANG_FILES = {"virtual_slot": str(_where.file(_VIRTUAL_SLOT)), "kv_read_table": str(_where.file(_READ_TABLE))}
+KVFUZZ_SOURCES = tuple(SGLANG_FILES.values())  # guided's code features: SGLang's files, not this adapter
 
 # Launch knobs (module docstring): SGLang's values, and where each lives in its modules.
 ALLOC_BIND_BLOCK = _vs.ALLOC_BIND_BLOCK

@@ -232,6 +232,7 @@ class SGLangAllocator:
     # SGLang has no checked mode: its callers promise valid input (no double-free or
     # duplicate checks), so kvfuzz sends only what the spec accepts.
     KVFUZZ_LACKS = frozenset({"checked"})
+    KVFUZZ_SOURCES = tuple(SGLANG_FILES.values())  # guided's code features: SGLang's allocator, not this adapter
     # One pending entry per event, its batches accumulated (unified_sub_pool.py `_commit_move_batch`'s
     # `setdefault`); the next flush sorts what drains, so only the pages matter.
     KVFUZZ_SNAPSHOT = {"pending": "unordered"}

@@ -29,6 +29,10 @@ deques, tuples and sets become lists (sets sorted); ``KVFUZZ_SNAPSHOT = {FIELD:
 is still judged where it shows, by the pages the next ``alloc`` returns), and for
 ``pending`` also without batches or event ids. Exceptions in ``KVFUZZ_CONTRACT_ERRORS``
 count as ``ContractViolation``.
+
+The files whose branches guided generation counts as the allocator's code are those of the
+factory's class and its bases; an adapter over code it executes from elsewhere names them
+(``KVFUZZ_SOURCES``: paths).
 """
 
 from __future__ import annotations
@@ -142,6 +146,7 @@ class Protocol:
     contract_errors: tuple
     rules: frozenset = frozenset()  # kvref.RULES it declares (KVFUZZ_SPEC_RULES)
     chains: tuple = ()  # KVFUZZ_CHAINS: the chain layouts it builds for a config with one (docs/allocators.md)
+    sources: tuple = ()  # the files of its code (KVFUZZ_SOURCES, or its class's and its bases'): guided's code features
 
     @classmethod
     def of(cls, factory, name: str | None = None) -> Protocol:
@@ -173,7 +178,8 @@ class Protocol:
         if not isinstance(chains, bool) and (isinstance(chains, str) or not set(chains) <= set(LAYOUTS)):
             raise SetupError(f"--allocator {name}: KVFUZZ_CHAINS {chains!r}: True, False or a set of "
                              f"{', '.join(LAYOUTS)}")
-        proto = cls(name, factory, frozenset(lacks), views, errors, frozenset(rules), layouts_of(chains))
+        proto = cls(name, factory, frozenset(lacks), views, errors, frozenset(rules), layouts_of(chains),
+                    _sources(factory, name))
         proto._check_signature()
         return proto
 
@@ -197,6 +203,21 @@ class Protocol:
     @property
     def fields(self) -> tuple:
         return tuple(f for f in STATE if f not in self.lacks)
+
+
+def _sources(factory, name: str) -> tuple:
+    """The files of an allocator's own code: its ``KVFUZZ_SOURCES`` (existing paths), or the files
+    of the modules that define the factory and its bases (a class) or the factory (a function)."""
+    named = getattr(factory, "KVFUZZ_SOURCES", None)
+    if named is not None:
+        if isinstance(named, str) or not all(isinstance(f, str) and Path(f).is_file() for f in named):
+            raise SetupError(f"--allocator {name}: KVFUZZ_SOURCES {named!r}: a list of the paths of existing files")
+        return tuple(sorted({str(Path(f).resolve()) for f in named}))
+    import sys
+
+    owners = [k for k in getattr(factory, "__mro__", (factory,)) if k is not object]
+    files = {getattr(sys.modules.get(getattr(k, "__module__", None) or ""), "__file__", None) for k in owners}
+    return tuple(sorted(str(Path(f).resolve()) for f in files if f and f.endswith(".py")))
 
 
 _WHAT = {"checked": "checked mode", "buffers": "use for the harness's table factory (red zones)"}

@@ -297,21 +297,17 @@ class CodeCoverage:
 
 
 def files_under_test(tier) -> list[str]:
-    """The files whose branches count: the kernel set's (its package's .py files, or its
-    file), the allocator's, and kvref's allocator (the spec's branches)."""
+    """The files whose branches count: the kernel set's (its package's .py files, or its file;
+    the files it names as ``KVFUZZ_SOURCES`` instead: an adapter over code executed from elsewhere),
+    the allocator's (``allocators.Protocol.sources``: the team's allocator, never kvfuzz's adapter
+    around it), and kvref's allocator (the spec's branches)."""
     import kvref.allocator as spec_alloc
 
-    files = {spec_alloc.__file__}
-    mods = [tier.kernels, getattr(tier.kernels, "launchers", None), getattr(tier.kernels, "_k", None)]
-    if tier.allocator_cls is not None:
-        import sys
+    from .allocators import protocol_of
 
-        mods.append(sys.modules.get(tier.allocator_cls.__module__))
-    else:
-        import kvkernels.allocator as ours
-
-        mods.append(ours)
-    for mod in mods:
+    named = getattr(tier.kernels, "KVFUZZ_SOURCES", None)
+    files = {spec_alloc.__file__, *(named or ()), *protocol_of(tier).sources}
+    for mod in () if named else (tier.kernels, getattr(tier.kernels, "launchers", None), getattr(tier.kernels, "_k", None)):
         path = getattr(mod, "__file__", None)
         if not path:
             continue

@@ -84,12 +84,32 @@ def test_names_split_into_module_and_factory(name, parts):
     ("class A:\n    KVFUZZ_SNAPSHOT = {'holes': 'heap'}\n    def __init__(self, c, k, d, **kw): pass\n",
      "x.py:A", "KVFUZZ_SNAPSHOT"),
     ("raise ImportError('boom')\n", "x.py:A", "importing it failed: ImportError: boom"),
+    ("class A:\n    KVFUZZ_SOURCES = ('/nowhere/pool.py',)\n    def __init__(self, c, k, d, **kw): pass\n",
+     "x.py:A", "KVFUZZ_SOURCES .*existing files"),
 ])
 def test_a_factory_that_cannot_be_driven_is_a_setup_error(tmp_path, source, name, message):
     path = tmp_path / f"alloc_{abs(hash(source))}.py"
     path.write_text(source)
     with pytest.raises(SetupError, match=message):
         allocators.load(name.replace("x.py", str(path)))
+
+
+def test_the_code_guided_counts_is_the_allocators_own_never_the_adapter_around_it(tmp_path):
+    """Guided's code features trace the files of the factory's class and its bases (a team's pool
+    and the module it subclasses), not ``fuzz/engine/allocators.py`` (the protocol object the tier
+    holds); an adapter executing code from elsewhere names its files, and those alone count."""
+    from fuzz.engine.features import files_under_test
+
+    team = REPO / "tests/fixtures/allocators/team_pool.py"
+    files = files_under_test(TierSpec("torch", allocator=f"{team}:pinned_check_grow_up_only").make())
+    assert {str(team), str(HEAP)} <= set(files)
+    assert not any(f.endswith("fuzz/engine/allocators.py") for f in files)
+    adapter = tmp_path / "adapter_sources.py"
+    adapter.write_text(f"import sys\nsys.path.insert(0, {str(HEAP.parent)!r})\n"
+                       f"from heap_allocator import HeapAllocator\n"
+                       f"class A(HeapAllocator):\n    KVFUZZ_SOURCES = ({str(team)!r},)\n")
+    named = allocators.load(f"{adapter}:A").sources
+    assert named == (str(team),)
 
 
 def test_a_missing_part_must_be_declared_not_skipped_silently(tmp_path):
