@@ -79,13 +79,15 @@ class ChoiceRandom(random.Random):
         k = self.op
         self._at = self._cuts[k] if k < len(self._cuts) - 1 else len(self.given)
         self._end = self._cuts[k + 1] if k < len(self._cuts) - 1 else len(self.given)
-        self._fresh = random.Random(f"{self._seed}:op{k}")
+        self._fresh = None  # made at its first draw: seeding one costs more than most ops' own draws
 
     def random(self) -> float:
         if self._at < self._end:
             u = self.given[self._at]
             self._at += 1
         else:
+            if self._fresh is None:
+                self._fresh = random.Random(f"{self._seed}:op{self.op}")
             u = self._fresh.random()
         self.pos += 1
         self.log.append(u)
