@@ -16,7 +16,7 @@ The schedule (``GuidedTrack.plan``): ``SEED_ENTRIES`` fresh sequences of ``FRESH
 would pass it is dropped before it runs, ``budget``, and the sequence ends there),
 then a share ``FRESH`` of them fresh, the rest mutations; of those, ``FRONTIER`` go to the entries whose read
 table made the most trips (``Corpus.frontier``), most of them one edit aimed at the trips x
-last-block feature next to it that no entry holds (``aimed_edit``, ``missing``, ``aim``), run
+last-block feature next to it that no entry holds (``aim``: ``aimed_edit``, ``missing``, ``aim``), run
 ``AIM_TAIL`` ops past the stone; the rest are picked by rarity (``Corpus.pick``), one to three
 drawn edits near the op that reached the feature, run ``TAIL`` past it
 (benchmarks/results/guided-vs-blind/README.md).
@@ -37,6 +37,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from .aim import aim, aimed_edit, frontier, missing
 from .features import (
     DOMAINS,
     CodeCoverage,
@@ -45,7 +46,6 @@ from .features import (
     feature_id,
     files_under_test,
     knobs_feature,
-    trip_bucket,
 )
 from .generate import regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
@@ -59,13 +59,12 @@ from .streams import (
     rare_scenario,
     reconfig_wants,
     retune,
-    row_target,
     scenario_names,
-    smallest,
 )
 from .tracks.small import SmallTrack
 
-__all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "merge", "mutate", "params_of", "track_for"]
+__all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "aim", "aimed_edit", "frontier", "merge", "missing",
+           "mutate", "params_of", "track_for"]
 FORMAT = "kvfuzz-corpus/5"  # /5: chain layouts drawn; /4: chain scenarios; /3: op-aligned marks; /2: sequential
 SEED_ENTRIES = 4  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
@@ -81,6 +80,7 @@ FRESH_OPS = 40  # a fresh sequence's length: a stone is what the mutations need,
 FRESH_PROGRAMS = 400  # ... or less: it ends before its launches would run more programs than this (the interpreter's cost)
 RECONFIG = 0.9  # share of plans ``reconfig_wants`` names a pool shape for that run in one (``plan``)
 DOMAIN_WEIGHT = {"trips": 4.0, "progress": 4.0, "spec": 4.0, "start": 4.0}  # ``Corpus.pick``: the rare conjunctions
+ALLOCATOR_SPEC_WEIGHT = 64.0  # ... and the spec domain's where a named allocator is under test (``domain_weights``)
 YIELD_BOUNDS = (0.25, 2.0)  # ``Corpus.energy``: how far an entry's yield moves its energy
 KNOWN_MAX = 1 << 12  # ``KnownReads``: reads kept (then it starts again; each holds its launches' features, a few KB)
 
@@ -161,19 +161,20 @@ class Corpus:
             parent["yielded"] = parent.get("yielded", 0) + new
         return True
 
-    def pick(self, rng: random.Random) -> tuple[dict, str | None]:
+    def pick(self, rng: random.Random, weights: dict | None = None) -> tuple[dict, str | None]:
         """(an entry, the feature it was picked for), by rarity, domain first as Centipede
         partitions them: a domain weighted by its rarest feature's 1/count (so a few hundred
         code arcs do not drown a dozen trip buckets, and a domain every entry saturates, op
         kinds, is seldom picked), times ``DOMAIN_WEIGHT`` (the read tables' trips and their
-        stepping stones: the combinations blind draws seldom); a feature in it by 1/count²
+        stepping stones: the combinations blind draws seldom; ``weights`` in its place); a feature in it by 1/count²
         (the rarest first), then one of the entries holding it by its energy (``energy``)."""
         by_domain: dict[int, list[int]] = {}
         for f in self.counts:
             by_domain.setdefault(f >> 40, []).append(f)
         domains = sorted(by_domain)
-        weights = [DOMAIN_WEIGHT.get(DOMAINS[d], 1.0) * max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains]
-        feats = by_domain[rng.choices(domains, weights)[0]]
+        weights = weights or DOMAIN_WEIGHT
+        shares = [weights.get(DOMAINS[d], 1.0) * max(1.0 / self.counts[f] for f in by_domain[d]) for d in domains]
+        feats = by_domain[rng.choices(domains, shares)[0]]
         fid = rng.choices(feats, [1.0 / self.counts[f] ** 2 for f in feats])[0]
         holders = [e for e in self.entries if fid in e["ids"]]
         if len(holders) > 1:
@@ -332,7 +333,7 @@ class GuidedTrack(SmallTrack):
             plan = {"stream": stream, "knobs": knobs, "r2t": sequence_r2t_dtype(seed), "how": ["fresh"], "length": FRESH_OPS}
         else:
             front = rng.random() < FRONTIER and corpus.frontier(rng)
-            entry, why = front or corpus.pick(rng)
+            entry, why = front or corpus.pick(rng, domain_weights(tier))
             focus = (entry.get("where") or {}).get(why)
             only = front and rng.random() < AIMED and aimed_edit(entry, why, tier.kernels)
             stream, marks, knobs, how = mutate(entry, rng.choice(corpus.entries), rng, tier.kernels,
@@ -451,52 +452,18 @@ class GuidedTrack(SmallTrack):
                           params=params, r2t_dtype=saved["r2t"], on_op=params[2].begin_op, rules=info.get("rules", ()))
 
 
-def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
-    """The goal a resize aims at (``streams.resize``) when ``entry`` was picked for trip feature
-    ``why``: half the time ``why``'s own row, half the time the row of the entry's most trips (one
-    more trip from there is what no entry has reached: a stone's own row may be a trip behind)."""
-    goals = entry.get("goals") or {}
-    if why not in goals:
-        return None
-    return goals[why] if rng.random() < 0.5 else max(goals.values(), key=lambda g: (g[3], -g[1]))
-
-
-def aimed_edit(entry: dict, why: str, kernels) -> str:
-    """A frontier plan's one edit: an aimed ``resize``; where the stone's stride spans its row (one
-    trip whatever the row) and its knobs are not yet their smallest, ``shrink`` them; for a packed
-    row of 2+ trips from an aligned ``kv_start``, ``realign`` it (``streams.realign``)."""
-    goal, mod = (entry.get("goals") or {}).get(why) or [], knob_module(kernels)
-    if "|aligned|" in why:
-        return "realign"
-    if len(goal) > 4 and goal[4] >= goal[0] and mod is not None and entry.get("knobs") != smallest(mod):
-        return "shrink"
-    return "resize"
-
-
-def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
-    """The trip features next to ``goal`` (``why``'s, a trip or progress feature) that no entry
-    holds, as (trips, last block): one more trip with a partial or a full last block, or the
-    same trips with the other edge. The kill of a third-trip bug is such a conjunction (3+ trips
-    AND a partial, or a full, last block), so a stone at 2 trips partial aims at 3 trips partial, and
-    one at 3 trips partial at 3 trips full. Never past 3+ (aims at 8+ spent a campaign on long rows)."""
-    kernel, have = why.split("|")[1], goal[3]
-    if why.startswith("start|"):  # unaligned one trip further; from aligned 2+ trips as long; page size 1: 2+, as long
-        trips = {"aligned": have if have >= 2 else 0, "page size 1": max(have, 2) if have else 0}.get(
-            why.split("|")[2], have + 1 if have < 3 else 0)
-        return [(trips, None)] if trips and feature_id(f"start|{kernel}|unaligned|trips {trip_bucket(trips)}") not in counts else []
-    more = [(have + 1, "partial"), (have + 1, "full")] if have < 3 else []  # past 3+: no bucket the report expects
-    wants = more + [(have, e) for e in ("partial", "full") if have >= 1 and len(goal) > 4]
-    return [w for w in wants if feature_id(f"trips|{kernel}|{trip_bucket(w[0])}|{w[1]}") not in counts]
-
-
-def aim(goal: list | None, why: str | None, counts, rng: random.Random) -> tuple[int, int] | None:
-    """(the row length ``goal`` starts from, the length aimed at): one of the trip features
-    ``missing`` next to it, drawn (none missing: one more trip, either edge), made a length by
-    ``streams.row_target``."""
-    if goal is None or why is None:
-        return None
-    trips, edge = rng.choice(missing(counts, why, goal) or [(goal[3] + 1, None)])
-    return goal[0], row_target(goal, rng, trips, edge)
+def domain_weights(tier) -> dict:
+    """``Corpus.pick``'s domain weights for ``tier``: where a named allocator is what is under test
+    (``--allocator``, a mutant's class), the spec domain (how kvref's flush ended, behind which
+    reader) weighs ``ALLOCATOR_SPEC_WEIGHT``. Its flush bugs sit at those conjunctions, and at the
+    rare conjunctions' common weight the corpus's picks went mostly to code arcs and op kinds:
+    over 50 seeds (6,000 ops each) guided missed the move-limit bug twice and the pinned page once, and
+    neither at 64
+    (benchmarks/results/guided-vs-blind-foreign/). A kernel set's tier keeps them level: the
+    same weight there cost kv_start and third-trip kills (3 and 2 missed of 18)."""
+    if getattr(tier, "allocator_cls", None) is None:
+        return DOMAIN_WEIGHT
+    return {**DOMAIN_WEIGHT, "spec": ALLOCATOR_SPEC_WEIGHT}
 
 
 def code_schedule(i: int) -> tuple[bool, bool]:

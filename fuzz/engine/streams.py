@@ -65,8 +65,7 @@ class ChoiceRandom(random.Random):
     def __init__(self, given=(), fresh_seed: int | str = 0, marks=None):
         self.given, self.pos, self.log, self.ranges = list(given), 0, [], []
         self._cuts = [*(marks or ()), len(self.given)]
-        self._seed, self.op = fresh_seed, -1
-        self._at, self._end = 0, self._cuts[0]
+        self._seed, self.op, self._at, self._end = fresh_seed, -1, 0, self._cuts[0]
         self._fresh = random.Random(fresh_seed)
         super().__init__(0)
 
@@ -79,15 +78,14 @@ class ChoiceRandom(random.Random):
         k = self.op
         self._at = self._cuts[k] if k < len(self._cuts) - 1 else len(self.given)
         self._end = self._cuts[k + 1] if k < len(self._cuts) - 1 else len(self.given)
-        self._fresh = None  # made at its first draw: seeding one costs more than most ops' own draws
+        self._fresh = None  # seeding one costs more than most ops' own draws
 
     def random(self) -> float:
         if self._at < self._end:
             u = self.given[self._at]
             self._at += 1
-        else:
-            if self._fresh is None:
-                self._fresh = random.Random(f"{self._seed}:op{self.op}")
+        else:  # an op's fresh draws: its own Random, seeded at its first
+            self._fresh = self._fresh or random.Random(f"{self._seed}:op{self.op}")
             u = self._fresh.random()
         self.pos += 1
         self.log.append(u)

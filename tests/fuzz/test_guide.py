@@ -636,3 +636,23 @@ def test_the_frontier_is_the_entries_whose_read_table_made_the_most_trips(tmp_pa
     picked = {c.frontier(random.Random(i))[1] for i in range(30)}
     assert "start|p|page size 1|trips 2" in picked, picked
     assert streams.reconfig_wants("start|p|page size 1|trips 2", c.counts)  # ... and reconfig asks for pages
+
+
+def test_a_named_allocators_picks_go_to_how_its_flush_ended(tmp_path):
+    """Where an allocator is under test, ``Corpus.pick`` weighs the spec domain (kvref's flush stops,
+    the conjunctions its flush bugs sit at) far above code arcs and op kinds; a kernel set's tier
+    keeps the rare conjunctions level, so its trips are not drowned by the allocator's stops."""
+    from types import SimpleNamespace
+
+    corpus = guide.Corpus(tmp_path / "c")
+    code = [f"code|pool.py|{i}>{i + 1}" for i in range(60)]
+    for i, names in enumerate([code[:30] + ["op|alloc"], code[30:] + ["op|free", "spec|flush|down|reader in flight|no holes"],
+                               ["trips|k|2|partial", "spec|flush|up|no reader|move limit", "config|grow|down"]]):
+        corpus.add({"stream": [i / 10], "marks": [], "features": names, "ops": 10})
+
+    def spec_share(tier) -> float:
+        rng = random.Random(0)
+        return sum((corpus.pick(rng, guide.domain_weights(tier))[1] or "").startswith("spec|") for _ in range(400)) / 400
+
+    named, ours = spec_share(SimpleNamespace(allocator_cls=object())), spec_share(SimpleNamespace(allocator_cls=None))
+    assert named > 0.75 > ours, (named, ours)
