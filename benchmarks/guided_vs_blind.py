@@ -16,6 +16,7 @@ Four parts, each printed as a table row and written as JSON (``--out``):
   page), blind and guided, per seed;
 * ``kill-ops``: the fixtures' work to kill (ops, CPU seconds), in one process, no campaign,
   up to ``--max-ops`` per run: what the wall-clock ``fixture`` part measures, without its noise;
+  and where those ops went (``where_spent``: per pool and plan kind, the share and ops per kill);
 * ``mutants``: the same for a subset of the catalogue (``--mutants``);
 * ``stones``: what the mutations make of a stepping stone, offline (the shadow runs alone, no
   kernel): after a seed's fresh phase, the entry whose read table reached the most trips, and
@@ -32,6 +33,7 @@ import json
 import platform
 import tempfile
 import time
+from collections import Counter
 
 
 def _track(mode: str, root: str):
@@ -253,23 +255,48 @@ def ops_to_kill(names: list[str], seeds: list[int], max_ops: int, ops_per_seq: i
                 with tempfile.TemporaryDirectory() as root:
                     track = _track(mode, root)
                     ops, k, seq, t0, known = 0, 0, None, time.process_time(), 0
-                    found = None
+                    found, spent, where = None, Counter(), None
                     while ops < max_ops and found is None:
                         s = seed * 1_000_003 + k
-                        if mode != "blind":
-                            track.plan(tier, s)
+                        kind = "blind" if mode == "blind" else _plan_kind(track.plan(tier, s)["how"])
                         try:
                             seq = track.run_sequence(tier, s, ops_per_seq)
                         except Exception as exc:  # a mutant that crashes the run itself: killed too
                             found, k = f"raised {type(exc).__name__}", k + 1
                             break
                         ops, k, known = ops + len(seq.ops), k + 1, known + getattr(seq.run, "known_hits", 0)
+                        c = seq.config  # a chain's config has no one grow direction
+                        where = f"{getattr(c, 'grow', 'chain')} {'lazy' if getattr(c, 'lazy', False) else 'eager'}|{kind}"
+                        spent[where] += len(seq.ops)
                         found = None if seq.divergence is None else str(seq.divergence.signature)
                 rows.append({"mutant": name, "seed": seed, "mode": mode, "killed": found is not None, "ops": ops,
-                             "known": known, "sequences": k, "seconds": round(time.process_time() - t0, 1),
-                             "signature": found})
+                             "known": known, "sequences": k, "seconds": round(time.process_time() - t0, 3),
+                             "signature": found, "spent": dict(spent), "killed_in": where if found else None})
                 print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def _plan_kind(how: list) -> str:
+    return "fresh" if how == ["fresh"] else "reconfig" if "reconfig" in how else "mutation"
+
+
+def where_spent(rows: list[dict]) -> list[dict]:
+    """Per mutant and mode, where the ops to kill went: per pool (grow direction, laziness) and plan
+    kind (blind; guided's fresh, reconfigured and other mutated sequences), the share of all ops and
+    the ops spent there per kill made there. A bug that kills in one kind of pool only shows how
+    much of a mode's work went there, and how much each op there was worth."""
+    out = []
+    for name in dict.fromkeys(r["mutant"] for r in rows):
+        for mode in MODES:
+            mine = [r for r in rows if r["mutant"] == name and r["mode"] == mode and "spent" in r]
+            spent, kills = Counter(), Counter(r["killed_in"] for r in mine if r["killed_in"])
+            for r in mine:
+                spent.update(r["spent"])
+            total = sum(spent.values())
+            for key in sorted(spent, key=spent.get, reverse=True) if total else ():
+                out.append({"mutant": name, "mode": mode, "where": key, "share": round(spent[key] / total, 3),
+                            "kills": kills[key], "ops_per_kill": round(spent[key] / kills[key]) if kills[key] else None})
+    return out
 
 
 def _reused_blind(path: str, names: list[str], seeds: list[int]) -> list[dict]:
@@ -401,7 +428,8 @@ def main() -> int:
         result["kill_ops"] = reused + ops_to_kill(names, seeds, args.max_ops, backend=args.backend,
                                                   modes=[m for m in modes if not (reused and m == "blind")])
         result["kill_ops_medians"] = medians(result["kill_ops"])
-        for row in result["kill_ops_medians"]:
+        result["kill_ops_where"] = where_spent(result["kill_ops"])
+        for row in result["kill_ops_where"] + result["kill_ops_medians"]:
             print(json.dumps(row), flush=True)
     if "stones" in parts:
         result["stones"] = stones(args.fixtures.split(",")[0], seeds, args.plans)
