@@ -656,3 +656,21 @@ def test_a_named_allocators_picks_go_to_how_its_flush_ended(tmp_path):
 
     named, ours = spec_share(SimpleNamespace(allocator_cls=object())), spec_share(SimpleNamespace(allocator_cls=None))
     assert named > 0.75 > ours, (named, ours)
+
+
+def test_kill_ops_says_where_each_modes_ops_went():
+    """The benchmark's account of a run's ops (``where_spent``): every op counted once, under the pool
+    and plan kind of its sequence, and a kill of the pinned-page bug (a lazy pool growing down, by its
+    fixture's docstring) only ever counted there."""
+    from benchmarks import guided_vs_blind as bench
+
+    name = "allocator=tests/fixtures/allocators/team_pool.py:pinned_check_grow_up_only"
+    rows = bench.ops_to_kill([name], [0, 1], 3000, modes=("blind", "guided"), backend="torch")
+    assert all(sum(r["spent"].values()) == r["ops"] for r in rows)
+    assert {r["killed_in"] for r in rows if r["killed"]} <= {"down lazy|blind", "down lazy|fresh", "down lazy|reconfig",
+                                                             "down lazy|mutation"}
+    where = bench.where_spent(rows)
+    for mode in ("blind", "guided"):
+        mine = [w for w in where if w["mode"] == mode]
+        assert abs(sum(w["share"] for w in mine) - 1) < 0.01
+        assert sum(w["kills"] for w in mine) == sum(r["killed"] for r in rows if r["mode"] == mode)
