@@ -70,6 +70,7 @@ SEED_ENTRIES = 4  # fresh sequences until the corpus holds this many (AFL's seed
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
+CODE_DRY, CODE_BACKOFF = 4, 3  # code's interval doubles per this many traced sequences with no new arc, at most this often
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
 FRONTIER = 0.7  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
@@ -305,6 +306,7 @@ class GuidedTrack(SmallTrack):
         self.known = KnownReads() if known_reads else None  # off: every read runs (benchmarks/guided_vs_blind.py)
         self.launch_budget = launch_budget  # off: a fresh sequence's budget is checked between ops only, not per launch
         self.sequences = 0
+        self.code_dry = 0  # traced sequences in a row that reached no code arc the corpus lacked (``code_schedule``)
         self.kept = 0
         self._seq_seeds: list[int] = []  # the seeds whose streams are under .seq/, oldest first
 
@@ -403,7 +405,7 @@ class GuidedTrack(SmallTrack):
         params = params_of(plan["stream"], seed, plan.get("marks"), chains=super().worker_info(tier)["chains"])
         rng, marks = params[2], []
         code = None
-        traced, kernels = code_schedule(self.sequences)
+        traced, kernels = code_schedule(self.sequences, self.code_dry)
         if traced:
             if self._code is None:
                 self._code = CodeCoverage(files_under_test(tier))
@@ -426,6 +428,8 @@ class GuidedTrack(SmallTrack):
         if self.sequences % RELOAD_EVERY == 0:
             self.corpus.reload()
         cost = round(time.process_time() - t0, 4)
+        if code is not None:
+            self.code_dry = 0 if self.corpus.novel(n for n in col.names if n.startswith("code|")) else self.code_dry + 1
         if self.corpus.novel(col.names):  # kept: which allocs made the rows each table op read, for resize
             flow = data_flow(seq.config, seq.ops, super().worker_info(tier)["has"], getattr(tier, "allocator_skips", ()),
                              getattr(tier, "spec_rules", ()))
@@ -466,15 +470,21 @@ def domain_weights(tier) -> dict:
     return {**DOMAIN_WEIGHT, "spec": ALLOCATOR_SPEC_WEIGHT}
 
 
-def code_schedule(i: int) -> tuple[bool, bool]:
+def code_schedule(i: int, dry: int = 0) -> tuple[bool, bool]:
     """(code coverage on, the interpreted kernel bodies traced too) for a worker's sequence ``i``:
     code on the last of every ``CODE_EVERY`` (the 4th, 8th, ...), the kernel bodies on the last of
     every ``KERNEL_CODE_EVERY`` (the 32nd, 64th, ...). The first sequences run untraced: most
     catalogue mutants and many fixture runs die in the fresh phase, and a traced sequence pays
     the tracer's start (~0.15 CPU s the first time) and ~25 % more per op, a kernel-traced one
     ~2.5x. Tracing the second sequence, kernel bodies included, costs up to a third of a
-    fixture's time to kill in CPU seconds (guided-vs-blind/traced-sequences.md)."""
-    return i % CODE_EVERY == CODE_EVERY - 1, i % KERNEL_CODE_EVERY == KERNEL_CODE_EVERY - 1
+    fixture's time to kill in CPU seconds (guided-vs-blind/traced-sequences.md). Once code
+    stops paying (``dry`` traced sequences in a row reached no arc the corpus lacked), its interval
+    doubles per ``CODE_DRY`` of them, up to ``CODE_BACKOFF`` times (one in 32): on a team's
+    allocator the tracer was 18 % of a guided op's cost, and its arcs were all held early
+    (guided-vs-blind-foreign/README.md)."""
+    every = CODE_EVERY << min(dry // CODE_DRY, CODE_BACKOFF)
+    kernels = i % KERNEL_CODE_EVERY == KERNEL_CODE_EVERY - 1
+    return kernels or i % every == every - 1, kernels
 
 
 def _begin(rng: ChoiceRandom, marks: list | None = None) -> int:

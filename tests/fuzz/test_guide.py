@@ -674,3 +674,20 @@ def test_kill_ops_says_where_each_modes_ops_went():
         mine = [w for w in where if w["mode"] == mode]
         assert abs(sum(w["share"] for w in mine) - 1) < 0.01
         assert sum(w["kills"] for w in mine) == sum(r["killed"] for r in rows if r["mode"] == mode)
+
+
+def test_code_is_traced_less_once_it_stops_reaching_arcs(tmp_path, monkeypatch):
+    """One sequence in ``CODE_EVERY`` is traced while code pays; per ``CODE_DRY`` traced sequences in a
+    row that reached no arc the corpus lacked, the interval doubles (at most ``CODE_BACKOFF`` times);
+    the kernel bodies keep their own schedule. A sequence run again reaches no new arc: dry."""
+    traced = {dry: [i for i in range(64) if guide.code_schedule(i, dry)[0]] for dry in (0, 3, 4, 8, 99)}
+    assert [len(traced[d]) for d in (0, 3, 4, 8, 99)] == [16, 16, 8, 4, 2]
+    assert [i for i in range(64) if guide.code_schedule(i, 99)[1]] == [31, 63] == traced[99]
+    monkeypatch.setattr(guide, "CODE_EVERY", 1)
+    tier = make_tier("torch")
+    track = guide.GuidedTrack(tmp_path / "c")
+    track.plan(tier, 5)
+    track.run_sequence(tier, 5, 30)
+    assert track.code_dry == 0 and any(n.startswith("code|") for e in track.corpus.entries for n in e["features"])
+    track.run_sequence(tier, 5, 30)
+    assert track.code_dry == 1
