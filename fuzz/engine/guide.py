@@ -72,6 +72,7 @@ CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~
 KERNEL_CODE_EVERY = 32  # and the interpreter's @triton.jit bodies traced on one in this many (~2.5x)
 CODE_DRY, CODE_BACKOFF = 4, 3  # code's interval doubles per this many traced sequences with no new arc, at most this often
 RELOAD_EVERY = 16  # sequences between rescans of the corpus directory (other workers' finds)
+SOURCES = ".meta/sources.json"  # a corpus's measured files: short name -> path (``Corpus.note_sources``)
 SEQ_KEPT = 64  # streams kept under .seq/ per worker process, for rebuilding a dead worker's ops
 FRONTIER = 0.7  # share of mutated plans given to ``Corpus.frontier`` (the rest: ``Corpus.pick``, by rarity)
 TAIL = 56  # a mutation aimed at an op runs this many ops past it (repeat's copies and what they feed), not all 200
@@ -144,6 +145,22 @@ class Corpus:
     def novel(self, names) -> bool:
         """Whether features ``names`` hold one no entry has (what ``add`` keeps)."""
         return any(feature_id(n) not in self.counts for n in names)
+
+    def note_sources(self, files) -> None:
+        """Keep where the measured files are (``SOURCES``: ``code|pkg/file.py|...`` names their last two
+        parts) so ``kvfuzz coverage`` can read a team's files back; merged with what is there."""
+        path = self.root / SOURCES
+        old = json.loads(path.read_text()) if path.is_file() else {}
+        new = {**old, **{"/".join(Path(f).parts[-2:]): str(f) for f in files}}
+        if new != old:
+            path.parent.mkdir(exist_ok=True)
+            _write_json(path, new)
+
+    def sources(self) -> dict:
+        path = self.root / SOURCES
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(path.read_text())
+        return {}
 
     def add(self, entry: dict, parent: dict | None = None) -> bool:
         """Keep ``entry`` (stream, marks, knobs, r2t, features as names, ops, cost_s) if it reached
@@ -409,6 +426,7 @@ class GuidedTrack(SmallTrack):
         if traced:
             if self._code is None:
                 self._code = CodeCoverage(files_under_test(tier))
+                self.corpus.note_sources(self._code.files)
             self._code.trace_kernels = kernels
             code = self._code
         self.sequences += 1
@@ -524,4 +542,6 @@ def merge(inputs, out: str | Path) -> tuple[int, int, int]:
     dest = Corpus(out)
     for e in chosen:
         dest.add(e)
+    for root in inputs:
+        dest.note_sources(Corpus(root).sources().values())
     return len(entries), len(chosen), len(union)

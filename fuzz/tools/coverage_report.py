@@ -3,8 +3,9 @@
 Per kernel, the value features a read table or an id kernel is expected to reach (each
 trip bucket with a full and with a partial last block, full / partial / empty masks) and
 which of them no entry has ("read_table_kernel: no program ever ran 3+ trips with a
-partial last block"); per function of the files under test (kvref's allocator, ours,
-the launchers, on the interpreter the ``@triton.jit`` bodies), the lines no sequence ran;
+partial last block"); per function of the files under test (kvref's allocator, the allocator
+and kernel set under test, the launchers, on the interpreter the ``@triton.jit`` bodies), the
+lines no sequence ran;
 for chains of pools (docs/spec.md §6), which of ``chain_gen.CHAIN_FEATURES`` (the relief
 ladder's rungs and the gate they met, the gate at each flush, frontier distances; and
 ``FLOAT_FEATURES``, what a float did, where the corpus met one) were reached and which never.
@@ -21,20 +22,22 @@ from ..engine.features import MASKS, TRIP_BUCKETS  # MASKS[:2] expected: launche
 from ..engine.guide import Corpus
 
 
-def _reached(dirs) -> tuple[set[str], int]:
-    names, entries = set(), 0
+def _reached(dirs) -> tuple[set[str], int, dict]:
+    names, entries, noted = set(), 0, {}
     for d in dirs:
         if not Path(d).is_dir():
             raise FileNotFoundError(f"corpus {d}: not a directory")
         corpus = Corpus(d)
         entries += len(corpus.entries)
+        noted.update(corpus.sources())
         for e in corpus.entries:
             names.update(e["features"])
-    return names, entries
+    return names, entries, noted
 
 
-def _source(short: str) -> Path | None:
-    """A measured file named ``pkg/file.py`` back to its path (kvref's, kvkernels')."""
+def _source(short: str, noted: dict) -> Path | None:
+    """A measured file named ``pkg/file.py`` back to its path: kvref's and kvkernels', or where the
+    corpus noted it (``Corpus.note_sources``: a team's kernels and allocator), if it is still there."""
     import kvkernels
     import kvref
 
@@ -42,7 +45,8 @@ def _source(short: str) -> Path | None:
         base = Path(pkg.__file__).resolve().parent
         if base.name == short.split("/")[0] and (base.parent / short).is_file():
             return base.parent / short
-    return None
+    path = Path(noted[short]) if short in noted else None
+    return path if path is not None and path.is_file() else None
 
 
 def _functions(path: Path) -> dict[int, str]:
@@ -77,7 +81,7 @@ def _statements(path: Path) -> set[int]:
 def report(dirs) -> dict:
     """{"entries", "features" (by domain), "kernels": {kernel: {"reached": [...], "never": [...]}},
     "code": {file: {function: {"lines": n, "never": [lines]}}}, "chain": {"reached": [...], "never": [...]}}."""
-    names, entries = _reached(dirs)
+    names, entries, noted = _reached(dirs)
     by_domain = defaultdict(int)
     for n in names:
         by_domain[n.split("|", 1)[0]] += 1
@@ -103,7 +107,7 @@ def report(dirs) -> dict:
         kernels[kernel]["never"] += [f"{arg}: never a {m} last block" for m in MASKS[:2] if m not in seen]
     code: dict[str, dict] = {}
     for short, lines in sorted(ran.items()):
-        path = _source(short)
+        path = _source(short, noted)
         if path is None:
             continue
         where, stmts = _functions(path), _statements(path)

@@ -691,3 +691,27 @@ def test_code_is_traced_less_once_it_stops_reaching_arcs(tmp_path, monkeypatch):
     assert track.code_dry == 0 and any(n.startswith("code|") for e in track.corpus.entries for n in e["features"])
     track.run_sequence(tier, 5, 30)
     assert track.code_dry == 1
+
+
+def test_coverage_reads_a_teams_allocator_back_and_names_its_lines_never_run(tmp_path, monkeypatch):
+    """``code|pkg/file.py|...`` names only a file's last two parts; the corpus notes where each measured
+    file is, so ``kvfuzz coverage`` lists the lines of a team's allocator no sequence ran (and of a
+    corpus merged from it), where before it knew only kvref's and kvkernels' files."""
+    from pathlib import Path
+
+    from fuzz.engine.tiers import TierSpec
+
+    monkeypatch.setattr(guide, "CODE_EVERY", 1)
+    team = Path(__file__).resolve().parents[1] / "fixtures/allocators/team_pool.py"
+    tier = TierSpec("torch", allocator=f"{team}:HeapAllocator").make()
+    track = guide.GuidedTrack(tmp_path / "c")
+    for seed in range(2):
+        track.plan(tier, seed)
+        track.run_sequence(tier, seed, 40)
+    guide.merge([tmp_path / "c"], tmp_path / "m")
+    for root in ("c", "m"):
+        rep = coverage_report.report([tmp_path / root])
+        heap = rep["code"].get("allocators/heap_allocator.py")
+        assert heap and any(v["never"] for v in heap.values()), sorted(rep["code"])
+        assert "fuzz/engine/allocators.py" not in str(rep["code"])
+    assert "allocators/heap_allocator.py" in coverage_report.text(coverage_report.report([tmp_path / "m"]))
