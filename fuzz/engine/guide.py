@@ -149,17 +149,16 @@ class Corpus:
     def note_sources(self, files) -> None:
         """Keep where the measured files are (``SOURCES``: ``code|pkg/file.py|...`` names their last two
         parts) so ``kvfuzz coverage`` can read a team's files back; merged with what is there."""
-        path = self.root / SOURCES
-        old = json.loads(path.read_text()) if path.is_file() else {}
+        old = self.sources()
         new = {**old, **{"/".join(Path(f).parts[-2:]): str(f) for f in files}}
         if new != old:
-            path.parent.mkdir(exist_ok=True)
-            _write_json(path, new)
+            (self.root / SOURCES).parent.mkdir(exist_ok=True)
+            _write_json(self.root / SOURCES, new)
 
     def sources(self) -> dict:
-        path = self.root / SOURCES
+        """What ``note_sources`` kept (none: an older corpus, or a file another worker is replacing)."""
         with contextlib.suppress(OSError, ValueError):
-            return json.loads(path.read_text())
+            return json.loads((self.root / SOURCES).read_text())
         return {}
 
     def add(self, entry: dict, parent: dict | None = None) -> bool:
