@@ -146,20 +146,23 @@ class Corpus:
         """Whether features ``names`` hold one no entry has (what ``add`` keeps)."""
         return any(feature_id(n) not in self.counts for n in names)
 
-    def note_sources(self, files) -> None:
+    def note_sources(self, files, kernel_bodies: bool = False) -> None:
         """Keep where the measured files are (``SOURCES``: ``code|pkg/file.py|...`` names their last two
-        parts) so ``kvfuzz coverage`` can read a team's files back; merged with what is there."""
+        parts) so ``kvfuzz coverage`` can read a team's files back, and whether a sequence traced the
+        interpreted kernel bodies (until one has, none of their lines is "never ran")."""
         old = self.sources()
-        new = {**old, **{"/".join(Path(f).parts[-2:]): str(f) for f in files}}
+        new = {"files": {**old["files"], **{"/".join(Path(f).parts[-2:]): str(f) for f in files}},
+               "kernel_bodies": old["kernel_bodies"] or kernel_bodies}
         if new != old:
             (self.root / SOURCES).parent.mkdir(exist_ok=True)
             _write_json(self.root / SOURCES, new)
 
     def sources(self) -> dict:
-        """What ``note_sources`` kept (none: an older corpus, or a file another worker is replacing)."""
-        with contextlib.suppress(OSError, ValueError):
-            return json.loads((self.root / SOURCES).read_text())
-        return {}
+        """What ``note_sources`` kept (nothing yet: an older corpus, or a file another worker is replacing)."""
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            kept = json.loads((self.root / SOURCES).read_text())
+            return {"files": dict(kept["files"]), "kernel_bodies": bool(kept["kernel_bodies"])}
+        return {"files": {}, "kernel_bodies": False}
 
     def add(self, entry: dict, parent: dict | None = None) -> bool:
         """Keep ``entry`` (stream, marks, knobs, r2t, features as names, ops, cost_s) if it reached
@@ -425,7 +428,7 @@ class GuidedTrack(SmallTrack):
         if traced:
             if self._code is None:
                 self._code = CodeCoverage(files_under_test(tier))
-                self.corpus.note_sources(self._code.files)
+            self.corpus.note_sources(self._code.files, kernels)
             self._code.trace_kernels = kernels
             code = self._code
         self.sequences += 1
@@ -542,5 +545,6 @@ def merge(inputs, out: str | Path) -> tuple[int, int, int]:
     for e in chosen:
         dest.add(e)
     for root in inputs:
-        dest.note_sources(Corpus(root).sources().values())
+        kept = Corpus(root).sources()
+        dest.note_sources(kept["files"].values(), kept["kernel_bodies"])
     return len(entries), len(chosen), len(union)

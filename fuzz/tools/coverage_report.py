@@ -19,20 +19,24 @@ from pathlib import Path
 
 from ..engine.chain_gen import CHAIN_FEATURES, FLOAT_FEATURES
 from ..engine.features import MASKS, TRIP_BUCKETS  # MASKS[:2] expected: launchers skip empty launches
-from ..engine.guide import Corpus
+from ..engine.guide import SOURCES, Corpus
 
 
-def _reached(dirs) -> tuple[set[str], int, dict]:
-    names, entries, noted = set(), 0, {}
+def _reached(dirs) -> tuple[set[str], int, dict, bool]:
+    """(feature names, entries, the measured files' paths, whether kernel bodies can be judged: a
+    corpus that says none of its sequences traced them leaves their lines out; an older one, as was)."""
+    names, entries, noted, bodies = set(), 0, {}, False
     for d in dirs:
         if not Path(d).is_dir():
             raise FileNotFoundError(f"corpus {d}: not a directory")
         corpus = Corpus(d)
         entries += len(corpus.entries)
-        noted.update(corpus.sources())
+        kept = corpus.sources()
+        noted.update(kept["files"])
+        bodies |= kept["kernel_bodies"] or not (Path(d) / SOURCES).is_file()
         for e in corpus.entries:
             names.update(e["features"])
-    return names, entries, noted
+    return names, entries, noted, bodies
 
 
 def _source(short: str, noted: dict) -> Path | None:
@@ -49,14 +53,26 @@ def _source(short: str, noted: dict) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
-def _functions(path: Path) -> dict[int, str]:
+def _jit(fn) -> bool:
+    """A ``@triton.jit`` (or ``@jit``, ``@triton.jit(...)``) function: run by the interpreter."""
+    for d in fn.decorator_list:
+        d = d.func if isinstance(d, ast.Call) else d
+        if (d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", "")) == "jit":
+            return True
+    return False
+
+
+def _functions(path: Path, bodies: bool = True) -> dict[int, str]:
     """line -> the innermost function (``Class.method``) whose body it is in (its ``def`` and
-    decorator lines ran at import, before anything was measured: left out)."""
+    decorator lines ran at import, before anything was measured: left out); without ``bodies``,
+    ``@triton.jit`` functions are left out too (no sequence traced them)."""
     where: dict[int, str] = {}
 
     def walk(node, prefix=""):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if not bodies and _jit(child):
+                    continue
                 name = f"{prefix}{child.name}"
                 for line in range(child.body[0].lineno, (child.end_lineno or child.lineno) + 1):
                     where[line] = name
@@ -81,7 +97,7 @@ def _statements(path: Path) -> set[int]:
 def report(dirs) -> dict:
     """{"entries", "features" (by domain), "kernels": {kernel: {"reached": [...], "never": [...]}},
     "code": {file: {function: {"lines": n, "never": [lines]}}}, "chain": {"reached": [...], "never": [...]}}."""
-    names, entries, noted = _reached(dirs)
+    names, entries, noted, bodies = _reached(dirs)
     by_domain = defaultdict(int)
     for n in names:
         by_domain[n.split("|", 1)[0]] += 1
@@ -110,7 +126,7 @@ def report(dirs) -> dict:
         path = _source(short, noted)
         if path is None:
             continue
-        where, stmts = _functions(path), _statements(path)
+        where, stmts = _functions(path, bodies), _statements(path)
         per: dict[str, dict] = defaultdict(lambda: {"lines": 0, "never": []})
         for line in sorted(stmts):
             fn = where.get(line)
@@ -124,7 +140,8 @@ def report(dirs) -> dict:
     # a float's features are named only where the corpus met a float (its allocator builds them)
     wanted = CHAIN_FEATURES + (FLOAT_FEATURES if any(f in chain_seen for f in FLOAT_FEATURES) else ())
     chain = {"reached": sorted(chain_seen), "never": [f for f in wanted if f not in chain_seen]}
-    return {"entries": entries, "features": dict(by_domain), "kernels": dict(kernels), "code": code, "chain": chain}
+    return {"entries": entries, "features": dict(by_domain), "kernels": dict(kernels), "code": code, "chain": chain,
+            "kernel_bodies": bodies}
 
 
 SHOWN = 6  # a kernel's reached features named in the text (the JSON has them all)
@@ -133,6 +150,8 @@ SHOWN = 6  # a kernel's reached features named in the text (the JSON has them al
 def text(rep: dict, all_lines: bool = False) -> str:
     out = [f"corpus: {rep['entries']} entries, features by domain: "
            + ", ".join(f"{d} {n}" for d, n in sorted(rep["features"].items()))]
+    if not rep.get("kernel_bodies", True):
+        out.append("@triton.jit bodies: not listed, no sequence traced them (the interpreter's, one guided sequence in 32)")
     for kernel, k in rep["kernels"].items():
         shown = k["reached"][:SHOWN]
         more = f", and {len(k['reached']) - SHOWN} more" if len(k["reached"]) > SHOWN else ""

@@ -183,6 +183,25 @@ def test_coverage_names_a_teams_kernels_with_the_trips_reached_and_never_reached
     assert "no program ever ran 3+ trips with a partial last block" in pages["never"]
 
 
+def test_coverage_lists_a_teams_kernel_bodies_once_a_sequence_traced_them(tmp_path, monkeypatch):
+    """The team's file is read back from where the corpus noted it; its ``@triton.jit`` bodies are
+    traced on the interpreter one guided sequence in ``KERNEL_CODE_EVERY``, and until one was, the
+    report leaves them out and says so, rather than calling every kernel "never entered"."""
+    monkeypatch.setattr(guide, "CODE_EVERY", 1)
+    monkeypatch.setattr(guide, "KERNEL_CODE_EVERY", 2)
+    tier = make_tier("interpret", f"{FOREIGN}/team_tables.py")
+    track = guide.GuidedTrack(tmp_path)
+    track.plan(tier, 0)
+    track.run_sequence(tier, 0, 40)
+    rep = coverage_report.report([tmp_path])
+    assert "_gather_pages" not in rep["code"]["foreign/team_tables.py"] and not rep["kernel_bodies"]
+    assert "@triton.jit bodies: not listed" in coverage_report.text(rep)
+    track.plan(tier, 1)
+    track.run_sequence(tier, 1, 40)  # the kernel bodies traced
+    rep = coverage_report.report([tmp_path])
+    assert rep["kernel_bodies"] and rep["code"]["foreign/team_tables.py"]["_gather_pages"]["lines"] > 10
+
+
 def test_a_conjunction_its_config_cannot_reach_asks_for_the_one_config_draw_that_can():
     from fuzz.engine.generate import random_config
     from fuzz.engine.streams import ChoiceRandom
