@@ -96,7 +96,8 @@ def _statements(path: Path) -> set[int]:
 
 def report(dirs) -> dict:
     """{"entries", "features" (by domain), "kernels": {kernel: {"reached": [...], "never": [...]}},
-    "code": {file: {function: {"lines": n, "never": [lines]}}}, "chain": {"reached": [...], "never": [...]}}."""
+    "code": {file: {function: {"lines": n, "never": [lines]}}}, "chain": {"reached": [...], "never": [...]},
+    "kernel_bodies": whether ``code`` judges the ``@triton.jit`` bodies (a sequence traced them)}."""
     names, entries, noted, bodies = _reached(dirs)
     by_domain = defaultdict(int)
     for n in names:
