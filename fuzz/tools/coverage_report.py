@@ -18,8 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..engine.chain_gen import CHAIN_FEATURES, FLOAT_FEATURES
+from ..engine.corpus import SOURCES, Corpus
 from ..engine.features import MASKS, TRIP_BUCKETS  # MASKS[:2] expected: launchers skip empty launches
-from ..engine.guide import SOURCES, Corpus
 
 
 def _reached(dirs) -> tuple[set[str], int, dict, bool]:
