@@ -8,7 +8,7 @@ import os
 import pytest
 
 import kvref
-from fuzz.engine import features, guide, knobs, launches
+from fuzz.engine import corpus, features, guide, knobs, launches
 from fuzz.engine.ops import Alloc, ReadTable
 from fuzz.engine.runner import PoolRun
 from fuzz.engine.tiers import make_tier
@@ -99,7 +99,7 @@ def test_a_known_reads_features_are_replayed_as_its_launches_gave_them():
 def test_a_guided_run_with_known_reads_is_the_run_without_them(tmp_path, monkeypatch):
     """The same plans, ops and corpus with and without them; mutated plans replay their entry's reads."""
     monkeypatch.setattr(guide, "SEED_ENTRIES", 2)
-    monkeypatch.setattr(guide, "_yield", lambda entry: 1.0)  # an entry's energy not by its CPU seconds: they vary
+    monkeypatch.setattr(corpus, "_yield", lambda entry: 1.0)  # an entry's energy not by its CPU seconds: they vary
     tier, out = make_tier("torch"), []
     for on in (True, False):
         if not on:
