@@ -307,13 +307,10 @@ def _cmd_minimize(args) -> int:
     # --shrink-jobs candidates at once, each on an executor of its own (a flaky case's one at a time: Minimizer)
     lanes = Lanes(executor, args.shrink_jobs or default_width(), lambda: _executor(spec, args.op_timeout))
 
-    def judge_on(ex):
+    def judge_on(ex):  # a candidate that could not run (NotRun) is not seen to fail: the minimizer's rule
         def judge(config, ops):
-            try:
-                return ex.run(config, ops, case.knobs, mode, deadline=deadline + 30, strict_knobs=own,
-                              history=history, fresh=True)
-            except NotRun:  # a candidate that could not run is not seen to fail
-                return None
+            return ex.run(config, ops, case.knobs, mode, deadline=deadline + 30, strict_knobs=own,
+                          history=history, fresh=True)
         return judge
 
     m = Minimizer(None, case.signature, deadline=deadline, hostile=hostile_kind(case), tries=tries,

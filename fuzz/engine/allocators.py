@@ -41,6 +41,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -213,8 +214,6 @@ def _sources(factory, name: str) -> tuple:
         if isinstance(named, str) or not all(isinstance(f, str) and Path(f).is_file() for f in named):
             raise SetupError(f"--allocator {name}: KVFUZZ_SOURCES {named!r}: a list of the paths of existing files")
         return tuple(sorted({str(Path(f).resolve()) for f in named}))
-    import sys
-
     owners = [k for k in getattr(factory, "__mro__", (factory,)) if k is not object]
     files = {getattr(sys.modules.get(getattr(k, "__module__", None) or ""), "__file__", None) for k in owners}
     return tuple(sorted(str(Path(f).resolve()) for f in files if f and f.endswith(".py")))

@@ -305,9 +305,11 @@ def files_under_test(tier) -> list[str]:
 
     from .allocators import protocol_of
 
+    files = {spec_alloc.__file__, *protocol_of(tier).sources}
     named = getattr(tier.kernels, "KVFUZZ_SOURCES", None)
-    files = {spec_alloc.__file__, *(named or ()), *protocol_of(tier).sources}
-    for mod in () if named else (tier.kernels, getattr(tier.kernels, "launchers", None), getattr(tier.kernels, "_k", None)):
+    if named:
+        return sorted(files | set(named))
+    for mod in (tier.kernels, getattr(tier.kernels, "launchers", None), getattr(tier.kernels, "_k", None)):
         path = getattr(mod, "__file__", None)
         if not path:
             continue

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from .aim import aim, aimed_edit, frontier, missing
-from .corpus import DOMAIN_WEIGHT, FORMAT, Corpus, _write_json, merge
+from .corpus import DOMAIN_WEIGHT, Corpus, _write_json
 from .features import (
     CodeCoverage,
     Collector,
@@ -59,8 +59,8 @@ from .streams import (
 )
 from .tracks.small import SmallTrack
 
-__all__ = ["FORMAT", "ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "aim", "aimed_edit", "frontier", "merge",
-           "missing", "mutate", "params_of", "track_for"]
+__all__ = ["ChoiceRandom", "Corpus", "GuidedTrack", "KnownReads", "aim", "aimed_edit", "frontier", "missing", "mutate",
+           "params_of", "track_for"]
 SEED_ENTRIES = 4  # fresh sequences until the corpus holds this many (AFL's seed corpus: a few first finds narrow it)
 FRESH = 0.2  # share of guided sequences drawn fresh (blind), so the corpus keeps growing from outside itself
 CODE_EVERY = 4  # code coverage on one sequence in this many (its tracer costs ~30% of an interpreted op)
@@ -144,6 +144,7 @@ class GuidedTrack(SmallTrack):
         self._corpus: Corpus | None = None
         self._plans: dict[int, dict] = {}
         self._code: CodeCoverage | None = None
+        self._noted: bool | None = None  # what ``Corpus.note_sources`` was told: None (nothing), the files, with kernel bodies
         self.known = KnownReads() if known_reads else None  # off: every read runs (benchmarks/guided_vs_blind.py)
         self.launch_budget = launch_budget  # off: a fresh sequence's budget is checked between ops only, not per launch
         self.sequences = 0
@@ -250,7 +251,9 @@ class GuidedTrack(SmallTrack):
         if traced:
             if self._code is None:
                 self._code = CodeCoverage(files_under_test(tier))
-            self.corpus.note_sources(self._code.files, kernels)
+            if self._noted is None or (kernels and not self._noted):  # the files, then the kernel bodies traced
+                self.corpus.note_sources(self._code.files, kernels)
+                self._noted = kernels
             self._code.trace_kernels = kernels
             code = self._code
         self.sequences += 1
@@ -302,11 +305,10 @@ def domain_weights(tier) -> dict:
     """``Corpus.pick``'s domain weights for ``tier``: where a named allocator is what is under test
     (``--allocator``, a mutant's class), the spec domain (how kvref's flush ended, behind which
     reader) weighs ``ALLOCATOR_SPEC_WEIGHT``. Its flush bugs sit at those conjunctions, and at the
-    rare conjunctions' common weight the corpus's picks went mostly to code arcs and op kinds:
-    over 50 seeds (6,000 ops each) guided missed the move-limit bug twice and the pinned page once, and
-    neither at 64
+    rare conjunctions' common weight most picks go to code arcs and op kinds: over 50 seeds (6,000
+    ops each) guided misses the move-limit bug twice and the pinned page once at 4, neither at 64
     (benchmarks/results/guided-vs-blind-foreign/). A kernel set's tier keeps them level: the
-    same weight there cost kv_start and third-trip kills (3 and 2 missed of 18)."""
+    same weight there costs kv_start and third-trip kills (3 and 2 missed of 18)."""
     if getattr(tier, "allocator_cls", None) is None:
         return DOMAIN_WEIGHT
     return {**DOMAIN_WEIGHT, "spec": ALLOCATOR_SPEC_WEIGHT}
@@ -322,7 +324,7 @@ def code_schedule(i: int, dry: int = 0) -> tuple[bool, bool]:
     fixture's time to kill in CPU seconds (guided-vs-blind/traced-sequences.md). Once code
     stops paying (``dry`` traced sequences in a row reached no arc the corpus lacked), its interval
     doubles per ``CODE_DRY`` of them, up to ``CODE_BACKOFF`` times (one in 32): on a team's
-    allocator the tracer was 18 % of a guided op's cost, and its arcs were all held early
+    allocator the tracer is about 18 % of a guided op's cost, and its arcs are held early
     (guided-vs-blind-foreign/README.md)."""
     every = CODE_EVERY << min(dry // CODE_DRY, CODE_BACKOFF)
     kernels = i % KERNEL_CODE_EVERY == KERNEL_CODE_EVERY - 1

@@ -44,6 +44,7 @@ from typing import Callable
 import kvref
 
 from .ops import Op
+from .supervise import NotRun
 from .verdict import Signature
 
 LOOKAHEAD_SCAN = 256  # candidates of ``upcoming`` a batch looks through for ones not run yet
@@ -55,7 +56,8 @@ class NotReproducible(Exception):
 
 def local_judge(tier, knobs: dict | None = None, **kw) -> Callable:
     """Replay candidates in this process (fine when nothing can crash it); ``NotRun`` for one that
-    passed with an op that could not run here (a supervised child's "unknown")."""
+    passed with an op that could not run here, as a supervised child's "unknown" (``_answer``: not
+    seen to fail)."""
     def judge(config, ops):
         from .dispatch import judge
 
@@ -188,11 +190,9 @@ class Minimizer:
         if key in self._ahead:
             d = self._ahead.pop(key)
         elif self.width == 1:
-            from .supervise import NotRun
-
             self.rounds += 1
             try:
-                return self.judge(key[0], list(key[1]))
+                return self.judge(key[0], list(key[1]))  # a failure is an answer (a Divergence), not raised
             except NotRun:  # a candidate that could not run is not seen to fail
                 return None
         else:
@@ -203,6 +203,8 @@ class Minimizer:
             self._ahead.update(zip(later, answers[1:]))
             self.ran_ahead += len(later)
             d = answers[0]
+        if isinstance(d, NotRun):  # as above, from a lane
+            return None
         if isinstance(d, BaseException):
             raise d
         return d

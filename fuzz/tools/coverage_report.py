@@ -18,13 +18,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..engine.chain_gen import CHAIN_FEATURES, FLOAT_FEATURES
-from ..engine.corpus import SOURCES, Corpus
+from ..engine.corpus import SOURCES, Corpus, merge
 from ..engine.features import MASKS, TRIP_BUCKETS  # MASKS[:2] expected: launchers skip empty launches
 
 
 def _reached(dirs) -> tuple[set[str], int, dict, bool]:
     """(feature names, entries, the measured files' paths, whether kernel bodies can be judged: a
-    corpus that says none of its sequences traced them leaves their lines out; an older one, as was)."""
+    corpus that says none of its sequences traced them leaves their lines out; one without the note
+    is judged on all its lines)."""
     names, entries, noted, bodies = set(), 0, {}, False
     for d in dirs:
         if not Path(d).is_dir():
@@ -196,11 +197,10 @@ def main(corpora, as_json: bool = False) -> int:
 
 def merge_main(inputs, out) -> int:
     """``kvfuzz merge --corpus``: the smallest covering subset of the corpora ``inputs`` into ``out``."""
-    from ..engine import guide
     from ..engine.tiers import SetupError
 
     try:
-        read, kept, features = guide.merge(inputs, out)
+        read, kept, features = merge(inputs, out)
     except FileNotFoundError as exc:
         raise SetupError(str(exc)) from None
     print(f"kvfuzz merge --corpus: {read} entries read, {kept} kept in {out}, covering {features} features")

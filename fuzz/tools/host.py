@@ -198,15 +198,15 @@ def _wait(runs: list[_Running], start: float) -> None:
 
 
 def _merge_corpora(runs, corpus: Path) -> dict:
-    from ..engine import guide
+    from ..engine.corpus import Corpus, merge
 
     parts = [r.out.parent.parent / "corpora" / r.placement.name for r in runs]
     parts = [p for p in parts if p.is_dir()]
     fresh = corpus.parent / f".{corpus.name}.merging"
     shutil.rmtree(fresh, ignore_errors=True)
-    read, kept, features = guide.merge(parts, fresh)
-    covered = set(guide.Corpus(fresh).features)
-    union = set().union(*(guide.Corpus(p).features for p in parts)) if parts else set()
+    read, kept, features = merge(parts, fresh)
+    covered = set(Corpus(fresh).features)
+    union = set().union(*(Corpus(p).features for p in parts)) if parts else set()
     shutil.rmtree(corpus, ignore_errors=True)
     shutil.move(str(fresh), str(corpus))
     return {"path": str(corpus), "entries_read": read, "kept": kept, "features": features,

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from fuzz.engine import features, generate, guide, streams
+from fuzz.engine.corpus import FORMAT, merge
 from fuzz.engine.tiers import make_tier
 from fuzz.tools import coverage_report
 from tests.fuzz.test_engine import REPO, cli_env, kvfuzz
@@ -260,7 +261,7 @@ def test_merge_keeps_the_smallest_subset_covering_the_union(tmp_path):
     assert b.add(_entry({"op|alloc", "op|free", "op|flush"}, ops=20))  # covers both of a's
     assert b.add(_entry({"hostile|translate"}, ops=5))
     assert not b.add(_entry({"op|alloc"}))  # nothing new: not kept
-    read, kept, n = guide.merge([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    read, kept, n = merge([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
     assert (read, kept, n) == (4, 2, 4)
     merged = guide.Corpus(tmp_path / "m")
     assert merged.features == a.features | b.features
@@ -278,7 +279,7 @@ def test_entries_of_an_older_format_are_not_read_and_the_campaign_says_so(tmp_pa
     (root / "old.json").write_text(json.dumps({**_entry({"op|free"}), "format": "kvfuzz-corpus/2"}))
     again = guide.Corpus(root)
     assert len(again.entries) == 1 and again.other_formats == {"kvfuzz-corpus/2": 1}
-    assert "1 entries not read (1 of kvfuzz-corpus/2" in again.note() and guide.FORMAT in again.note()
+    assert "1 entries not read (1 of kvfuzz-corpus/2" in again.note() and FORMAT in again.note()
     info = guide.GuidedTrack(root).worker_info(make_tier("torch"))
     assert any("kvfuzz-corpus/2" in n for n in info["notes"]), info
 
@@ -696,7 +697,7 @@ def test_code_is_traced_less_once_it_stops_reaching_arcs(tmp_path, monkeypatch):
 def test_coverage_reads_a_teams_allocator_back_and_names_its_lines_never_run(tmp_path, monkeypatch):
     """``code|pkg/file.py|...`` names only a file's last two parts; the corpus notes where each measured
     file is, so ``kvfuzz coverage`` lists the lines of a team's allocator no sequence ran (and of a
-    corpus merged from it), where before it knew only kvref's and kvkernels' files."""
+    corpus merged from it), not only kvref's and kvkernels' files."""
     from pathlib import Path
 
     from fuzz.engine.tiers import TierSpec
@@ -708,7 +709,7 @@ def test_coverage_reads_a_teams_allocator_back_and_names_its_lines_never_run(tmp
     for seed in range(2):
         track.plan(tier, seed)
         track.run_sequence(tier, seed, 40)
-    guide.merge([tmp_path / "c"], tmp_path / "m")
+    merge([tmp_path / "c"], tmp_path / "m")
     for root in ("c", "m"):
         rep = coverage_report.report([tmp_path / root])
         heap = rep["code"].get("allocators/heap_allocator.py")
