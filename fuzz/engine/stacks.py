@@ -96,12 +96,14 @@ def main_frames(text: str) -> list[str]:
 
 
 def where(frames: list[str]) -> str:
-    """For a message: the innermost frame outside installed libraries and the standard library
-    (the kernel set's, or kvfuzz's own), ``function (file:line)``, and the innermost one where
-    that is another (Triton's, torch's)."""
+    """For a message: the innermost frame of the code under test (outside installed libraries,
+    the standard library and kvfuzz's harness), else kvfuzz's own, ``function (file:line)``, and
+    the innermost one where that is another (Triton's, torch's, kvfuzz's). A hang sampled while
+    an interpreted kernel is inside a hook of kvfuzz's still names the kernel's line."""
     if not frames:
         return ""
-    own = next((frame for frame in frames if not _library(frame)), None)
+    outside = [frame for frame in frames if not _library(frame)]
+    own = next((frame for frame in outside if not _harness(frame)), outside[0] if outside else None)
     if own is None or own == frames[0]:
         return _short(frames[0])
     return f"{_short(own)}; innermost {_short(frames[0])}"
@@ -124,6 +126,12 @@ def _short(frame: str) -> str:
 
 
 _LIBRARIES = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")})
+# the fuzz package, as imported and with links resolved: kvfuzz's own frames
+_HARNESS = tuple({str(path.parents[1]) + os.sep for path in (Path(os.path.abspath(__file__)), Path(__file__).resolve())})
+
+
+def _harness(frame: str) -> bool:
+    return frame.startswith(_HARNESS)
 
 
 def _library(frame: str) -> bool:
