@@ -404,9 +404,11 @@ def main() -> int:
     args = p.parse_args()
     select_backend(args.backend)
     parts = args.parts.split(",")
+    from fuzz.environment import environment
+
     result = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
               "cpus": __import__("os").cpu_count(), "note": args.note, "args": vars(args),
-              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "environment": environment()}
     if "overhead" in parts:
         result["overhead"] = overhead(args.ops, rounds=args.rounds, backend=args.backend, kernels=args.kernels)
         for row in result["overhead"]:
