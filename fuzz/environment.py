@@ -24,17 +24,37 @@ def kvfuzz_version() -> str | None:
         return None
 
 
+_HERE = Path(__file__).resolve().parent
+
+
 def git_sha() -> str | None:
+    """The commit of the checkout kvfuzz runs from; None for an installed copy (a wheel in a
+    virtual environment inside some other repository is not that repository's code)."""
+    if _git(["ls-files", "--error-unmatch", "--", Path(__file__).name]) is None:
+        return None
+    out = _git(["rev-parse", "HEAD"])
+    return (out or "").strip() or None
+
+
+def git_dirty(where: Path | None = None) -> bool | None:
+    """Whether tracked files differ from ``git_sha``'s commit: a tree copied over an older
+    ``.git`` (a GPU machine's copy of a working tree) names that commit, and says so here."""
+    out = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    return None if out is None else bool(out.strip())
+
+
+def _git(args: list[str], where: Path | None = None) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5,
+                             cwd=where or _HERE)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout if out.returncode == 0 else None
 
 
 def environment() -> dict:
-    """kvfuzz, Python, torch (and its CUDA), Triton, the GPU, the host, the git sha.
+    """kvfuzz, Python, torch (and its CUDA), Triton, the GPU, the host, the git sha (and whether
+    the tree differs from it).
 
     Imports neither torch nor Triton: a campaign's parent writes case files and its summary,
     and importing torch there would cost it 2-3 CPU s (``engine/lazy.py``) and, to name the
@@ -43,7 +63,8 @@ def environment() -> dict:
     would say, whichever distribution installed them), the GPU from torch where this process
     has already initialized CUDA, else from ``nvidia-smi``."""
     env = {"kvfuzz": kvfuzz_version(), "python": platform.python_version(), "platform": platform.platform(),
-           "machine": platform.machine(), "cpu_count": os.cpu_count(), "git_sha": git_sha()}
+           "machine": platform.machine(), "cpu_count": os.cpu_count()}
+    env.update(git_sha=(sha := git_sha()), git_dirty=git_dirty() if sha else None)
     env.update(torch=_declared("torch", "version.py", "__version__"), cuda=_declared("torch", "version.py", "cuda"),
                gpu=_gpu_name(), triton=_declared("triton", "__init__.py", "__version__"))
     return env
