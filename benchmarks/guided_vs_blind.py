@@ -319,7 +319,7 @@ def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
     than the stone's (its goal: the row's pages plus the pages short of one more trip)."""
     import random
 
-    from fuzz.engine import guide, streams
+    from fuzz.engine import guide, mutations
     from fuzz.engine.shapes import TABLE_OPS
     from fuzz.tools.mutants import mutant_tier_named
 
@@ -341,7 +341,7 @@ def stones(name: str, seeds: list[int], n_plans: int) -> list[dict]:
             shadow = track._shadow(tier, 10**9 + seed, entry)
             hits, how = 0, {}
             for i in range(n_plans):
-                stream, marks, _, done = streams.mutate(entry, entry, random.Random(i), tier.kernels, focus=focus,
+                stream, marks, _, done = mutations.mutate(entry, entry, random.Random(i), tier.kernels, focus=focus,
                                                         shadow=shadow, goal=guide.aim(guide.frontier(entry, why, random.Random(-i)), why,
                                                                                       track.corpus.counts, random.Random(-i)))
                 ops, config, _ = shadow(stream, marks)

@@ -112,7 +112,7 @@ ENGINE_ROWS = [  # docs/architecture.md's engine table, leaf modules first
     ["memory", "boundary", "knobs", "vector_oracle", "signatures", "launches", "spec_features", "features", "sources", "tiers", "allocators",
      "zygote", "supervise", "health"],
     ["spec_side", "shapes", "generate", "chain_gen"], ["runner", "strategies"], ["production", "compile_check"],
-    ["tracks", "guide", "streams", "aim", "corpus"],
+    ["tracks", "guide", "streams", "mutations", "aim", "corpus"],
     ["kinds", "dispatch", "scout"], ["case", "minimize", "lanes", "slot"], ["worker", "head_start"], ["options", "confirm", "summary", "campaign"],
 ]
 

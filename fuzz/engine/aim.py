@@ -8,13 +8,13 @@ import random
 
 from .features import feature_id, trip_bucket
 from .knobs import knob_module
-from .streams import row_target, smallest
+from .mutations import row_target, smallest
 
 __all__ = ["aim", "aimed_edit", "frontier", "missing"]
 
 
 def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
-    """The goal a resize aims at (``streams.resize``) when ``entry`` was picked for trip feature
+    """The goal a resize aims at (``mutations.resize``) when ``entry`` was picked for trip feature
     ``why``: half the time ``why``'s own row, half the time the row of the entry's most trips (one
     more trip from there is what no entry has reached: a stone's own row may be a trip behind)."""
     goals = entry.get("goals") or {}
@@ -26,7 +26,7 @@ def frontier(entry: dict, why: str | None, rng: random.Random) -> list | None:
 def aimed_edit(entry: dict, why: str, kernels) -> str:
     """A frontier plan's one edit: an aimed ``resize``; where the stone's stride spans its row (one
     trip whatever the row) and its knobs are not yet their smallest, ``shrink`` them; for a packed
-    row of 2+ trips from an aligned ``kv_start``, ``realign`` it (``streams.realign``)."""
+    row of 2+ trips from an aligned ``kv_start``, ``realign`` it (``mutations.realign``)."""
     goal, mod = (entry.get("goals") or {}).get(why) or [], knob_module(kernels)
     if "|aligned|" in why:
         return "realign"
@@ -54,7 +54,7 @@ def missing(counts, why: str, goal: list) -> list[tuple[int, str]]:
 def aim(goal: list | None, why: str | None, counts, rng: random.Random) -> tuple[int, int] | None:
     """(the row length ``goal`` starts from, the length aimed at): one of the trip features
     ``missing`` next to it, drawn (none missing: one more trip, either edge), made a length by
-    ``streams.row_target``."""
+    ``mutations.row_target``."""
     if goal is None or why is None:
         return None
     trips, edge = rng.choice(missing(counts, why, goal) or [(goal[3] + 1, None)])

@@ -246,7 +246,7 @@ def _trip_features(kernel: str, values: dict, rows: Sequence[int], constexprs: d
     ``goals[name] = [n, short, BLOCK, trips, stride]`` for each trips and progress feature (its
     first row): the comparison's operands (libFuzzer's CMP tracing), so a mutation can set the row
     that reached a stone to the length of one more trip, or of the same trips with the other last
-    block (``streams.row_target``), instead of stepping towards it blind."""
+    block (``mutations.row_target``), instead of stepping towards it blind."""
     block, ps = constexprs["BLOCK"], constexprs.get("PAGE_SIZE", 1)
     stride = values["col_stride"]
     step = stride * max(1, constexprs.get("UNROLL", 1))

@@ -46,10 +46,10 @@ from .features import (
 from .generate import regenerate, sequence_r2t_dtype
 from .knobs import choose, knob_module
 from .launches import program_order_mode
+from .mutations import mutate
 from .streams import (
     ChoiceRandom,
     data_flow,
-    mutate,
     params_of,
     rare_config,
     rare_scenario,

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from fuzz.engine import features, generate, guide, streams
+from fuzz.engine import features, generate, guide, mutations, streams
 from fuzz.engine.corpus import FORMAT, merge
 from fuzz.engine.tiers import make_tier
 from fuzz.tools import coverage_report
@@ -362,7 +362,7 @@ def test_an_integer_is_one_draw_with_its_range_so_a_nudge_moves_it_by_units():
     assert rng.randint(1, 10) == 6 and rng.choice("abc") == "c"
     assert rng.ranges == [10, 3] and rng.pos == 2
     seg = [[0.55, 10]]
-    streams.nudge(seg, random.Random(0))
+    mutations.nudge(seg, random.Random(0))
     moved = int(seg[0][0] * 10) - 5
     assert moved in (-3, -2, -1, 1, 2, 3), seg
 
@@ -414,11 +414,11 @@ def test_room_gives_the_pool_its_most_pages_and_leaves_the_other_config_draws():
         draws = streams.ChoiceRandom((), seed)
         before = generate.random_config(draws)
         segs = [[[u, n] for u, n in zip(draws.log, draws.ranges)]]
-        assert streams.room(segs)
+        assert mutations.room(segs)
         after, _, _ = streams.params_of(streams.flat(segs), seed, chains=False)  # a chain scenario's config is its own
         assert after.num_pages == (24 if after.page_size == 16 else 72), (before, after)
         assert (after.page_size, after.grow, after.max_moves) == (before.page_size, before.grow, before.max_moves)
-        assert not streams.room(segs)  # nothing left to raise
+        assert not mutations.room(segs)  # nothing left to raise
 
 
 def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_path):
@@ -442,7 +442,7 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
         assert type(ops[table]).__name__ in ("ReadTable", "ReadTablePacked")
         assert before["feeds"][str(table)] == entry["feeds"][str(table)]
         for i in range(6):
-            segs = streams.resize(streams.segments(entry), entry, random.Random(i), shadow, table)
+            segs = mutations.resize(streams.segments(entry), entry, random.Random(i), shadow, table)
             if segs is None:
                 continue
             tried += 1
@@ -465,14 +465,14 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
         shadow = track._shadow(tier, 10**6 + n, entry)
         ops, config, _ = shadow(entry["stream"], entry["marks"])
         pages = {int(k): v for k, v in entry["pages"].items()}
-        for row, i in itertools.product(sorted(set(streams.table_lengths(ops[table], config.page_size)) - {0})[:2], range(3)):
+        for row, i in itertools.product(sorted(set(mutations.table_lengths(ops[table], config.page_size)) - {0})[:2], range(3)):
             target = row + 3 + i
-            segs = streams.aim_row(streams.segments(entry), pages, entry["feeds"][str(table)], random.Random(10 * row + i),
+            segs = mutations.aim_row(streams.segments(entry), pages, entry["feeds"][str(table)], random.Random(10 * row + i),
                                    shadow, table, (row, target))
             aimed += 1
             if segs is not None:
                 new_ops, new_config, _ = shadow(streams.flat(segs), streams.marks_of(segs))
-                assert target in streams.table_lengths(new_ops[table], new_config.page_size)  # what it returns, it reached
+                assert target in mutations.table_lengths(new_ops[table], new_config.page_size)  # what it returns, it reached
                 hit += 1
     # 27 of 60 where the corpus's fresh configs are its rarest (streams.rare_config) and chain scenarios are
     # drawn too: most kept entries are eager page-size-1 pools nearly full, whose rows cannot grow 3-5 pages
@@ -481,7 +481,7 @@ def test_resizing_the_alloc_that_fed_a_read_table_changes_the_rows_it_reads(tmp_
 
 
 def test_realign_moves_an_aligned_kv_start_inside_its_page_and_leaves_what_came_before(tmp_path):
-    """``streams.realign`` (a frontier plan for ``start|K|aligned|trips 2+``): a packed table whose row
+    """``mutations.realign`` (a frontier plan for ``start|K|aligned|trips 2+``): a packed table whose row
     started on a page's first token gets a row as long starting inside its page, by one of its own
     ``kv_start`` draws; the pool, every earlier op and the table's rows and requests are unchanged."""
     tier = make_tier("torch")
@@ -497,11 +497,11 @@ def test_realign_moves_an_aligned_kv_start_inside_its_page_and_leaves_what_came_
         for t, op in enumerate(ops):
             if ps < 2 or op.kind != "read_table_packed" or op.kv_start is None:
                 continue
-            aligned = [m for s, m in zip(op.kv_start, streams.table_lengths(op, ps)) if s % ps == 0 and m > 0]
+            aligned = [m for s, m in zip(op.kv_start, mutations.table_lengths(op, ps)) if s % ps == 0 and m > 0]
             if not aligned:
                 continue
             tried += 1
-            segs = streams.realign(streams.segments(entry), random.Random(t), shadow, t, (max(aligned), max(aligned)))
+            segs = mutations.realign(streams.segments(entry), random.Random(t), shadow, t, (max(aligned), max(aligned)))
             if segs is None:
                 continue
             hit += 1
@@ -509,7 +509,7 @@ def test_realign_moves_an_aligned_kv_start_inside_its_page_and_leaves_what_came_
             assert new_config == config and [o.to_json() for o in new_ops[:t]] == [o.to_json() for o in ops[:t]]
             new = new_ops[t]
             assert (new.rows, new.req_idx) == (op.rows, op.req_idx)
-            assert any(s % ps and m >= max(aligned) for s, m in zip(new.kv_start, streams.table_lengths(new, ps)))
+            assert any(s % ps and m >= max(aligned) for s, m in zip(new.kv_start, mutations.table_lengths(new, ps)))
     assert tried >= 3 and hit >= 0.5 * tried, (tried, hit)  # 3 of 3 at these seeds
 
 

@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from fuzz.engine import features, guide, streams
+from fuzz.engine import features, guide, mutations
 from tests.fuzz.test_guide import _entry
 
 
@@ -39,11 +39,11 @@ def test_row_target_gives_the_length_of_the_trips_and_last_block_asked_for():
         goal = goals["trips|read_table_kernel|2|partial"]
         assert goal[3:] == [2, stride], goal
         for trips, edge in ((3, "partial"), (3, "full"), (2, "full"), (2, "partial")):
-            lengths = {streams.row_target(goal, random.Random(i), trips, edge) for i in range(30)}
+            lengths = {mutations.row_target(goal, random.Random(i), trips, edge) for i in range(30)}
             assert len(lengths) == (3 if edge == "partial" else 1), lengths  # BLOCK 4: 1 to 3 pages into the last block
             for n in lengths:
                 assert f"trips|read_table_kernel|{features.trip_bucket(trips)}|{edge}" in _trips_of(n, stride, programs), n
-        either = {streams.row_target(goal, random.Random(i)) for i in range(60)}
+        either = {mutations.row_target(goal, random.Random(i)) for i in range(60)}
         assert either == set(range(goal[0] + goal[1], goal[0] + goal[1] + 4)), either  # one more trip, any edge
         assert all(any("|3+|" in f for f in _trips_of(n, stride, programs)) for n in either)
 
@@ -92,7 +92,7 @@ def test_a_frontier_plan_is_one_aimed_edit_and_a_fresh_one_is_short(tmp_path, mo
     monkeypatch.setattr(guide, "FRESH", 0.0)
     monkeypatch.setattr(guide, "FRONTIER", 1.0)
     monkeypatch.setattr(guide, "AIMED", 1.0)
-    least = streams.smallest(launchers)
+    least = mutations.smallest(launchers)
     assert least == {"BLOCK_COLS": 4, "BLOCK_IDS": 4, "TARGET_BLOCKS": 2}
     name = "trips|read_table_kernel|1|full"
     wide = {"BLOCK_COLS": 4, "BLOCK_IDS": 4, "TARGET_BLOCKS": 1024}

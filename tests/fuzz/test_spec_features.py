@@ -63,7 +63,7 @@ def test_a_packed_rows_kv_start_is_named_against_its_trips_with_a_goal():
     assert guide.missing({}, "start|k|unaligned|trips 2", [20, 13, 16, 2, 16]) == [(3, None)]  # the same start, a trip on
     assert guide.missing({features.feature_id("start|k|unaligned|trips 3+")}, "start|k|unaligned|trips 2",
                          [20, 13, 16, 2, 16]) == []
-    # an aligned row of 2+ trips is a stone for an unaligned one as long (``streams.realign``); of 1 trip, none
+    # an aligned row of 2+ trips is a stone for an unaligned one as long (``mutations.realign``); of 1 trip, none
     assert guide.missing({}, "start|k|aligned|trips 4-7", [70, 11, 16, 5, 16]) == [(5, None)]
     assert guide.missing({features.feature_id("start|k|unaligned|trips 4-7")}, "start|k|aligned|trips 4-7",
                          [70, 11, 16, 5, 16]) == []
