@@ -109,7 +109,10 @@ def main(argv=None) -> int:
                           for c in res["cases"]) or "no case"
         print(f"{'ok  ' if res['ok'] else 'WRONG'} {res['set']:18s} exit {res['exit']} in {res['seconds']} s: {cases}"
               + (f"  <- {'; '.join(res['wrong'])}" if res["wrong"] else ""), flush=True)
-    (args.out / "verdict_matrix.json").write_text(json.dumps({"backend": args.backend, "guided": args.guided, "rows": results}, indent=1) + "\n")
+    from fuzz.environment import environment
+
+    record = {"backend": args.backend, "guided": args.guided, "environment": environment(), "rows": results}
+    (args.out / "verdict_matrix.json").write_text(json.dumps(record, indent=1) + "\n")
     return 0 if all(r["ok"] for r in results) else 1
 
 
