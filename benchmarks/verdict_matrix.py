@@ -5,8 +5,10 @@ on a foreign or letter-of-SPEC fixture (``tests/fixtures/kernels/``), with defau
 otherwise, then ``kvfuzz replay`` of every case it wrote. A row passes when the exit code is
 the one the fixture's README gives (0 only for a SPEC-correct set, 1 for a set with a fault),
 every signature starts with what it should (``expect``), and each case replays (exit 1),
-except for a fault drawn at random (``flaky.py``), whose replays may pass. Prints one line a
-row and writes ``verdict_matrix.json`` into ``--out``.
+except for a fault drawn at random (``flaky.py``), whose replays may pass. A row whose fault has a
+trigger the campaign may never draw (``hang_late.py``'s free of exactly 49 pages) and that ends
+clean without reaching it is ``n/a``: nothing was judged. Prints one line a row and writes
+``verdict_matrix.json`` into ``--out``.
 
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/verdict_matrix.py --out /tmp/vm
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/verdict_matrix.py --only segfault,flaky --out /tmp/vm
@@ -47,14 +49,18 @@ ROWS = (
 # comes at a fixed op of seed 0's blind stream (a budget of seconds reaches it on a fast machine and
 # misses it on a slow one). The first such free is near op 74,000 (generate.regenerate over seed 0's
 # sequences, chain seeds among them, counting each free's pages): the cap leaves room past it.
+# A guided campaign's ops are not blind's and vary with its corpus's timing: it may draw no such
+# free within the cap. The fixture marks a trigger it reached (``KVFUZZ_FIXTURE_HANG_MARK``), so a
+# clean exit without one is "never reached", a row with nothing to judge, not a verdict missed.
 MAX_OPS = {"hang_late": 90_000}
+TRIGGER_MARKED = {"hang_late"}
 
 
-def kvfuzz(*args, timeout: float) -> tuple[int | None, str, float]:
+def kvfuzz(*args, timeout: float, env: dict | None = None) -> tuple[int | None, str, float]:
     start = time.monotonic()
     try:
         r = subprocess.run([sys.executable, "-m", "fuzz", *map(str, args)], cwd=ROOT, capture_output=True,
-                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         return r.returncode, r.stdout + r.stderr, time.monotonic() - start
     except subprocess.TimeoutExpired:
         return None, "timed out", time.monotonic() - start
@@ -64,8 +70,13 @@ def row(name, path, budget, want_rc, prefixes, deterministic, backend: str, out:
     where = out / name
     guide = ("--corpus", where / "corpus") if guided else ()
     work = ("--max-ops", MAX_OPS[name]) if name in MAX_OPS else ()
+    mark = where / "trigger-reached.txt"
+    mark.unlink(missing_ok=True)
+    where.mkdir(parents=True, exist_ok=True)
+    env = {"KVFUZZ_FIXTURE_HANG_MARK": str(mark)} if name in TRIGGER_MARKED else None
     rc, text, took = kvfuzz("run", "--backend", backend, "--kernels", KERNELS / path, "--budget-s", budget,
-                            "--out", where, "--json", *guide, *work, timeout=budget + 400)
+                            "--out", where, "--json", *guide, *work, timeout=budget + 400, env=env)
+    reached = mark.exists() if name in TRIGGER_MARKED else None
     cases = sorted(where.glob("*.json")) if where.exists() else []
     got = []
     for case in cases:
@@ -76,11 +87,13 @@ def row(name, path, budget, want_rc, prefixes, deterministic, backend: str, out:
         got.append({"signature": signature, "ops": len(data.get("ops") or []), "reproduced": data.get("reproduced"),
                     "replay_exit": replay_rc})
     wrong = []
+    if reached is False and rc == 0 and not got:  # the campaign never drew the fault's trigger: no verdict to judge
+        want_rc = 0
     if rc != want_rc:
         wrong.append(f"exit {rc}, not {want_rc}")
     if prefixes is None and got:
         wrong.append("cases from a clean set")
-    if prefixes is not None and not got:
+    if prefixes is not None and not got and reached is not False:
         wrong.append("no case")
     for c in got:
         if prefixes is not None and not c["signature"].startswith(prefixes):
@@ -89,7 +102,7 @@ def row(name, path, budget, want_rc, prefixes, deterministic, backend: str, out:
             wrong.append(f"{c['signature']} replays with exit {c['replay_exit']}")
     last = next((line for line in reversed(text.splitlines()) if line.startswith("kvfuzz run:")), "")
     return {"set": name, "file": path, "budget_s": budget, "max_ops": MAX_OPS.get(name), "exit": rc, "seconds": round(took, 1), "cases": got,
-            "ok": not wrong, "wrong": wrong, "run_line": last[:400]}
+            "ok": not wrong, "wrong": wrong, "trigger_reached": reached, "run_line": last[:400]}
 
 
 def main(argv=None) -> int:
@@ -107,7 +120,9 @@ def main(argv=None) -> int:
         res = results[-1]
         cases = ", ".join(f"{c['signature']} ({c['ops']} ops, rate {c['reproduced']}, replay {c['replay_exit']})"
                           for c in res["cases"]) or "no case"
-        print(f"{'ok  ' if res['ok'] else 'WRONG'} {res['set']:18s} exit {res['exit']} in {res['seconds']} s: {cases}"
+        unjudged = res["ok"] and res["trigger_reached"] is False and not res["cases"]
+        cases += ": the fault's trigger never ran, nothing to judge" if unjudged else ""
+        print(f"{'WRONG' if not res['ok'] else 'n/a ' if unjudged else 'ok  '} {res['set']:18s} exit {res['exit']} in {res['seconds']} s: {cases}"
               + (f"  <- {'; '.join(res['wrong'])}" if res["wrong"] else ""), flush=True)
     from fuzz.environment import environment
 

@@ -156,6 +156,16 @@ def test_hang_late_k_comes_from_the_environment(device, monkeypatch):
     table_op(load(sibling("hang_late")), device, "free_unbind", 49).assert_matches()
 
 
+def test_hang_late_marks_a_trigger_it_reached_before_it_hangs(tmp_path):
+    """``KVFUZZ_FIXTURE_HANG_MARK``: a clean campaign can then tell a trigger never drawn from a
+    hang missed (benchmarks/verdict_matrix.py)."""
+    mark = tmp_path / "reached.txt"
+    rc, _, stderr = finish(drive("hang_late", [["free", 48], ["free", 50]], {"KVFUZZ_FIXTURE_HANG_MARK": str(mark)}))
+    assert rc == 0 and not mark.exists(), stderr[-2000:]
+    assert stalls_at(drive("hang_late", [["free", 48], ["free", 49]], {"KVFUZZ_FIXTURE_HANG_MARK": str(mark)}), 1)
+    assert mark.read_text().split()[1:] == ["49"]
+
+
 def test_hang_late_counter_mode_hangs_at_the_nth_call():
     assert stalls_at(drive("hang_late", [["free", 1]] * 5, {"KVFUZZ_FIXTURE_HANG_AT": "3"}), 2)
 
