@@ -100,7 +100,7 @@ def row(name, path, budget, want_rc, prefixes, deterministic, backend: str, out:
             wrong.append(f"unexpected {c['signature']}")
         if deterministic and c["replay_exit"] != 1:
             wrong.append(f"{c['signature']} replays with exit {c['replay_exit']}")
-    last = next((line for line in reversed(text.splitlines()) if line.startswith("kvfuzz run:")), "")
+    last = next((line for line in reversed(text.splitlines()) if line.startswith("kvfuzz run: backend=")), "")
     return {"set": name, "file": path, "budget_s": budget, "max_ops": MAX_OPS.get(name), "exit": rc, "seconds": round(took, 1), "cases": got,
             "ok": not wrong, "wrong": wrong, "trigger_reached": reached, "run_line": last[:400]}
 
