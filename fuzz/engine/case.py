@@ -112,7 +112,7 @@ class Case:
         """How often a replay must run this case before a PASS means something: once for a
         case that always failed; for a flaky one, or any case of a kernel set its campaign saw
         fail non-deterministically (a 5/5 case of a set that fails one call in three passed 3
-        of 19 single replays: ``benchmarks/results/verdict-matrix/README.md``),
+        of 19 single replays: ``git show ac2c61b:benchmarks/results/verdict-matrix/README.md``),
         enough runs that the bug goes unseen less than 0.1% of the time (at least its own number of runs, at most ``cap``).
 
         The rate is not taken as ``k/n``: five runs say little (a bug of rate 1/3 reproduces
