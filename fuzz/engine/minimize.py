@@ -310,6 +310,58 @@ def keep_prerequisites(m: Minimizer, c: Candidate) -> Candidate | None:
     return None
 
 
+def _made_by(config: kvref.PoolConfig, ops: list[Op]) -> tuple[dict, list]:
+    """Replayed on the spec: ``{(pool, token): (op index, position in its result)}`` for every token
+    an alloc returned (the latest alloc that returned it), and each op's result."""
+    from .chain_ops import ChainAlloc
+    from .ops import Alloc
+    from .spec_side import SpecSide
+
+    side, made, results = SpecSide(config), {}, []
+    for i, op in enumerate(ops):
+        out = side.apply(op)
+        results.append(out.result if out.error is None else None)
+        if isinstance(op, (Alloc, ChainAlloc)) and isinstance(results[-1], list):
+            made.update(((getattr(op, "pool", 0), t), (i, p)) for p, t in enumerate(results[-1]))
+    return made, results
+
+
+@minimize_pass("keep-token-sources")
+def keep_token_sources(m: Minimizer, c: Candidate) -> Candidate | None:
+    """The failing op with only the allocs that returned the tokens it names, its tokens renamed to
+    what those allocs return once the ops between are gone: a free of 49 pages needs the allocs of
+    those pages, not the hundred ops that moved the pool first. Delta debugging cannot get there
+    when the ids move: a case names tokens by id, and an op dropped before an alloc changes what the
+    alloc returns (in a chain of pools on one buffer, an op of any pool), so most of its
+    candidates free tokens nobody holds and fail otherwise (a chain's hang kept 48 of 146 ops after
+    ddmin's 400 candidates). Two replays on the spec to find and rename them, one candidate judged."""
+    last = c.ops[-1]
+    names = getattr(last, "tokens", None)
+    if not isinstance(names, tuple) or not names or len(c.ops) < 3:
+        return None
+    pool = getattr(last, "pool", 0)
+    made, _ = _made_by(c.config, c.ops[:-1])
+    sources = [made.get((pool, t)) for t in names]
+    if None in sources:  # a token no alloc returned (a hostile probe's): nothing to rename it by
+        return None
+    keep = sorted({i for i, _ in sources})
+    if len(keep) + 1 >= len(c.ops):
+        return None
+    _, results = _made_by(c.config, [c.ops[i] for i in keep])
+    at = {i: j for j, i in enumerate(keep)}
+    renamed = []
+    for i, p in sources:
+        got = results[at[i]]
+        if not isinstance(got, list) or p >= len(got):
+            return None  # the alloc alone returns fewer tokens than it did in place
+        renamed.append(got[p])
+    core = [c.ops[i] for i in keep] + [replace(last, tokens=tuple(renamed))]
+    if m.fails(c.config, core):
+        m.keep()
+        return Candidate(c.config, core)
+    return None
+
+
 def _complements(ops: list[Op], n: int) -> list[list[Op]]:
     """ddmin's candidates at granularity ``n``: ``ops`` without each of its ``n`` chunks in turn."""
     chunk = -(-len(ops) // n)
