@@ -340,14 +340,20 @@ def keep_token_sources(m: Minimizer, c: Candidate) -> Candidate | None:
     if not isinstance(names, tuple) or not names or len(c.ops) < 3:
         return None
     pool = getattr(last, "pool", 0)
-    made, _ = _made_by(c.config, c.ops[:-1])
+    try:
+        made, _ = _made_by(c.config, c.ops[:-1])
+    except Exception:  # noqa: BLE001 - an op the spec alone cannot replay: the other passes shrink it
+        return None
     sources = [made.get((pool, t)) for t in names]
     if None in sources:  # a token no alloc returned (a hostile probe's): nothing to rename it by
         return None
     keep = sorted({i for i, _ in sources})
     if len(keep) + 1 >= len(c.ops):
         return None
-    _, results = _made_by(c.config, [c.ops[i] for i in keep])
+    try:
+        _, results = _made_by(c.config, [c.ops[i] for i in keep])
+    except Exception:  # noqa: BLE001
+        return None
     at = {i: j for j, i in enumerate(keep)}
     renamed = []
     for i, p in sources:

@@ -61,3 +61,16 @@ def test_a_token_no_alloc_returned_leaves_the_case_to_the_other_passes():
     alien = case.ops[:-1] + [type(case.ops[-1])(pool=0, tokens=(10_000,))]
     m = Minimizer(None, SIG, judge=lambda c, o: SimpleNamespace(signature=SIG))
     assert minimize.keep_token_sources(m, minimize.Candidate(case.config, alien)) is None and m.replays == 0
+
+
+def test_an_op_the_spec_cannot_replay_leaves_the_case_to_the_other_passes():
+    class Unreplayable:  # an op whose spec raises outright, not a contract violation
+        kind = "unreplayable"
+
+        def spec(self, s):
+            raise RuntimeError("no spec for this op")
+
+    case = load_case(CASE)
+    m = Minimizer(None, SIG, judge=judge)
+    cand = minimize.Candidate(case.config, [Unreplayable(), *case.ops])
+    assert minimize.keep_token_sources(m, cand) is None and m.replays == 0
