@@ -86,14 +86,13 @@ def row(name, path, budget, want_rc, prefixes, deterministic, backend: str, out:
         replay_rc, _, _ = kvfuzz("replay", case, timeout=300)
         got.append({"signature": signature, "ops": len(data.get("ops") or []), "reproduced": data.get("reproduced"),
                     "replay_exit": replay_rc})
+    unjudged = reached is False and rc == 0 and not got  # the campaign never drew the fault's trigger
     wrong = []
-    if reached is False and rc == 0 and not got:  # the campaign never drew the fault's trigger: no verdict to judge
-        want_rc = 0
-    if rc != want_rc:
+    if rc != want_rc and not unjudged:
         wrong.append(f"exit {rc}, not {want_rc}")
     if prefixes is None and got:
         wrong.append("cases from a clean set")
-    if prefixes is not None and not got and reached is not False:
+    if prefixes is not None and not got and not unjudged:
         wrong.append("no case")
     for c in got:
         if prefixes is not None and not c["signature"].startswith(prefixes):
@@ -102,7 +101,8 @@ def row(name, path, budget, want_rc, prefixes, deterministic, backend: str, out:
             wrong.append(f"{c['signature']} replays with exit {c['replay_exit']}")
     last = next((line for line in reversed(text.splitlines()) if line.startswith("kvfuzz run: backend=")), "")
     return {"set": name, "file": path, "budget_s": budget, "max_ops": MAX_OPS.get(name), "exit": rc, "seconds": round(took, 1), "cases": got,
-            "ok": not wrong, "wrong": wrong, "trigger_reached": reached, "run_line": last[:400]}
+            "ok": not wrong, "status": "WRONG" if wrong else "n/a" if unjudged else "ok", "wrong": wrong,
+            "trigger_reached": reached, "run_line": last[:400]}
 
 
 def main(argv=None) -> int:
@@ -120,9 +120,8 @@ def main(argv=None) -> int:
         res = results[-1]
         cases = ", ".join(f"{c['signature']} ({c['ops']} ops, rate {c['reproduced']}, replay {c['replay_exit']})"
                           for c in res["cases"]) or "no case"
-        unjudged = res["ok"] and res["trigger_reached"] is False and not res["cases"]
-        cases += ": the fault's trigger never ran, nothing to judge" if unjudged else ""
-        print(f"{'WRONG' if not res['ok'] else 'n/a ' if unjudged else 'ok  '} {res['set']:18s} exit {res['exit']} in {res['seconds']} s: {cases}"
+        cases += ": the fault's trigger never ran, nothing to judge" if res["status"] == "n/a" else ""
+        print(f"{res['status']:5s} {res['set']:18s} exit {res['exit']} in {res['seconds']} s: {cases}"
               + (f"  <- {'; '.join(res['wrong'])}" if res["wrong"] else ""), flush=True)
     from fuzz.environment import environment
 

@@ -7,6 +7,7 @@ come from the installed packages (a case written on a torch-only box says ``trit
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
@@ -43,6 +44,14 @@ def git_dirty(where: Path | None = None) -> bool | None:
     return None if out is None else bool(out.strip())
 
 
+@functools.lru_cache(maxsize=1)
+def _git_state() -> dict:
+    """The checkout's commit and whether the tree differs from it, asked once per process: a
+    campaign writes a case per finding, and asking again would run ``git`` three times a case."""
+    sha = git_sha()
+    return {"git_sha": sha, "git_dirty": git_dirty() if sha else None}
+
+
 def _git(args: list[str], where: Path | None = None) -> str | None:
     try:
         out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5,
@@ -64,7 +73,7 @@ def environment() -> dict:
     has already initialized CUDA, else from ``nvidia-smi``."""
     env = {"kvfuzz": kvfuzz_version(), "python": platform.python_version(), "platform": platform.platform(),
            "machine": platform.machine(), "cpu_count": os.cpu_count()}
-    env.update(git_sha=(sha := git_sha()), git_dirty=git_dirty() if sha else None)
+    env.update(_git_state())
     env.update(torch=_declared("torch", "version.py", "__version__"), cuda=_declared("torch", "version.py", "cuda"),
                gpu=_gpu_name(), triton=_declared("triton", "__init__.py", "__version__"))
     return env

@@ -192,9 +192,9 @@ class Minimizer:
         elif self.width == 1:
             self.rounds += 1
             try:
-                return self.judge(key[0], list(key[1]))  # a failure is an answer (a Divergence), not raised
-            except NotRun:  # a candidate that could not run is not seen to fail
-                return None
+                d = self.judge(key[0], list(key[1]))  # a failure is an answer (a Divergence), not raised
+            except NotRun as exc:  # a lane answers with it instead of raising it
+                d = exc
         else:
             room = self.width - 1 if self.max_replays is None else min(self.width - 1, self.max_replays - self.replays)
             later = self._likely(key, room) if room > 0 else []
@@ -203,7 +203,7 @@ class Minimizer:
             self._ahead.update(zip(later, answers[1:]))
             self.ran_ahead += len(later)
             d = answers[0]
-        if isinstance(d, NotRun):  # as above, from a lane
+        if isinstance(d, NotRun):  # a candidate that could not run is not seen to fail
             return None
         if isinstance(d, BaseException):
             raise d
@@ -310,20 +310,16 @@ def keep_prerequisites(m: Minimizer, c: Candidate) -> Candidate | None:
     return None
 
 
-def _made_by(config: kvref.PoolConfig, ops: list[Op]) -> tuple[dict, list]:
-    """Replayed on the spec: ``{(pool, token): (op index, position in its result)}`` for every token
-    an alloc returned (the latest alloc that returned it), and each op's result."""
-    from .chain_ops import ChainAlloc
-    from .ops import Alloc
+def _spec_results(config: kvref.PoolConfig, ops: list[Op]) -> list | None:
+    """Each op's result replayed on the spec alone (None for an op it refused); None where the spec
+    cannot replay one at all (an op it raises on outright): the other passes shrink such a case."""
     from .spec_side import SpecSide
 
-    side, made, results = SpecSide(config), {}, []
-    for i, op in enumerate(ops):
-        out = side.apply(op)
-        results.append(out.result if out.error is None else None)
-        if isinstance(op, (Alloc, ChainAlloc)) and isinstance(results[-1], list):
-            made.update(((getattr(op, "pool", 0), t), (i, p)) for p, t in enumerate(results[-1]))
-    return made, results
+    side = SpecSide(config)
+    try:
+        return [out.result if (out := side.apply(op)).error is None else None for op in ops]
+    except Exception:  # noqa: BLE001
+        return None
 
 
 @minimize_pass("keep-token-sources")
@@ -335,33 +331,31 @@ def keep_token_sources(m: Minimizer, c: Candidate) -> Candidate | None:
     alloc returns (in a chain of pools on one buffer, an op of any pool), so most of its
     candidates free tokens nobody holds and fail otherwise (a chain's hang kept 48 of 146 ops after
     ddmin's 400 candidates). Two replays on the spec to find and rename them, one candidate judged."""
+    from .chain_ops import ChainAlloc
+    from .ops import Alloc
+
     last = c.ops[-1]
     names = getattr(last, "tokens", None)
     if not isinstance(names, tuple) or not names or len(c.ops) < 3:
         return None
-    pool = getattr(last, "pool", 0)
-    try:
-        made, _ = _made_by(c.config, c.ops[:-1])
-    except Exception:  # noqa: BLE001 - an op the spec alone cannot replay: the other passes shrink it
+    results = _spec_results(c.config, c.ops[:-1])
+    if results is None:
         return None
-    sources = [made.get((pool, t)) for t in names]
+    made = {}  # (pool, token) -> (the alloc that returned it last, its place in that result)
+    for i, (op, got) in enumerate(zip(c.ops, results)):
+        if isinstance(op, (Alloc, ChainAlloc)) and isinstance(got, list):
+            made.update(((getattr(op, "pool", 0), t), (i, p)) for p, t in enumerate(got))
+    sources = [made.get((getattr(last, "pool", 0), t)) for t in names]
     if None in sources:  # a token no alloc returned (a hostile probe's): nothing to rename it by
         return None
     keep = sorted({i for i, _ in sources})
-    if len(keep) + 1 >= len(c.ops):
-        return None
-    try:
-        _, results = _made_by(c.config, [c.ops[i] for i in keep])
-    except Exception:  # noqa: BLE001
+    alone = _spec_results(c.config, [c.ops[i] for i in keep]) if len(keep) + 1 < len(c.ops) else None
+    if alone is None:
         return None
     at = {i: j for j, i in enumerate(keep)}
-    renamed = []
-    for i, p in sources:
-        got = results[at[i]]
-        if not isinstance(got, list) or p >= len(got):
-            return None  # the alloc alone returns fewer tokens than it did in place
-        renamed.append(got[p])
-    core = [c.ops[i] for i in keep] + [replace(last, tokens=tuple(renamed))]
+    if any(not isinstance(alone[at[i]], list) or p >= len(alone[at[i]]) for i, p in sources):
+        return None  # an alloc alone returns fewer tokens than it did in place
+    core = [c.ops[i] for i in keep] + [replace(last, tokens=tuple(alone[at[i]][p] for i, p in sources))]
     if m.fails(c.config, core):
         m.keep()
         return Candidate(c.config, core)
