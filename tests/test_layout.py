@@ -153,6 +153,7 @@ PAST_WORK = [
     re.compile(r"\bissue \d+'s (?:session|fix|work|changes)\b", re.I),  # issue 25's session
     re.compile(r"\b(?:before|after|since) issue \d+\b", re.I),
     re.compile(r"\bgpu_session\w*", re.I),  # a run list named after the session that ran it
+    re.compile(r"\bstops? \d{1,3}\b", re.I),  # a work session's own name for itself: "the CI flake of stop 36"
     re.compile(r"\b(?:as measured|as seen) today\b|\btoday's (?:tree|machine)\b", re.I),
     re.compile(r"\bmeasured\W{1,3}(?:on\s+)?20\d\d-\d\d-\d\d|\b20\d\d-\d\d-\d\d's\b", re.I),  # measured 2026-12-03
     re.compile(r"(?<![\w\"'])\(issues? \d+(?:[:;,)]|'s| item)", re.I),  # (issue 26), (issue 22: ...)
@@ -197,6 +198,7 @@ def test_no_name_or_text_in_the_tree_names_past_work():
 @pytest.mark.parametrize("line", [
     "One H200 (s17): 4.1 s of a cold first case", "pipelined between ops only (as before s12)",
     "benchmarks/results/guided-vs-blind-2026-12-02-s9.md", "the figure of session s18", "s10 measured it last",
+    "The CI flake of stop 36: a case of rate 1/3", "(CI, stop 57: killed in <genexpr>)",
     "(s17: 1.7 / 9.5)", "It was opt-in for one session, after a test run", "Issue 25's session measured it",
     "bash benchmarks/gpu_session_17.sh b", "47 replays (measured 2026-12-03)", "on 2026-12-04's slower machine",
     "Guided generation (issue 26): features", "a false finding (issue 22: the far packed read table)",

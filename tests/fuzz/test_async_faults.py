@@ -255,7 +255,7 @@ def test_merged_shards_keep_the_replays_that_could_not_run():
 
 @pytest.mark.parametrize("k, n", [(3, 5), (4, 5), (1, 5), (2, 3)])
 def test_a_flaky_case_replays_often_enough_for_rates_its_few_runs_do_not_rule_out(k, n):
-    """The CI flake of stop 36: a case of rate 1/3 measured 3/5 asked for 8 tries ((2/3)^8 = 4%
+    """A case of rate 1/3 that its five runs measured at 3/5 would ask for 8 tries ((2/3)^8 = 4%
     passed). The tries must hold for any rate its runs make plausible, not only for k/n."""
     import math
 

@@ -128,7 +128,7 @@ def test_a_hang_is_placed_by_its_main_threads_stack():
     no_team = [frames[0], frames[1], frames[3]]  # kvfuzz's own frame where the code under test has none
     assert stacks.where(no_team) == "_step_on (runner.py:289); innermost synchronize (__init__.py:985)"
     # an interpreted kernel sampled inside a hook of kvfuzz's (the patch tiers.py puts on Triton's
-    # interpreter): the kernel's line, not the hook's (CI, stop 57: "killed in <genexpr> (tiers.py:256)")
+    # interpreter): the kernel's line, not the hook's ("killed in <genexpr> (tiers.py:256)" says nothing of the hang)
     hooked = [f"{lib}/inspect.py:290 in ismodule", f"{fuzz}/engine/tiers.py:256 in <genexpr>",
               f"{lib}/site-packages/triton/runtime/interpreter.py:1 in __call__",
               "/team/hang.py:40 in _k_read_table_peeled", f"{fuzz}/engine/supervise.py:250 in _child_entry"]
