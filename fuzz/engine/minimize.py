@@ -191,10 +191,10 @@ class Minimizer:
             d = self._ahead.pop(key)
         elif self.width == 1:
             self.rounds += 1
-            try:
-                d = self.judge(key[0], list(key[1]))  # a failure is an answer (a Divergence), not raised
-            except NotRun as exc:  # a lane answers with it instead of raising it
-                d = exc
+            try:  # a failure is an answer (a Divergence, an exception not raised), returned as it is
+                return self.judge(key[0], list(key[1]))
+            except NotRun:  # a candidate that could not run is not seen to fail
+                return None
         else:
             room = self.width - 1 if self.max_replays is None else min(self.width - 1, self.max_replays - self.replays)
             later = self._likely(key, room) if room > 0 else []
@@ -203,7 +203,7 @@ class Minimizer:
             self._ahead.update(zip(later, answers[1:]))
             self.ran_ahead += len(later)
             d = answers[0]
-        if isinstance(d, NotRun):  # a candidate that could not run is not seen to fail
+        if isinstance(d, NotRun):  # as above, from a lane (whose answers are exceptions only when it raised)
             return None
         if isinstance(d, BaseException):
             raise d
